@@ -1,0 +1,303 @@
+"""Paged attention for mixed decode / chunked-prefill batches (layout after vLLM's unified Triton
+attention).
+
+One program handles BLOCK_Q query tokens of one sequence times all NUM_QUERIES_PER_KV query heads
+that share one KV head: BLOCK_M = BLOCK_Q * NUM_QUERIES_PER_KV rows. So each K/V tile is read once
+per KV head (GQA), and a decode step is a [BLOCK_M, head_dim] x [head_dim, TILE_N] tensor-core dot
+rather than a matrix-vector product. The KV loop walks the context in TILE_N-token tiles, looking
+each token's block up in the block table, so tiles may span cache blocks of any size.
+
+Grid: (query blocks, KV heads, KV splits). Query blocks are numbered without a host sync: sequence
+i's first block is query_start_loc[i] // BLOCK_Q + i, so num_tokens // BLOCK_Q + num_seqs blocks
+cover every sequence; a program finds its sequence by binary search and surplus programs exit.
+Decode batches too small to fill the GPU split each context into NUM_SPLITS ranges (flash-decoding);
+each split writes an unnormalised partial (acc, max, sum) and a second kernel merges them.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2_E = 1.4426950408889634
+
+
+@triton.jit
+def _find_seq_idx(
+    query_start_loc_ptr,  # [num_seqs + 1]
+    q_block,
+    num_seqs,
+    BLOCK_Q: tl.constexpr,
+):
+    """Largest sequence index i with query_start_loc[i] // BLOCK_Q + i <= q_block."""
+    left = 0
+    right = num_seqs
+    while left < right:
+        mid = (left + right) // 2
+        mid_first_block = tl.load(query_start_loc_ptr + mid) // BLOCK_Q + mid
+        if mid_first_block <= q_block:
+            left = mid + 1
+        else:
+            right = mid
+    return left - 1
+
+
+@triton.jit
+def _paged_attention_kernel(
+    out_ptr,  # [num_tokens, num_heads, head_dim], or [num_tokens, num_heads, NUM_SPLITS, head_dim] fp32
+    m_ptr,  # [num_tokens, num_heads, NUM_SPLITS] fp32, running max (log2 domain); split path only
+    l_ptr,  # [num_tokens, num_heads, NUM_SPLITS] fp32, running sum of exponentials; split path only
+    query_ptr,  # [num_tokens, num_heads, head_dim]
+    k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    block_tables_ptr,  # [num_seqs, max_blocks_per_seq]
+    seq_lens_ptr,  # [num_seqs]
+    query_start_loc_ptr,  # [num_seqs + 1]
+    qk_scale,  # softmax scale * log2(e): the kernel works with exp2
+    num_seqs,
+    block_size,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_cb,
+    stride_ct,
+    stride_ch,
+    stride_bt,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,  # next power of two >= max(HEAD_DIM, 16)
+    NUM_QUERIES_PER_KV: tl.constexpr,
+    BLOCK_Q: tl.constexpr,  # query tokens per program
+    BLOCK_M: tl.constexpr,  # rows per program, power of two >= BLOCK_Q * NUM_QUERIES_PER_KV
+    TILE_N: tl.constexpr,  # context tokens per KV-loop iteration
+    NUM_SPLITS: tl.constexpr,
+    FP32_DOT: tl.constexpr,  # dots in full fp32 (fp32 inputs: not tf32; see _fp32_dot)
+):
+    q_block = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+
+    seq = _find_seq_idx(query_start_loc_ptr, q_block, num_seqs, BLOCK_Q)
+    q_seq_start = tl.load(query_start_loc_ptr + seq)
+    q_len = tl.load(query_start_loc_ptr + seq + 1) - q_seq_start
+    q_first = (q_block - (q_seq_start // BLOCK_Q + seq)) * BLOCK_Q  # first query row in the seq
+    if q_first >= q_len:
+        return
+    context_len = tl.load(seq_lens_ptr + seq) - q_len  # tokens before this step's queries
+
+    rows = tl.arange(0, BLOCK_M)
+    q_idx = q_first + rows // NUM_QUERIES_PER_KV  # query token within the sequence
+    head = kv_head * NUM_QUERIES_PER_KV + rows % NUM_QUERIES_PER_KV
+    row_ok = (q_idx < q_len) & (rows < BLOCK_Q * NUM_QUERIES_PER_KV)
+    q_pos = context_len + q_idx  # causal: row sees context positions 0..q_pos
+    token = (q_seq_start + q_idx).to(tl.int64)
+    d = tl.arange(0, HEAD_DIM_PADDED)
+    d_ok = d < HEAD_DIM
+    q = tl.load(
+        query_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+
+    kv_end = context_len + tl.minimum(q_first + BLOCK_Q, q_len)  # positions any row may see
+    num_tiles = tl.cdiv(kv_end, TILE_N)
+    tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
+    tile_lo = split * tiles_per_split
+    tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
+
+    M = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    L = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], tl.float32)
+    block_table_ptr = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    n = tl.arange(0, TILE_N)
+    for tile in range(tile_lo, tile_hi):
+        kv_pos = tile * TILE_N + n
+        kv_ok = kv_pos < kv_end
+        # int64: block * stride_cb overflows int32 once the cache passes 2^31 elements
+        block = tl.load(block_table_ptr + kv_pos // block_size, mask=kv_ok, other=0).to(tl.int64)
+        slot = block * stride_cb + (kv_pos % block_size) * stride_ct + kv_head * stride_ch
+        k = tl.load(
+            k_cache_ptr + slot[None, :] + d[:, None],
+            mask=kv_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )  # [HEAD_DIM_PADDED, TILE_N]
+        v = tl.load(
+            v_cache_ptr + slot[:, None] + d[None, :],
+            mask=kv_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )  # [TILE_N, HEAD_DIM_PADDED]
+        if FP32_DOT:
+            s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
+        else:
+            s = tl.dot(q, k)
+        s = tl.where(kv_pos[None, :] <= q_pos[:, None], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(M, tl.max(s, axis=1))
+        m_new = tl.where(m_new > float("-inf"), m_new, 0.0)  # a fully masked row: keep P = 0
+        p = tl.exp2(s - m_new[:, None])
+        alpha = tl.exp2(M - m_new)
+        L = L * alpha + tl.sum(p, axis=1)
+        if FP32_DOT:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        M = m_new
+
+    if NUM_SPLITS == 1:
+        out_offs = token[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
+        out = acc / L[:, None]
+        tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+    else:
+        part = (token * (tl.num_programs(1) * NUM_QUERIES_PER_KV) + head) * NUM_SPLITS + split
+        tl.store(m_ptr + part, M, mask=row_ok)
+        tl.store(l_ptr + part, L, mask=row_ok)
+        tl.store(out_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=row_ok[:, None] & d_ok[None, :])
+
+
+@triton.jit
+def _merge_splits_kernel(
+    out_ptr,  # [num_tokens, num_heads, head_dim]
+    acc_ptr,  # [num_tokens, num_heads, NUM_SPLITS, head_dim] fp32
+    m_ptr,  # [num_tokens, num_heads, NUM_SPLITS] fp32
+    l_ptr,  # [num_tokens, num_heads, NUM_SPLITS] fp32
+    stride_ot,
+    stride_oh,
+    HEAD_DIM: tl.constexpr,
+    HEAD_DIM_PADDED: tl.constexpr,
+    NUM_SPLITS: tl.constexpr,
+    NUM_SPLITS_PADDED: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    splits = tl.arange(0, NUM_SPLITS_PADDED)
+    part = (token * tl.num_programs(1) + head) * NUM_SPLITS + splits
+    split_ok = splits < NUM_SPLITS
+    sums = tl.load(l_ptr + part, mask=split_ok, other=0.0)
+    maxes = tl.load(m_ptr + part, mask=split_ok, other=float("-inf"))
+    maxes = tl.where(sums > 0.0, maxes, float("-inf"))  # a split that saw nothing has no weight
+    weight = tl.exp2(maxes - tl.max(maxes, axis=0))
+    d = tl.arange(0, HEAD_DIM_PADDED)
+    d_ok = d < HEAD_DIM
+    acc = tl.load(acc_ptr + part[:, None] * HEAD_DIM + d[None, :], mask=split_ok[:, None] & d_ok[None, :], other=0.0)
+    out = tl.sum(acc * weight[:, None], axis=0) / tl.sum(sums * weight, axis=0)
+    tl.store(out_ptr + token * stride_ot + head * stride_oh + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+
+
+def _fp32_dot(dtype: torch.dtype) -> bool:
+    """fp32 inputs get ieee fp32 dots (tf32 would miss fp32 tolerances). So does bf16 under the
+    CPU interpreter, whose tl.dot multiplies bf16 as raw uint16 integers (triton 3.9); on GPU,
+    bf16 dots run on tensor cores with fp32 accumulation like fp16."""
+    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and interpreting)
+
+
+def _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc) -> None:
+    if query.dim() != 3 or k_cache.dim() != 4:
+        raise ValueError(
+            f"want query [num_tokens, num_heads, head_dim] and k_cache [num_blocks, block_size, "
+            f"num_kv_heads, head_dim], got {tuple(query.shape)} and {tuple(k_cache.shape)}"
+        )
+    if k_cache.shape != v_cache.shape or k_cache.stride() != v_cache.stride():
+        raise ValueError(f"k_cache and v_cache differ in shape or strides: {k_cache.shape} vs {v_cache.shape}")
+    if query.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise TypeError(f"query dtype {query.dtype} not supported (fp16, bf16, fp32)")
+    if not query.dtype == k_cache.dtype == v_cache.dtype:
+        raise TypeError(f"query, k_cache, v_cache dtypes differ: {query.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    num_heads, head_dim = query.shape[1:]
+    num_kv_heads = k_cache.shape[2]
+    if k_cache.shape[3] != head_dim:
+        raise ValueError(f"head_dim: query has {head_dim}, cache has {k_cache.shape[3]}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}")
+    if query.stride(2) != 1 or k_cache.stride(3) != 1:
+        raise ValueError("query and the caches need a contiguous head_dim (stride 1)")
+    num_seqs = seq_lens.shape[0]
+    for name, t, shape in (
+        ("block_tables", block_tables, (num_seqs, block_tables.shape[-1])),
+        ("seq_lens", seq_lens, (num_seqs,)),
+        ("query_start_loc", query_start_loc, (num_seqs + 1,)),
+    ):
+        if t.dtype not in (torch.int32, torch.int64) or tuple(t.shape) != shape:
+            raise ValueError(f"{name}: want int32 {shape}, got {t.dtype} {tuple(t.shape)}")
+    if block_tables.stride(1) != 1:
+        raise ValueError("block_tables needs stride 1 along its last dim")
+    devices = {t.device for t in (query, k_cache, v_cache, block_tables, seq_lens, query_start_loc)}
+    if len(devices) != 1:
+        raise ValueError(f"all inputs must be on one device, got {devices}")
+
+
+def _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, tile_n):
+    num_tokens, num_heads, head_dim = query.shape
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    num_seqs = seq_lens.shape[0]
+    queries_per_kv = num_heads // num_kv_heads
+    block_m = max(16, triton.next_power_of_2(queries_per_kv))  # tl.dot wants >= 16 rows
+    block_q = block_m // queries_per_kv
+    head_dim_padded = max(16, triton.next_power_of_2(head_dim))
+    out = torch.empty_like(query)
+    if num_tokens == 0 or num_seqs == 0:
+        return out
+    if num_splits == 1:
+        part_acc, part_m, part_l = out, out, out  # m/l unused without splits
+        stride_ot, stride_oh = out.stride(0), out.stride(1)
+    else:
+        part_m = torch.empty(num_tokens, num_heads, num_splits, dtype=torch.float32, device=query.device)
+        part_l = torch.empty_like(part_m)
+        part_acc = torch.empty(num_tokens, num_heads, num_splits, head_dim, dtype=torch.float32, device=query.device)
+        stride_ot, stride_oh = 0, 0  # partials are addressed as contiguous
+    grid = (num_tokens // block_q + num_seqs, num_kv_heads, num_splits)
+    _paged_attention_kernel[grid](
+        part_acc, part_m, part_l, query, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
+        scale * LOG2_E, num_seqs, block_size,
+        query.stride(0), query.stride(1), stride_ot, stride_oh,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
+        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, NUM_QUERIES_PER_KV=queries_per_kv,
+        BLOCK_Q=block_q, BLOCK_M=block_m, TILE_N=tile_n, NUM_SPLITS=num_splits,
+        FP32_DOT=_fp32_dot(query.dtype),
+        num_warps=4, num_stages=3,
+    )  # fmt: skip
+    if num_splits > 1:
+        _merge_splits_kernel[(num_tokens, num_heads)](
+            out, part_acc, part_m, part_l, out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, NUM_SPLITS=num_splits,
+            NUM_SPLITS_PADDED=triton.next_power_of_2(num_splits), num_warps=4,
+        )  # fmt: skip
+    return out
+
+
+def _choose_num_splits(query, k_cache, block_tables, num_seqs, decode: bool, tile_n: int) -> int:
+    """Split a decode batch's contexts when seqs x kv_heads programs would leave SMs idle.
+
+    Uses the block table's width as the context bound, so no host sync on seq_lens.
+    Untuned guess: aim for ~4 programs per SM, each split at least 8 tiles long.
+    """
+    if not decode or query.device.type != "cuda":
+        return 1
+    num_sms = torch.cuda.get_device_properties(query.device).multi_processor_count
+    programs = num_seqs * k_cache.shape[2]
+    max_tiles = triton.cdiv(block_tables.shape[1] * k_cache.shape[1], tile_n)
+    return max(1, min(triton.cdiv(4 * num_sms, programs), max_tiles // 8, 16))
+
+
+def paged_attention(
+    query: torch.Tensor,  # [num_tokens, num_heads, head_dim]
+    k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
+    block_tables: torch.Tensor,  # [num_seqs, max_blocks_per_seq] int32
+    seq_lens: torch.Tensor,  # [num_seqs] int32, context length including the query tokens
+    query_start_loc: torch.Tensor,  # [num_seqs + 1] int32
+    scale: float,
+    max_query_len: int | None = None,
+) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
+    """Same semantics as reference.paged_attention_ref; no host sync.
+
+    max_query_len is only a performance hint (1 selects the split-context decode path); when None,
+    a batch with one token per sequence is taken as decode. Output rows of tokens past
+    query_start_loc[-1] (padding) are left undefined.
+    """
+    _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
+    tile_n = 64 if query.is_cuda else 16
+    num_seqs = seq_lens.shape[0]
+    decode = max_query_len == 1 if max_query_len is not None else query.shape[0] == num_seqs
+    num_splits = _choose_num_splits(query, k_cache, block_tables, num_seqs, decode, tile_n)
+    return _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, tile_n)

@@ -1,0 +1,251 @@
+"""The GPU and model catalogs, and the normalisation of HF config.json files into `ModelSpec`s.
+
+`gpus.yaml` and `models.yaml` ship as package data beside this file; every figure in them carries its
+source in a comment. Models are stored with their HF config.json key names, so the catalog and a user's
+own config.json go through the same `model_spec_from_hf_config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.errors import PlannerError
+from sim.config import GpuSpec, ModelSpec
+
+__all__ = [
+    "SUPPORTED_MODEL_TYPES",
+    "CatalogError",
+    "gpu_spec_from_mapping",
+    "load_gpu_catalog",
+    "load_model_catalog",
+    "load_model_config_path",
+    "model_spec_from_hf_config",
+]
+
+
+class CatalogError(PlannerError, ValueError):
+    """A bad catalog entry, GPU mapping or config.json. A ValueError for callers that catch those, and a
+    PlannerError so the CLI prints it as one line."""
+
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen")
+
+
+# --- models --------------------------------------------------------------------------------------------
+
+
+def _positive_int(config: Mapping[str, Any], key: str, name: str) -> int:
+    if key not in config or config[key] is None:
+        raise CatalogError(f"model {name!r}: config lacks required key {key!r}")
+    value = config[key]
+    # bool is an int subclass; `true` for a size is a typo, not 1.
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise CatalogError(f"model {name!r}: {key} = {value!r}: must be a positive integer")
+    return value
+
+
+def _optional_positive_int(config: Mapping[str, Any], key: str, name: str) -> int | None:
+    return None if config.get(key) is None else _positive_int(config, key, name)
+
+
+def _float(config: Mapping[str, Any], key: str, default: float, name: str) -> float:
+    value = config.get(key)
+    if value is None:
+        return default
+    try:  # PyYAML reads "1e-06" (no dot) as a string; accept it rather than make users rewrite configs
+        result = float(value)
+    except (TypeError, ValueError):
+        raise CatalogError(f"model {name!r}: {key} = {value!r}: must be a number") from None
+    if isinstance(value, bool) or result <= 0:
+        raise CatalogError(f"model {name!r}: {key} = {value!r}: must be a positive number")
+    return result
+
+
+def _bool(config: Mapping[str, Any], key: str, default: bool, name: str) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise CatalogError(f"model {name!r}: {key} = {value!r}: must be true or false")
+    return value
+
+
+def _rope_theta(config: Mapping[str, Any], key: str, name: str) -> float:
+    # transformers v5 writes rope_theta inside `rope_parameters`; v4 configs (all published ones) at the top.
+    if config.get(key) is None and isinstance(config.get("rope_parameters"), Mapping):
+        return _float(config["rope_parameters"], "rope_theta", 10000.0, name)
+    return _float(config, key, 10000.0, name)
+
+
+def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
+    """Normalise an HF config.json (as a dict) of model_type llama, mistral, qwen2, qwen3 or qwen.
+
+    Keys the planner does not model (rope_scaling, sliding_window, dropout, token ids...) are ignored;
+    `published_params` (a catalog-only key) is carried over when present.
+    """
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise CatalogError(
+            f"model {name!r}: model_type = {model_type!r}: supported are {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    if config.get("mlp_bias"):  # Llama configs may ask for MLP biases; ModelSpec's formula has none
+        raise CatalogError(f"model {name!r}: mlp_bias = true is not supported (ModelSpec has no MLP bias)")
+
+    hidden = _positive_int(config, "hidden_size", name)
+    heads = _positive_int(config, "num_attention_heads", name)
+
+    if model_type == "qwen":
+        # First-generation Qwen (remote code) has its own key names. Its intermediate_size counts the two
+        # gate/up halves (w1, w2) together: 22016 for an MLP width of 11008. c_attn always has a bias.
+        mlp_double = _positive_int(config, "intermediate_size", name)
+        if mlp_double % 2:
+            raise CatalogError(f"model {name!r}: intermediate_size = {mlp_double}: qwen expects an even number")
+        intermediate = mlp_double // 2
+        kv_heads = heads  # no grouped-query attention in Qwen-1
+        head_dim = _optional_positive_int(config, "kv_channels", name)
+        max_pos = _positive_int(config, "seq_length", name)
+        eps = _float(config, "layer_norm_epsilon", 1e-6, name)
+        rope_theta = _rope_theta(config, "rotary_emb_base", name)
+        attention_bias, qk_norm = True, False
+    else:
+        intermediate = _positive_int(config, "intermediate_size", name)
+        # HF's default when the key is absent (Llama-2-7B/13B configs): one KV head per query head.
+        kv_heads = _optional_positive_int(config, "num_key_value_heads", name) or heads
+        head_dim = _optional_positive_int(config, "head_dim", name)
+        max_pos = _positive_int(config, "max_position_embeddings", name)
+        eps = _float(config, "rms_norm_eps", 1e-6, name)
+        rope_theta = _rope_theta(config, "rope_theta", name)
+        # Qwen2's config has no attention_bias key: the bias on q, k, v is part of the architecture.
+        attention_bias = True if model_type == "qwen2" else _bool(config, "attention_bias", False, name)
+        qk_norm = model_type == "qwen3"
+
+    if head_dim is None:
+        if hidden % heads:
+            raise CatalogError(
+                f"model {name!r}: hidden_size {hidden} is not a multiple of num_attention_heads {heads}; give head_dim"
+            )
+        head_dim = hidden // heads
+    if heads % kv_heads:
+        raise CatalogError(
+            f"model {name!r}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"
+        )
+
+    published = config.get("published_params")
+    if published is not None and (isinstance(published, bool) or not isinstance(published, int) or published <= 0):
+        raise CatalogError(f"model {name!r}: published_params = {published!r}: must be a positive integer")
+
+    return ModelSpec(
+        name=name,
+        model_type=model_type,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=_positive_int(config, "num_hidden_layers", name),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=_positive_int(config, "vocab_size", name),
+        max_position_embeddings=max_pos,
+        # Every supported model class defaults to untied when the key is absent (PretrainedConfig's own
+        # default is True, but Llama/Mistral/Qwen2/Qwen3 configs override it to False).
+        tie_word_embeddings=_bool(config, "tie_word_embeddings", False, name),
+        attention_bias=attention_bias,
+        qk_norm=qk_norm,
+        rope_theta=rope_theta,
+        rms_norm_eps=eps,
+        published_params=published,
+    )
+
+
+def load_model_config_path(path: str | Path, name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a local HF config.json, or from a model directory that contains one.
+
+    `name` defaults to the model directory's name (the folder holding config.json).
+    """
+    path = Path(path)
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise CatalogError(f"{path}: no such config.json file or model directory")
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CatalogError(f"{file}: cannot read it as JSON: {err}") from None
+    if not isinstance(config, dict):
+        raise CatalogError(f"{file}: expected a JSON object at the top level")
+    if name is None:
+        name = file.parent.name if file.name == "config.json" else file.stem
+    return model_spec_from_hf_config(config, name or str(file))
+
+
+# --- GPUs ----------------------------------------------------------------------------------------------
+
+_GPU_FIELDS = {f.name: f for f in dataclasses.fields(GpuSpec) if f.name != "name"}
+_GPU_REQUIRED = {name for name, f in _GPU_FIELDS.items() if f.default is dataclasses.MISSING}
+
+
+def gpu_spec_from_mapping(d: Mapping[str, Any], name: str) -> GpuSpec:
+    """A GpuSpec from a mapping with GpuSpec's field names (catalog entry or inline scenario spec).
+
+    A `name` key in the mapping is ignored: the `name` argument (the catalog key) names the GPU.
+    """
+    if not isinstance(d, Mapping):
+        raise CatalogError(f"gpu {name!r}: expected a mapping of GpuSpec fields, got {type(d).__name__}")
+    unknown = sorted(set(d) - set(_GPU_FIELDS) - {"name"})
+    if unknown:  # a typo (memory_gb, tflops) would otherwise silently fall back to a default
+        raise CatalogError(f"gpu {name!r}: unknown field {unknown[0]!r}; fields are {', '.join(_GPU_FIELDS)}")
+    values: dict[str, Any] = {}
+    for key in _GPU_FIELDS:
+        value = d.get(key)
+        if value is None:
+            if key in _GPU_REQUIRED:
+                raise CatalogError(f"gpu {name!r}: missing required field {key!r}")
+            values[key] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise CatalogError(f"gpu {name!r}: {key} = {value!r}: must be a positive number")
+        if key == "memory_bytes":
+            if not float(value).is_integer():  # 24e9 from YAML arrives as a float; 23.5 bytes is a mistake
+                raise CatalogError(f"gpu {name!r}: memory_bytes = {value!r}: must be a whole number of bytes")
+            value = int(value)
+        else:
+            value = float(value)
+        values[key] = value
+    return GpuSpec(name=name, **values)
+
+
+# --- catalogs (package data) ---------------------------------------------------------------------------
+
+
+def _read_catalog(filename: str) -> dict[str, Any]:
+    text = resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise CatalogError(f"planner/catalog/{filename}: expected a mapping of name -> entry")
+    return data
+
+
+@cache
+def _gpu_catalog() -> dict[str, GpuSpec]:
+    return {key: gpu_spec_from_mapping(entry, key) for key, entry in _read_catalog("gpus.yaml").items()}
+
+
+@cache
+def _model_catalog() -> dict[str, ModelSpec]:
+    return {key: model_spec_from_hf_config(entry, key) for key, entry in _read_catalog("models.yaml").items()}
+
+
+def load_gpu_catalog() -> dict[str, GpuSpec]:
+    """Catalog name -> GpuSpec. Parsed once; each call returns a new dict (the specs are frozen)."""
+    return dict(_gpu_catalog())
+
+
+def load_model_catalog() -> dict[str, ModelSpec]:
+    """Catalog name -> ModelSpec. Parsed once; each call returns a new dict (the specs are frozen)."""
+    return dict(_model_catalog())

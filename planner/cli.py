@@ -1,0 +1,261 @@
+"""`planner`: the command line. User errors print one message and exit 2; nothing else prints here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from planner.errors import PlannerError
+
+EXIT_USAGE = 2
+
+
+def _scenario_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario field, e.g. --set engine.max_num_seqs=64 (repeatable)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="planner", description="Capacity planner for LLM inference.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check scenario files")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+    p = sub.add_parser("catalog", help="list the GPU and model catalogs, or show one entry")
+    p.add_argument("kind", nargs="?", choices=["gpu", "model"])
+    p.add_argument("name", nargs="?")
+
+    p = sub.add_parser("memory", help="the memory model: weights, activations, KV blocks")
+    _scenario_args(p)
+    p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
+
+    p = sub.add_parser("simulate", help="predict throughput and latency with the simulator")
+    _scenario_args(p)
+    p.add_argument("--out", type=Path, help="write summary.json, requests.csv, steps.csv and plots here")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+
+    p = sub.add_parser("run", help="run the scenario on the live engine (needs the engine extra)")
+    _scenario_args(p)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    p.add_argument("--model-path", type=Path, help="local HF safetensors directory (default: random weights)")
+    p.add_argument("--out", type=Path)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("compare", help="two runs' summaries side by side")
+    p.add_argument("a", type=Path, help="a run's output folder (or its summary.json)")
+    p.add_argument("b", type=Path)
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except PlannerError as e:
+        print(f"planner: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def cmd_validate(args) -> int:
+    from planner.scenario import load_scenario
+    from sim.memory import fit_problems, memory_breakdown
+
+    status = 0
+    for path in args.files:
+        try:
+            scenario = load_scenario(path, args.overrides)
+        except PlannerError as e:
+            print(f"planner: error: {e}", file=sys.stderr)
+            status = EXIT_USAGE
+            continue
+        problems = fit_problems(memory_breakdown(scenario), scenario.hardware.tensor_parallel_size)
+        for problem in problems:
+            print(f"planner: error: {path}: cannot run: {problem}", file=sys.stderr)
+            status = EXIT_USAGE
+        if not problems:
+            print(f"ok  {path}  ({scenario.model.name} on {scenario.hardware.tensor_parallel_size}x"
+                  f"{scenario.hardware.gpu.name}, {scenario.workload.num_requests} requests)")
+    return status
+
+
+def cmd_catalog(args) -> int:
+    from dataclasses import asdict
+
+    from planner.catalog import load_gpu_catalog, load_model_catalog
+
+    catalogs = {"gpu": load_gpu_catalog(), "model": load_model_catalog()}
+    if args.name:
+        entries = catalogs[args.kind]
+        if args.name not in entries:
+            raise PlannerError(f"no {args.kind} named {args.name!r} in the catalog; known: {', '.join(entries)}")
+        print(json.dumps(asdict(entries[args.name]), indent=2))
+        return 0
+    if args.kind in (None, "gpu"):
+        print(f"{'GPU':<12}{'memory GiB':>12}{'bf16 TFLOPS':>13}{'fp8 TFLOPS':>12}{'HBM GB/s':>10}{'$/h':>7}")
+        for name, g in catalogs["gpu"].items():
+            fp8 = "-" if g.fp8_tflops is None else f"{g.fp8_tflops:g}"
+            rent = "-" if g.rental_usd_per_hour is None else f"{g.rental_usd_per_hour:.2f}"
+            print(f"{name:<12}{g.memory_bytes / 2**30:>12.2f}{g.bf16_tflops:>13g}{fp8:>12}"
+                  f"{g.memory_bandwidth_gbps:>10g}{rent:>7}")
+    if args.kind is None:
+        print()
+    if args.kind in (None, "model"):
+        print(f"{'model':<14}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv heads':>10}{'vocab':>9}")
+        for name, m in catalogs["model"].items():
+            print(f"{name:<14}{m.num_params / 1e9:>9.2f}B{m.num_hidden_layers:>8}{m.hidden_size:>8}"
+                  f"{m.num_attention_heads:>7}{m.num_key_value_heads:>10}{m.vocab_size:>9}")
+    return 0
+
+
+def _load(args):
+    from planner.scenario import load_scenario
+
+    return load_scenario(args.scenario, args.overrides)
+
+
+def _mean_request_tokens(scenario) -> float:
+    from sim.workload import generate_workload
+
+    wl = generate_workload(scenario.workload, scenario.max_model_len)
+    return float((wl.prompt_tokens + wl.output_tokens).mean()) if len(wl) else 0.0
+
+
+def cmd_memory(args) -> int:
+    from planner.report import memory_lines
+    from sim.memory import fit_problems, memory_breakdown
+
+    scenario = _load(args)
+    mem = memory_breakdown(scenario)
+    mean_tokens = _mean_request_tokens(scenario)
+    problems = fit_problems(mem, scenario.hardware.tensor_parallel_size)
+    if args.json:
+        print(json.dumps(mem.to_dict() | {"mean_request_tokens": mean_tokens,
+                                          "requests_at_mean_length": mem.requests_that_fit(mean_tokens),
+                                          "fits": not problems, "problems": problems}, indent=2))
+    else:
+        print(f"{scenario.name}: {scenario.model.name} ({scenario.model.num_params / 1e9:.2f}B params, "
+              f"{scenario.dtype}) on {scenario.hardware.tensor_parallel_size}x {scenario.hardware.gpu.name}")
+        print("\n".join(memory_lines(mem, scenario.hardware.tensor_parallel_size, mean_tokens)))
+        for problem in problems:
+            print(f"cannot run: {problem}")
+    return EXIT_USAGE if problems else 0
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only once a run has taken a couple of seconds."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.start = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.start
+        if elapsed < 2.0 or not sys.stderr.isatty():
+            return
+        self.shown = True
+        width = 30
+        filled = int(width * done / max(total, 1))
+        print(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} requests"
+              f" {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
+
+
+def _refuse_if_it_cannot_run(scenario) -> None:
+    from sim.memory import fit_problems, memory_breakdown
+
+    problems = fit_problems(memory_breakdown(scenario), scenario.hardware.tensor_parallel_size)
+    if problems:
+        raise PlannerError(f"{scenario.source}: cannot run: " + "; ".join(problems))
+
+
+def _emit(args, summary: dict, recorder, title: str) -> None:
+    from planner.report import summary_lines
+    from planner.results import summary_json, write_outputs
+
+    if args.out:
+        written = write_outputs(args.out, summary, recorder, title)
+    if args.json:
+        sys.stdout.write(summary_json(summary))
+    else:
+        print("\n".join(summary_lines(summary)))
+        if args.out:
+            print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
+
+
+def cmd_simulate(args) -> int:
+    from planner.results import build_summary
+    from sim.driver import simulate
+
+    scenario = _load(args)
+    _refuse_if_it_cannot_run(scenario)
+    progress = Progress("simulating")
+    result = simulate(scenario, record_steps=args.out is not None, progress=progress)
+    progress.close()
+    wl = result.workload
+    mean_prompt = float(wl.prompt_tokens.mean()) if len(wl) else 0.0
+    summary = build_summary(
+        "simulated", scenario, result.recorder, result.memory.to_dict(), wl.num_rejected, wl.num_truncated,
+        {"floors": result.cost_model.floors(scenario, mean_prompt),
+         "cost_model": result.cost_model.coefficients.to_dict()},
+    )
+    _emit(args, summary, result.recorder, f"{scenario.name} (simulated)")
+    return 0
+
+
+def cmd_run(args) -> int:
+    try:
+        from gpu_engine.engine import run_scenario
+    except ImportError as e:
+        raise PlannerError(f"the live engine needs the engine extra (pip install 'planner[engine]'): {e}") from e
+
+    scenario = _load(args)
+    summary, recorder = run_scenario(scenario, device=args.device, model_path=args.model_path)
+    _emit(args, summary, recorder, f"{scenario.name} (measured on {summary.get('device_name', args.device)})")
+    return 0
+
+
+def _read_summary(path: Path) -> dict:
+    file = path / "summary.json" if path.is_dir() else path
+    try:
+        return json.loads(file.read_text())
+    except FileNotFoundError as e:
+        raise PlannerError(f"{file}: no such file (give a run's --out folder or its summary.json)") from e
+    except json.JSONDecodeError as e:
+        raise PlannerError(f"{file}: not a summary.json: {e}") from e
+
+
+def cmd_compare(args) -> int:
+    from planner.report import compare_lines, compare_rows
+
+    a, b = _read_summary(args.a), _read_summary(args.b)
+    if args.json:
+        print(json.dumps({"a": str(args.a), "b": str(args.b), "rows": compare_rows(a, b)}, indent=2))
+    else:
+        print("\n".join(compare_lines(a, b, args.a.name or str(args.a), args.b.name or str(args.b))))
+    return 0
+
+
+COMMANDS = {
+    "validate": cmd_validate,
+    "catalog": cmd_catalog,
+    "memory": cmd_memory,
+    "simulate": cmd_simulate,
+    "run": cmd_run,
+    "compare": cmd_compare,
+}
+
+if __name__ == "__main__":
+    sys.exit(main())

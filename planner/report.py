@@ -1,0 +1,121 @@
+"""Terminal text: the memory report, a run's summary table and the side-by-side comparison."""
+
+from __future__ import annotations
+
+from sim.memory import GIB, MemoryBreakdown
+
+LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_tokens: float) -> list[str]:
+    tp = f" (per GPU, tensor parallel {tensor_parallel_size})" if tensor_parallel_size > 1 else " (per GPU)"
+    return [
+        f"Memory{tp}",
+        f"  total memory (driver)        {_gib(mem.total_bytes)}",
+        f"  usable (x utilisation)       {_gib(mem.usable_bytes)}",
+        f"  weights                      {_gib(mem.weights_bytes)}  ({mem.weights_bytes / 1e9:,.2f} GB)",
+        f"  activation peak              {_gib(mem.activation_bytes)}"
+        f"  (MLP {_gib(mem.activation_mlp_bytes)} + sampler {_gib(mem.activation_sampler_bytes)})",
+        f"  non-torch                    {_gib(mem.non_torch_bytes)}",
+        f"  KV cache pool                {_gib(mem.kv_cache_bytes)}",
+        f"  KV per token                 {mem.kv_bytes_per_token:,} B   block ({mem.block_size} tokens) "
+        f"{mem.block_bytes:,} B",
+        f"  num_gpu_blocks               {mem.num_gpu_blocks:,}",
+        f"  max KV tokens                {mem.max_kv_tokens:,}",
+        f"  requests at once             {mem.requests_that_fit(mean_request_tokens):,.1f} at the workload's mean"
+        f" of {mean_request_tokens:,.0f} tokens; {mem.max_concurrency_at_max_len:,.2f} at max_model_len",
+        f"GPU KV cache size: {mem.max_kv_tokens:,} tokens",
+        f"Maximum concurrency for {mem.max_model_len:,} tokens per request: {mem.max_concurrency_at_max_len:.2f}x",
+    ]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def summary_lines(s: dict) -> list[str]:
+    lines = [
+        f"{s['scenario_name']} ({s['mode']}): {s['completed']:,} requests in {s['duration_s']:,.1f} s"
+        + (f", {s['num_rejected']:,} rejected as too long" if s.get("num_rejected") else "")
+        + (f", {s['num_truncated']:,} truncated" if s.get("num_truncated") else ""),
+        "",
+        "Throughput",
+        f"  requests/s                   {s['request_throughput']:,.2f}",
+        f"  output tokens/s              {s['output_throughput']:,.1f}",
+        f"  total tokens/s               {s['total_token_throughput']:,.1f}",
+        f"  goodput (req/s within SLOs)  {'-' if s['goodput'] is None else format(s['goodput'], ',.2f')}",
+        "",
+        f"  {'latency (ms)':<14}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
+    ]
+    for key, label in LATENCIES:
+        lines.append(f"  {label:<14}" + "".join(f"{_ms(s[f'{stat}_{key}_ms']):>10}"
+                                                for stat in ("mean", "median", "p90", "p99")))
+    mem = s["memory"]
+    kv = s["kv_cache_utilization"]
+    lines += [
+        "",
+        f"Memory per GPU: weights {_gib(mem['weights_bytes'])}, KV pool {_gib(max(mem['kv_cache_bytes'], 0))}"
+        f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens",
+        f"KV cache: {kv['mean'] * 100:.1f}% of blocks in use on average (peak {kv['peak'] * 100:.1f}%),"
+        f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions",
+    ]
+    if "floors" in s:
+        f = s["floors"]
+        lines.append(f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once),"
+                     f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens")
+    for check in s["slo"]["checks"]:
+        verdict = "met" if check["met"] else "MISSED"
+        lines.append(f"SLO {check['metric']} {check['stat']} <= {check['bound_ms']:g}: "
+                     f"{_ms(check['value_ms'])} ms, {verdict}")
+    return lines
+
+
+COMPARE_ROWS = [
+    ("request_throughput", "requests/s"),
+    ("output_throughput", "output tokens/s"),
+    ("total_token_throughput", "total tokens/s"),
+    *[(f"{stat}_{key}_ms", f"{label} {stat} (ms)") for key, label in LATENCIES
+      for stat in ("mean", "median", "p90", "p99")],
+    ("memory.weights_bytes", "weights (bytes)"),
+    ("memory.activation_bytes", "activation peak (bytes)"),
+    ("memory.kv_cache_bytes", "KV pool (bytes)"),
+    ("memory.num_gpu_blocks", "num_gpu_blocks"),
+    ("peak_memory_bytes", "peak memory (bytes)"),
+]
+
+
+def _get(summary: dict, dotted: str):
+    value = summary
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def compare_rows(a: dict, b: dict) -> list[dict]:
+    rows = []
+    for key, label in COMPARE_ROWS:
+        va, vb = _get(a, key), _get(b, key)
+        if va is None and vb is None:
+            continue
+        diff = None if va in (None, 0) or vb is None else (vb - va) / abs(va) * 100
+        rows.append({"metric": key, "label": label, "a": va, "b": vb, "diff_percent": diff})
+    return rows
+
+
+def compare_lines(a: dict, b: dict, name_a: str, name_b: str) -> list[str]:
+    def fmt(v):
+        return "-" if v is None else (f"{v:,}" if isinstance(v, int) else f"{v:,.2f}")
+
+    head_a = f"{name_a} ({a.get('mode', '?')})"
+    head_b = f"{name_b} ({b.get('mode', '?')})"
+    lines = [f"{'':<26}{head_a:>24}{head_b:>24}{'diff':>10}"]
+    for row in compare_rows(a, b):
+        diff = "-" if row["diff_percent"] is None else f"{row['diff_percent']:+.1f}%"
+        lines.append(f"{row['label']:<26}{fmt(row['a']):>24}{fmt(row['b']):>24}{diff:>10}")
+    return lines

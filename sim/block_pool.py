@@ -1,0 +1,73 @@
+"""The paged KV block pool: ref counts, an LRU free queue and the prefix cache (vLLM v1's BlockPool).
+
+Integer bookkeeping only; the live engine's KV tensors are indexed by the ids handed out here.
+A block whose ref count drops to zero goes to the back of the free queue but keeps its cached content, so
+a later request with the same prefix can take it back; new allocations take from the front (least
+recently freed), evicting whatever was cached there.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, enable_caching: bool) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"a block pool needs at least one block, got {num_blocks}")
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.ref_cnt = [0] * num_blocks
+        # OrderedDict as vLLM's doubly linked free list: O(1) append, pop-front and removal from the middle.
+        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        # (parent block hash, block content) -> block id. Keying on the content itself means a dict hit is
+        # confirmed by comparing tokens, not only their hash.
+        self.cached_blocks: dict[tuple[int, Hashable], int] = {}
+        self.block_key: list[tuple[int, Hashable] | None] = [None] * num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_queue)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self.free_block_queue)
+
+    def get_new_blocks(self, n: int) -> list[int]:
+        """Take n blocks from the front of the free queue (caller checks num_free_blocks first)."""
+        if n > len(self.free_block_queue):
+            raise ValueError(f"asked for {n} blocks with {len(self.free_block_queue)} free")
+        popitem = self.free_block_queue.popitem
+        ids = [popitem(last=False)[0] for _ in range(n)]
+        for block_id in ids:
+            self.ref_cnt[block_id] = 1
+            if self.block_key[block_id] is not None:
+                del self.cached_blocks[self.block_key[block_id]]
+                self.block_key[block_id] = None
+        return ids
+
+    def touch(self, block_ids: Iterable[int]) -> None:
+        """Take a reference on cached blocks found by a prefix hit."""
+        for block_id in block_ids:
+            if self.ref_cnt[block_id] == 0:
+                del self.free_block_queue[block_id]
+            self.ref_cnt[block_id] += 1
+
+    def free_blocks(self, block_ids: Iterable[int]) -> None:
+        """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
+        for block_id in block_ids:
+            self.ref_cnt[block_id] -= 1
+            if self.ref_cnt[block_id] == 0:
+                self.free_block_queue[block_id] = None
+            elif self.ref_cnt[block_id] < 0:
+                raise AssertionError(f"block {block_id} freed more often than allocated")
+
+    def lookup(self, key: tuple[int, Hashable]) -> int | None:
+        return self.cached_blocks.get(key)
+
+    def cache_block(self, block_id: int, key: tuple[int, Hashable]) -> None:
+        """Register a full, computed block under its chained key (first writer wins on duplicates)."""
+        if self.block_key[block_id] is None and key not in self.cached_blocks:
+            self.cached_blocks[key] = block_id
+            self.block_key[block_id] = key

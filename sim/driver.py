@@ -1,0 +1,204 @@
+"""The SimPy driver: arrivals, closed-loop users, a router and one engine process per replica.
+
+The serving model (scheduler, block pool, metrics) is the live engine's; only a step's duration comes
+from the cost model, and SimPy's clock advances by it. A run of identical pure-decode steps between two
+events is priced and applied at once (numpy over the window) instead of one event per step: the result
+is the same as stepping them one by one, step rows included.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from sim.config import Scenario
+from sim.cost_model import CostCoefficients, CostModel
+from sim.kv_manager import KVCacheManager
+from sim.memory import MemoryBreakdown, memory_breakdown
+from sim.metrics import Recorder
+from sim.request import Request
+from sim.scheduler import ContinuousScheduler, Scheduler, make_scheduler
+from sim.workload import Workload, generate_workload
+
+
+@dataclass
+class SimResult:
+    scenario: Scenario
+    memory: MemoryBreakdown
+    workload: Workload
+    recorder: Recorder
+    cost_model: CostModel
+
+
+def build_scheduler(scenario: Scenario, num_gpu_blocks: int, recorder: Recorder) -> Scheduler:
+    """The scheduler and KV manager a scenario asks for; the live engine builds its own the same way."""
+    e = scenario.engine
+    contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
+    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous)
+    return make_scheduler(e, kv, recorder)
+
+
+def make_request(workload: Workload, index: int, arrival_s: float) -> Request:
+    return Request(
+        request_id=index,
+        arrival_s=arrival_s,
+        num_prompt_tokens=int(workload.prompt_tokens[index]),
+        max_output_tokens=int(workload.output_tokens[index]),
+        prefix_group=int(workload.prefix_group[index]),
+        prefix_tokens=int(workload.prefix_tokens[index]),
+    )
+
+
+class Replica:
+    """One engine: its scheduler stepped by a SimPy process."""
+
+    def __init__(self, env: simpy.Environment, scheduler: Scheduler, cost: CostModel, recorder: Recorder,
+                 next_arrival_s: Callable[[], float], on_finished: Callable[[Request], None]) -> None:
+        self.env, self.scheduler, self.cost, self.recorder = env, scheduler, cost, recorder
+        self.next_arrival_s = next_arrival_s
+        self.on_finished = on_finished
+        self.idle: simpy.Event | None = None
+        env.process(self.run())
+
+    def submit(self, request: Request) -> None:
+        self.scheduler.add_request(request)
+        if self.idle is not None and not self.idle.triggered:
+            self.idle.succeed()
+
+    def run(self):
+        env, sched = self.env, self.scheduler
+        while True:
+            if not sched.num_unfinished:
+                self.idle = env.event()
+                yield self.idle
+                continue
+            if isinstance(sched, ContinuousScheduler) and (window := sched.decode_window_bound()):
+                num_steps = self._window_length(window)
+                if num_steps >= 2:
+                    yield from self._decode_window(num_steps)
+                    continue
+            out = sched.schedule(env.now)
+            if not out.scheduled:
+                raise RuntimeError(f"no request can be scheduled at t={env.now:.3f}s with "
+                                   f"{sched.kv.pool.num_free_blocks} free blocks: the pool is too small")
+            start = env.now
+            duration = float(self.cost.step_time_s(out.num_tokens, out.num_seqs, out.num_sampled,
+                                                   out.attention_pairs, out.sum_context_tokens))
+            yield env.timeout(duration)
+            finished = sched.update(out, env.now)
+            self.recorder.step(start, duration, len(sched.running), len(sched.waiting), out.num_prefill_tokens,
+                               out.num_decode_requests, out.num_sampled, out.sum_context_tokens,
+                               out.attention_pairs, sched.kv.pool.num_used_blocks, out.num_preempted,
+                               out.tokens_held)
+            for request in finished:
+                self.on_finished(request)
+
+    def _window_durations(self, num_steps: int) -> np.ndarray:
+        rows = len(self.scheduler.running)
+        context = sum(r.num_computed_tokens for r in self.scheduler.running) + rows * np.arange(1, num_steps + 1)
+        return np.asarray(self.cost.step_time_s(rows, rows, rows, context, context), dtype=np.float64)
+
+    def _window_length(self, bound: int) -> int:
+        """Steps of the window that start before the next arrival anywhere (an arrival changes the batch)."""
+        durations = self._window_durations(bound)
+        starts = self.env.now + np.concatenate(([0.0], np.cumsum(durations[:-1])))
+        return int(np.searchsorted(starts, self.next_arrival_s(), side="left"))
+
+    def _decode_window(self, num_steps: int):
+        sched, rows = self.scheduler, len(self.scheduler.running)
+        durations = self._window_durations(num_steps)
+        ends = self.env.now + np.cumsum(durations)
+        starts = ends - durations
+        context = sum(r.num_computed_tokens for r in sched.running) + rows * np.arange(1, num_steps + 1)
+        blocks = sched.window_blocks_used(num_steps)
+        yield self.env.timeout(float(ends[-1]) - self.env.now)
+        sched.apply_decode_window(ends)
+        self.recorder.decode_window(starts, durations, rows, context, blocks, context)
+
+
+class Simulation:
+    """Wires arrivals (open loop) or users (closed loop) to replicas through a router."""
+
+    def __init__(self, scenario: Scenario, coefficients: CostCoefficients | None = None,
+                 record_steps: bool = True, progress: Callable[[int, int], None] | None = None) -> None:
+        self.scenario = scenario
+        self.memory = memory_breakdown(scenario)
+        self.workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
+        self.cost = CostModel(scenario, coefficients)
+        self.recorder = Recorder(self.memory.num_gpu_blocks, scenario.engine.block_size, record_steps)
+        self.progress = progress
+        self.env = simpy.Environment()
+        self.num_finished = 0
+        self.next_index = 0  # of the workload: the next request to issue
+        self.thinking_until: list[float] = []  # closed loop: heap of users' next request times
+        self.done_events: dict[int, simpy.Event] = {}
+        self.round_robin = itertools.count()
+        self.replicas = [
+            Replica(self.env, build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder), self.cost,
+                    self.recorder, self.next_arrival_s, self.on_finished)
+            for _ in range(scenario.hardware.replicas)
+        ]
+
+    def next_arrival_s(self) -> float:
+        wl = self.workload
+        if wl.arrival_s is not None:
+            return float(wl.arrival_s[self.next_index]) if self.next_index < len(wl) else math.inf
+        return self.thinking_until[0] if self.thinking_until else math.inf
+
+    def route(self, request: Request) -> None:
+        if self.scenario.hardware.router == "least_outstanding":
+            replica = min(self.replicas, key=lambda r: r.scheduler.num_unfinished)
+        else:
+            replica = self.replicas[next(self.round_robin) % len(self.replicas)]
+        replica.submit(request)
+
+    def on_finished(self, request: Request) -> None:
+        self.num_finished += 1
+        if self.progress and (self.num_finished % 256 == 0 or self.num_finished == len(self.workload)):
+            self.progress(self.num_finished, len(self.workload))
+        event = self.done_events.pop(request.request_id, None)
+        if event is not None:
+            event.succeed()
+
+    def arrivals(self):
+        times = self.workload.arrival_s
+        while self.next_index < len(self.workload):
+            index = self.next_index
+            if times[index] > self.env.now:
+                yield self.env.timeout(float(times[index]) - self.env.now)
+            self.next_index += 1
+            self.route(make_request(self.workload, index, self.env.now))
+
+    def user(self):
+        """A closed-loop user: send, wait for the whole reply, think, send again."""
+        think_s = self.workload.think_time_s
+        while self.next_index < len(self.workload):
+            index = self.next_index
+            self.next_index += 1
+            done = self.done_events[index] = self.env.event()
+            self.route(make_request(self.workload, index, self.env.now))
+            yield done
+            if think_s > 0:
+                heapq.heappush(self.thinking_until, self.env.now + think_s)
+                yield self.env.timeout(think_s)
+                heapq.heappop(self.thinking_until)
+
+    def run(self) -> SimResult:
+        if self.workload.arrival_s is not None:
+            self.env.process(self.arrivals())
+        else:
+            for _ in range(self.workload.concurrency or 1):
+                self.env.process(self.user())
+        self.env.run()
+        return SimResult(self.scenario, self.memory, self.workload, self.recorder, self.cost)
+
+
+def simulate(scenario: Scenario, coefficients: CostCoefficients | None = None, record_steps: bool = True,
+             progress: Callable[[int, int], None] | None = None) -> SimResult:
+    return Simulation(scenario, coefficients, record_steps, progress).run()

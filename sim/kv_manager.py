@@ -1,0 +1,88 @@
+"""Per-request KV bookkeeping over the block pool: block tables, prefix-cache hits, paged or contiguous.
+
+Paged (vLLM): a request holds just the blocks its computed tokens need, one more whenever a block fills.
+Contiguous (the pre-PagedAttention baseline): a request reserves `contiguous_tokens` slots (max_model_len)
+up front, whether it will use them or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sim.block_pool import BlockPool
+from sim.request import Request
+
+ROOT_HASH = 0  # the parent hash of a request's first block
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    def __init__(
+        self, num_blocks: int, block_size: int, enable_caching: bool, contiguous_tokens: int | None = None
+    ) -> None:
+        self.pool = BlockPool(num_blocks, enable_caching)
+        self.block_size = block_size
+        self.contiguous_tokens = contiguous_tokens
+
+    def get_computed_blocks(self, request: Request) -> list[int]:
+        """Leading full blocks of a new request already in the prefix cache.
+
+        The last prompt token is always recomputed, as in vLLM: its logits are needed to sample.
+        """
+        if not self.pool.enable_caching:
+            return []
+        hits: list[int] = []
+        parent = ROOT_HASH
+        for i in range((request.num_tokens - 1) // self.block_size):
+            key = (parent, request.block_content_key(i, self.block_size))
+            block_id = self.pool.lookup(key)
+            if block_id is None:
+                break
+            hits.append(block_id)
+            parent = hash(key)
+        return hits
+
+    def blocks_needed(self, request: Request, num_new_tokens: int, num_hit_blocks: int = 0,
+                      reserve_tokens: int = 0) -> int:
+        """New blocks to hold the request's computed tokens plus num_new_tokens (and any reservation)."""
+        tokens = request.num_computed_tokens + num_hit_blocks * self.block_size + num_new_tokens
+        tokens = max(tokens, reserve_tokens, self.contiguous_tokens or 0)
+        return cdiv(tokens, self.block_size) - len(request.block_ids) - num_hit_blocks
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, hit_blocks: Sequence[int] = (),
+                       reserve_tokens: int = 0) -> bool:
+        """Make room for num_new_tokens more; False (and nothing changed) when the pool is short."""
+        pool = self.pool
+        needed = self.blocks_needed(request, num_new_tokens, len(hit_blocks), reserve_tokens)
+        # Hit blocks nobody references sit in the free queue: taking them shrinks what is free.
+        free = pool.num_free_blocks - sum(1 for b in hit_blocks if pool.ref_cnt[b] == 0)
+        if needed > free:
+            return False
+        if hit_blocks:
+            pool.touch(hit_blocks)
+            request.block_ids.extend(hit_blocks)
+            request.num_computed_tokens += len(hit_blocks) * self.block_size
+            self.cache_full_blocks(request)
+        if needed > 0:
+            request.block_ids.extend(pool.get_new_blocks(needed))
+        return True
+
+    def cache_full_blocks(self, request: Request) -> None:
+        """Register the request's full, computed blocks in the prefix cache (hits are already there)."""
+        if not self.pool.enable_caching:
+            return
+        num_full = min(request.num_computed_tokens // self.block_size, len(request.block_ids))
+        for i in range(request.num_cached_blocks, num_full):
+            key = (request.block_hashes[i - 1] if i else ROOT_HASH, request.block_content_key(i, self.block_size))
+            request.block_hashes.append(hash(key))
+            self.pool.cache_block(request.block_ids[i], key)
+        request.num_cached_blocks = max(request.num_cached_blocks, num_full)
+
+    def free(self, request: Request) -> None:
+        self.pool.free_blocks(reversed(request.block_ids))
+        request.block_ids = []
+        request.block_hashes = []
+        request.num_cached_blocks = 0

@@ -1,0 +1,146 @@
+"""The memory model: what vLLM's start-up profiling finds, predicted from the architecture.
+
+vLLM v1 (gpu_worker.determine_available_memory) takes gpu_memory_utilization x the total memory the
+driver reports, subtracts the weights, the rise of torch's peak allocation during a profiling forward of
+max_num_batched_tokens tokens (plus a sampler run over max_num_seqs rows of logits) and the growth of
+non-torch memory during that run; what is left becomes KV blocks:
+    num_blocks = available // (2 * block_size * num_kv_heads * head_dim * bytes) // num_layers
+The CUDA context, created before the baseline is taken, is not subtracted. We model eager execution:
+no CUDA-graph memory (the live engine captures no graphs either).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from math import ceil
+
+from sim.config import DTYPE_BYTES, Scenario
+
+GIB = 1 << 30
+
+# Non-torch memory that appears during profiling (cuBLAS workspaces, allocator slack). vLLM start-up logs
+# show 0.09-0.20 GiB at tensor parallel 1 (vllm-project/vllm #14447, #12126).
+NON_TORCH_BYTES_TP1 = int(0.2 * GIB)
+# NCCL's buffers under tensor parallel: +1.79 GiB going from tp=1 to tp=2 for Llama-3-8B on an H100
+# (vllm-project/vllm #10511, "non_torch_memory 1.79GiB" -> "3.58GiB").
+NCCL_BYTES_PER_GPU = int(1.79 * GIB)
+# The sampler holds the logits in float32 plus about two same-sized temporaries (probabilities and
+# log-probabilities / a temperature-scaled copy) while it runs over max_num_seqs rows.
+SAMPLER_FP32_COPIES = 3
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Per GPU, in bytes unless the name says otherwise."""
+
+    total_bytes: int  # as the driver reports it
+    usable_bytes: int  # total x gpu_memory_utilization
+    weights_bytes: int
+    kv_bytes_per_token: int
+    block_bytes: int
+    activation_bytes: int
+    activation_mlp_bytes: int  # the peak inside a layer: residual, normed input, gate_up, act output
+    activation_sampler_bytes: int  # fp32 logits and temporaries over max_num_seqs rows
+    non_torch_bytes: int
+    kv_cache_bytes: int  # what is left for the KV pool (may be negative: the deployment does not fit)
+    num_gpu_blocks: int
+    max_kv_tokens: int
+    max_model_len: int
+    block_size: int
+
+    @property
+    def max_concurrency_at_max_len(self) -> float:
+        """vLLM's 'Maximum concurrency for L tokens per request': whole requests of max_model_len."""
+        return self.num_gpu_blocks / ceil(self.max_model_len / self.block_size)
+
+    def requests_that_fit(self, tokens_per_request: float) -> float:
+        return self.num_gpu_blocks / ceil(tokens_per_request / self.block_size)
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"max_concurrency_at_max_len": self.max_concurrency_at_max_len}
+
+
+def kv_heads_per_gpu(num_kv_heads: int, tensor_parallel_size: int) -> int:
+    """KV heads are split across ranks, and replicated when there are fewer heads than ranks (vLLM)."""
+    return max(1, num_kv_heads // tensor_parallel_size)
+
+
+def kv_bytes_per_token(scenario: Scenario) -> int:
+    """K and V of every layer for one token, on one GPU."""
+    m = scenario.model
+    heads = kv_heads_per_gpu(m.num_key_value_heads, scenario.hardware.tensor_parallel_size)
+    return 2 * m.num_hidden_layers * heads * m.head_dim * DTYPE_BYTES[scenario.kv_dtype]
+
+
+def weights_bytes(scenario: Scenario) -> int:
+    """Every parameter once, split evenly over tensor-parallel ranks (norms are replicated: negligible)."""
+    return scenario.model.num_params * DTYPE_BYTES[scenario.dtype] // scenario.hardware.tensor_parallel_size
+
+
+def activation_bytes(scenario: Scenario) -> tuple[int, int]:
+    """(mlp_peak, sampler) bytes of the profiling run's peak.
+
+    The forward's peak is inside the MLP of a layer: the residual and the normed input [T, hidden], the
+    fused gate_up output [T, 2*I/tp] and the activated product [T, I/tp]; earlier layers' buffers are
+    freed by then. The sampler's logits are gathered to full vocabulary. Check: Llama-3-8B, T=8192,
+    256 rows -> 0.78 + 0.37 = 1.15 GiB; vLLM logged 1.26 GiB on an H100 (vllm-project/vllm #10511).
+    """
+    m, e, tp = scenario.model, scenario.engine, scenario.hardware.tensor_parallel_size
+    tokens = e.max_num_batched_tokens
+    mlp = tokens * DTYPE_BYTES[scenario.dtype] * (2 * m.hidden_size + 3 * m.intermediate_size // tp)
+    sampler = min(e.max_num_seqs, tokens) * m.vocab_size * 4 * SAMPLER_FP32_COPIES
+    return mlp, sampler
+
+
+def non_torch_bytes(tensor_parallel_size: int) -> int:
+    return NON_TORCH_BYTES_TP1 + (NCCL_BYTES_PER_GPU if tensor_parallel_size > 1 else 0)
+
+
+def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
+    gpu, e = scenario.hardware.gpu, scenario.engine
+    usable = int(gpu.memory_bytes * e.gpu_memory_utilization)
+    weights = weights_bytes(scenario)
+    mlp, sampler = activation_bytes(scenario)
+    non_torch = non_torch_bytes(scenario.hardware.tensor_parallel_size)
+    per_token = kv_bytes_per_token(scenario)
+    block = per_token * e.block_size
+    kv_cache = usable - weights - mlp - sampler - non_torch
+    num_blocks = max(0, kv_cache) // block
+    if e.num_gpu_blocks_override is not None:
+        num_blocks = e.num_gpu_blocks_override
+    return MemoryBreakdown(
+        total_bytes=gpu.memory_bytes,
+        usable_bytes=usable,
+        weights_bytes=weights,
+        kv_bytes_per_token=per_token,
+        block_bytes=block,
+        activation_bytes=mlp + sampler,
+        activation_mlp_bytes=mlp,
+        activation_sampler_bytes=sampler,
+        non_torch_bytes=non_torch,
+        kv_cache_bytes=kv_cache,
+        num_gpu_blocks=num_blocks,
+        max_kv_tokens=num_blocks * e.block_size,
+        max_model_len=scenario.max_model_len,
+        block_size=e.block_size,
+    )
+
+
+def fit_problems(mem: MemoryBreakdown, tensor_parallel_size: int) -> list[str]:
+    """Why a deployment cannot start, with the numbers that prove it and what to change (empty: fits)."""
+    if mem.kv_cache_bytes <= 0 or mem.num_gpu_blocks == 0:
+        short = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes - mem.usable_bytes
+        return [
+            f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f}"
+            f" GiB) and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable "
+            f"{mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no"
+            f" KV blocks; use a larger GPU, tensor_parallel_size {tensor_parallel_size * 2}, a higher "
+            "gpu_memory_utilization or a lower max_num_batched_tokens"
+        ]
+    if mem.max_kv_tokens < mem.max_model_len:
+        return [
+            f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_gpu_blocks} blocks"
+            f" x {mem.block_size} = {mem.max_kv_tokens} tokens); set engine.max_model_len <= "
+            f"{mem.max_kv_tokens}, or use tensor_parallel_size {tensor_parallel_size * 2} or a larger GPU"
+        ]
+    return []

@@ -1,0 +1,77 @@
+"""A request's state as the scheduler sees it (vLLM v1's `Request`, reduced to what scheduling needs).
+
+There is no prefill or decode phase: `num_computed_tokens` catches up with `num_tokens`, which grows by
+one each time a token is sampled. Token ids exist only in the live engine; the simulator leaves
+`prompt_token_ids` as None and counts outputs in `num_output_tokens`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Status(Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: int
+    arrival_s: float
+    num_prompt_tokens: int
+    max_output_tokens: int  # forced output length: EOS is ignored, so this is exactly the reply's length
+    prompt_token_ids: list[int] | None = None  # live engine only
+    # Prefix caching: the first `prefix_tokens` tokens are shared by every request of `prefix_group`.
+    prefix_group: int = -1
+    prefix_tokens: int = 0
+
+    status: Status = Status.WAITING
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    output_token_ids: list[int] = field(default_factory=list)  # live engine only
+    block_ids: list[int] = field(default_factory=list)  # block table: logical block i -> physical id
+    num_cached_blocks: int = 0  # leading blocks already registered in the prefix cache
+    block_hashes: list[int] = field(default_factory=list)  # chained hashes of the full blocks
+    num_preemptions: int = 0
+    admitted_s: float | None = None  # first scheduled (for the static batch and metrics)
+    first_token_s: float | None = None
+    last_token_s: float | None = None  # inter-token gaps go to the metrics as they happen, not kept here
+    finished_s: float | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens whose K/V must eventually be computed: the prompt plus every sampled token."""
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    @property
+    def num_max_tokens(self) -> int:
+        """Length at completion; the last sampled token's K/V is never computed."""
+        return self.num_prompt_tokens + self.max_output_tokens
+
+    def token_ids(self, start: int, stop: int) -> list[int]:
+        """Token ids [start, stop) of prompt + output (live engine only)."""
+        assert self.prompt_token_ids is not None, "token ids exist only in the live engine"
+        prompt = self.prompt_token_ids
+        if stop <= len(prompt):
+            return prompt[start:stop]
+        return (prompt + self.output_token_ids)[start:stop]
+
+    def block_content_key(self, block_index: int, block_size: int) -> tuple:
+        """What identifies a full block's tokens, for the prefix-cache hash.
+
+        Live: the token ids themselves. Simulated: a block inside the shared prefix is the same for the
+        whole group; any other block is this request's own.
+        """
+        start, stop = block_index * block_size, (block_index + 1) * block_size
+        if self.prompt_token_ids is not None:
+            return tuple(self.token_ids(start, stop))
+        if stop <= self.prefix_tokens:
+            return (0, self.prefix_group, block_index)  # ints hash the same in every process
+        return (1, self.request_id, block_index)

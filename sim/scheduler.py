@@ -1,0 +1,282 @@
+"""Which requests run in the next step, and with how many tokens (vLLM v1 semantics; static as a baseline).
+
+There is no prefill or decode phase: each running request has `num_computed_tokens`, which catches up
+with `num_tokens` (prompt + outputs so far) a chunk at a time within the token budget. The scheduler
+changes request state only in schedule() (admission, blocks, preemption) and update() (after the step).
+Both the simulator and the live engine call exactly this code.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.config import EngineConfig
+from sim.kv_manager import KVCacheManager, cdiv
+from sim.metrics import Recorder
+from sim.request import Request, Status
+
+
+@dataclass
+class SchedulerOutput:
+    """One step's batch, with the aggregates the cost model prices it by."""
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)  # (request, num_new_tokens)
+    num_preempted: int = 0
+    num_prefill_tokens: int = 0
+    num_decode_requests: int = 0
+    num_sampled: int = 0
+    num_tokens: int = 0  # tokens computed, static batching's padding included
+    num_seqs: int = 0  # rows, static batching's idle members included
+    sum_context_tokens: int = 0  # K/V tokens read by attention, summed over rows
+    attention_pairs: int = 0  # (query, key) pairs under the causal mask
+    tokens_held: int = 0  # tokens stored in the KV cache by running requests after the step
+
+    def add(self, request: Request, num_new_tokens: int) -> None:
+        computed = request.num_computed_tokens
+        context = computed + num_new_tokens
+        self.scheduled.append((request, num_new_tokens))
+        self.num_tokens += num_new_tokens
+        self.num_seqs += 1
+        self.sum_context_tokens += context
+        self.attention_pairs += num_new_tokens * computed + num_new_tokens * (num_new_tokens + 1) // 2
+        self.tokens_held += context
+        if context >= request.num_tokens:
+            self.num_sampled += 1
+        if num_new_tokens == 1 and computed >= request.num_prompt_tokens:
+            self.num_decode_requests += 1
+        else:
+            self.num_prefill_tokens += num_new_tokens
+
+
+class Scheduler:
+    """State and bookkeeping shared by both policies; subclasses decide the batch."""
+
+    def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder) -> None:
+        self.config = engine
+        self.kv = kv
+        self.recorder = recorder
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    def add_request(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def schedule(self, now_s: float) -> SchedulerOutput:
+        raise NotImplementedError  # each policy defines it
+
+    def update(self, output: SchedulerOutput, now_s: float, sampled: dict[int, int] | None = None) -> list[Request]:
+        """Advance the scheduled requests after their step ended at now_s; returns those that finished.
+
+        `sampled` holds the live engine's token per request; the simulator passes None.
+        """
+        finished = []
+        for request, num_new_tokens in output.scheduled:
+            request.num_computed_tokens += num_new_tokens
+            if request.num_computed_tokens < request.num_tokens:
+                continue  # mid-prompt chunk: nothing sampled
+            if sampled is not None:
+                request.output_token_ids.append(sampled[request.request_id])
+            request.num_output_tokens += 1
+            if request.first_token_s is None:
+                request.first_token_s = now_s
+            else:
+                self.recorder.token_gaps(now_s - request.last_token_s)
+            request.last_token_s = now_s
+            self.kv.cache_full_blocks(request)
+            if request.num_output_tokens >= request.max_output_tokens:
+                finished.append(request)
+        return self._retire(finished, now_s)
+
+    def _retire(self, done: list[Request], now_s: float) -> list[Request]:
+        for request in done:
+            self._finish(request, now_s)
+        if done:
+            self.running = [r for r in self.running if r.status is Status.RUNNING]
+        return done
+
+    def _finish(self, request: Request, now_s: float) -> None:
+        request.status = Status.FINISHED
+        request.finished_s = now_s
+        self.kv.free(request)
+        self.recorder.finished(request)
+
+    def _admit(self, request: Request, now_s: float) -> None:
+        self.waiting.popleft()
+        self.running.append(request)
+        request.status = Status.RUNNING
+        if request.admitted_s is None:
+            request.admitted_s = now_s
+
+
+class ContinuousScheduler(Scheduler):
+    """Iteration-level scheduling (Orca / vLLM): requests join and leave the batch at every step."""
+
+    def schedule(self, now_s: float) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if not self.config.enable_chunked_prefill:
+            # vLLM v0 without chunked prefill: a step of whole prompts whenever one can be admitted,
+            # decode steps otherwise.
+            self._schedule_waiting(out, now_s)
+            if out.scheduled:
+                return self._count_held(out, 0)
+        budget = self.config.max_num_batched_tokens - out.num_tokens
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            if not self._allocate_or_preempt(request, num_new, out):
+                break
+            out.add(request, num_new)
+            budget -= num_new
+            i += 1
+        if self.config.enable_chunked_prefill and not out.num_preempted:
+            self._schedule_waiting(out, now_s)
+        return self._count_held(out, i)
+
+    def _count_held(self, out: SchedulerOutput, first_unscheduled: int) -> SchedulerOutput:
+        """Running requests left out of this step (budget spent) still hold their tokens."""
+        num_new = len(out.scheduled)
+        for request in self.running[first_unscheduled : len(self.running) - (num_new - first_unscheduled)]:
+            out.tokens_held += request.num_computed_tokens
+        return out
+
+    def _allocate_or_preempt(self, request: Request, num_new_tokens: int, out: SchedulerOutput) -> bool:
+        """Find blocks for the request, preempting the most recently admitted requests while the pool is
+        short; False when the request itself had to go."""
+        while not self.kv.allocate_slots(request, num_new_tokens):
+            victim = self.running.pop()
+            self._preempt(victim)
+            out.num_preempted += 1
+            if victim is request:
+                return False
+        return True
+
+    def _preempt(self, request: Request) -> None:
+        """Recompute preemption: drop the KV, keep the outputs, go back to the head of the queue."""
+        self.kv.free(request)
+        request.status = Status.WAITING
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.appendleft(request)
+
+    def _schedule_waiting(self, out: SchedulerOutput, now_s: float) -> None:
+        budget = self.config.max_num_batched_tokens - out.num_tokens
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            request = self.waiting[0]
+            hits = self.kv.get_computed_blocks(request) if request.num_computed_tokens == 0 else []
+            num_new = request.num_tokens - request.num_computed_tokens - len(hits) * self.kv.block_size
+            if not self.config.enable_chunked_prefill and num_new > budget:
+                break
+            num_new = min(num_new, budget)
+            if not self.kv.allocate_slots(request, num_new, hits):
+                break
+            self._admit(request, now_s)
+            out.add(request, num_new)
+            budget -= num_new
+
+    def decode_window_bound(self) -> int:
+        """How many next steps are certain to be identical pure-decode steps of every running request:
+        no request waiting or mid-prompt, none finishing, every block they need free. 0 or 1: step."""
+        if self.waiting or not self.running or len(self.running) > self.config.max_num_batched_tokens:
+            return 0
+        steps = min(r.max_output_tokens - r.num_output_tokens for r in self.running) - 1
+        if steps < 2 or any(r.num_tokens - r.num_computed_tokens != 1 for r in self.running):
+            return 0
+        while steps >= 2 and sum(self.kv.blocks_needed(r, steps) for r in self.running) > self.kv.pool.num_free_blocks:
+            steps //= 2
+        return steps if steps >= 2 else 0
+
+    def window_blocks_used(self, num_steps: int) -> np.ndarray:
+        """Blocks in use after each of the next num_steps decode steps, as stepping one by one would have."""
+        block_size = self.kv.block_size
+        computed = np.array([r.num_computed_tokens for r in self.running])
+        held = np.array([len(r.block_ids) for r in self.running])
+        after = computed[:, None] + np.arange(1, num_steps + 1)[None, :]
+        if self.kv.contiguous_tokens is not None:
+            after = np.maximum(after, self.kv.contiguous_tokens)
+        new_blocks = np.maximum(-(-after // block_size) - held[:, None], 0).sum(axis=0)
+        return self.kv.pool.num_used_blocks + new_blocks
+
+    def apply_decode_window(self, step_end_s: np.ndarray) -> None:
+        """Advance every running request by len(step_end_s) decode steps ending at those times."""
+        num_steps = len(step_end_s)
+        gaps = np.diff(step_end_s)
+        for request in self.running:
+            self.kv.allocate_slots(request, num_steps)  # checked by decode_window_bound
+            request.num_computed_tokens += num_steps
+            request.num_output_tokens += num_steps
+            self.recorder.token_gaps(float(step_end_s[0]) - request.last_token_s)
+            self.recorder.token_gaps(gaps)
+            request.last_token_s = float(step_end_s[-1])
+            self.kv.cache_full_blocks(request)
+
+
+class StaticScheduler(Scheduler):
+    """Request-level batching (HF generate): a batch of up to max_num_seqs is prefilled together, padded
+    to its longest prompt, and decoded until its longest reply is done; members that finish early keep
+    their row idle, and every reply is returned when the batch ends. The token budget does not apply."""
+
+    def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder) -> None:
+        super().__init__(engine, kv, recorder)
+        self.padded_len = 0  # the batch's longest prompt: every row is this long after the prefill
+        self.steps_done = 0
+
+    def schedule(self, now_s: float) -> SchedulerOutput:
+        if not self.running:
+            self._form_batch(now_s)
+        out = SchedulerOutput()
+        for request in self.running:
+            if request.num_output_tokens < request.max_output_tokens:
+                out.add(request, request.num_tokens - request.num_computed_tokens)
+        rows = len(self.running)
+        # Price the padded rectangle: prefill rows*L, then one token per row (idle ones too) each step.
+        context = self.padded_len + self.steps_done
+        num_new = self.padded_len if self.steps_done == 0 else 1
+        out.num_tokens, out.num_seqs = rows * num_new, rows
+        out.sum_context_tokens = rows * context
+        out.attention_pairs = rows * (num_new * (context - num_new) + num_new * (num_new + 1) // 2)
+        return out
+
+    def _form_batch(self, now_s: float) -> None:
+        batch: list[Request] = []
+        longest_prompt = longest_total = 0
+        for request in self.waiting:
+            prompt = max(longest_prompt, request.num_prompt_tokens)
+            total = max(longest_total, prompt + max(r.max_output_tokens for r in [*batch, request]))
+            blocks = (len(batch) + 1) * self._blocks_per_row(total)
+            if len(batch) == self.config.max_num_seqs or blocks > self.kv.pool.num_free_blocks:
+                break
+            batch.append(request)
+            longest_prompt, longest_total = prompt, total
+        for request in batch:
+            self.kv.allocate_slots(request, request.num_tokens, reserve_tokens=longest_total)
+            self._admit(request, now_s)
+        self.padded_len, self.steps_done = longest_prompt, 0
+
+    def _blocks_per_row(self, tokens: int) -> int:
+        return cdiv(max(tokens, self.kv.contiguous_tokens or 0), self.kv.block_size)
+
+    def update(self, output: SchedulerOutput, now_s: float, sampled: dict[int, int] | None = None) -> list[Request]:
+        self.steps_done += 1
+        done_early = super().update(output, now_s, sampled)
+        assert not done_early  # static members retire together, below
+        if all(r.num_output_tokens >= r.max_output_tokens for r in self.running):
+            return self._retire(list(self.running), now_s)
+        return []
+
+    def _retire(self, done: list[Request], now_s: float) -> list[Request]:
+        # Members finish as a batch; update() defers them here by asking for none on the way.
+        if len(done) != len(self.running):
+            return []
+        return super()._retire(done, now_s)
+
+
+def make_scheduler(engine: EngineConfig, kv: KVCacheManager, recorder: Recorder) -> Scheduler:
+    return {"continuous": ContinuousScheduler, "static": StaticScheduler}[engine.scheduler](engine, kv, recorder)

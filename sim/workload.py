@@ -1,0 +1,270 @@
+"""The seeded workload: when each request arrives and how long its prompt and its reply are.
+
+The simulator and the live engine build their requests from the same `Workload`, so a prediction and a
+measurement see identical requests. Each source of randomness has its own stream, a child of
+`SeedSequence(cfg.seed)`, so changing one distribution never changes another's draws.
+
+Decisions a user can see:
+- poisson / gamma arrivals follow vLLM's `bench serve` (vllm/benchmarks/serve.py, `get_request`): gaps
+  ~ Gamma(shape=burstiness, scale=1/(rate*burstiness)) (poisson: shape 1), arrival i = gap_0 + ... + gap_i
+  (the first request arrives after one gap, not at 0), then all arrivals are rescaled so the last one
+  lands at num_requests/rate; the mean rate is exact and the shape of the process unchanged.
+- constant arrivals: i/rate, the first at 0. trace arrivals: the trace's column, shifted to start at 0;
+  with `rate` set, rescaled so the mean gap is 1/rate.
+- Rates are of offered load: requests rejected as too long are dropped after arrival times are drawn, so
+  the survivors keep their times (as a server answering an error to the others would see them).
+- Traces are replayed from row 0 in order (arrival order when the arrival column is read); past the
+  last row they wrap around, trace arrivals shifted by one period (span + one mean gap) per wrap.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
+
+# Children of SeedSequence(cfg.seed): fixed numbers, so adding a source never moves an existing stream.
+ARRIVAL_STREAM, PROMPT_STREAM, OUTPUT_STREAM, TRACE_ROW_STREAM, TOKEN_STREAM = range(5)
+NUM_STREAMS = 5
+_PREFIX_IDS, _REQUEST_IDS = 0, 1  # grandchildren of TOKEN_STREAM: per shared-prefix group, per request
+
+
+class WorkloadError(ValueError):
+    """A workload that its files cannot supply: a missing trace file or column, an unreadable row."""
+
+
+@dataclass(frozen=True, eq=False)
+class Workload:
+    """The requests as a struct of read-only arrays; index i is request i, in arrival order.
+
+    `arrival_s` is None for a closed loop: the driver keeps `concurrency` users busy, each issuing the
+    next request `think_time_s` after its previous reply.
+    """
+
+    arrival_s: np.ndarray | None  # float64 [n], seconds from 0, non-decreasing
+    prompt_tokens: np.ndarray  # int64 [n]
+    output_tokens: np.ndarray  # int64 [n], forced: EOS is ignored
+    prefix_group: np.ndarray  # int64 [n], -1: no shared prefix
+    prefix_tokens: np.ndarray  # int64 [n], leading prompt tokens shared by the whole group
+    num_rejected: int  # dropped by too_long = reject
+    num_truncated: int  # cut by too_long = truncate
+    seed: int  # the config's seed: prompt_token_ids' default
+    vocab_size: int | None = None  # prompt_token_ids' default
+    concurrency: int | None = None  # closed loop: users
+    think_time_s: float = 0.0  # closed loop: pause between a reply and that user's next request
+
+    def __len__(self) -> int:
+        return len(self.prompt_tokens)
+
+
+def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | None = None) -> Workload:
+    """Draw `cfg.num_requests` requests; the same config and seed give identical arrays.
+
+    Lengths are rounded to int and clipped to their distribution's [min, max]. A request with
+    prompt + output > max_model_len is, by `cfg.too_long`:
+    - reject: dropped, no replacement drawn (counted in num_rejected; the workload holds fewer requests).
+      A replacement would quietly condition the length distribution on fitting; a real server answers
+      such requests with an error, and the report shows how many there were.
+    - truncate: its prompt is cut to max_model_len - output, the output kept (counted in num_truncated);
+      an output that alone leaves no room for a one-token prompt is clipped to max_model_len - 1.
+    Shared prefixes (cfg.shared_prefix) are part of the drawn prompt, never added to it: consecutive
+    groups of `group_size` surviving requests share their first min(tokens, prompt length) tokens.
+    `vocab_size` is only recorded, as the default of `prompt_token_ids`.
+    """
+    rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(NUM_STREAMS)]
+    n = cfg.num_requests
+    trace = _trace_columns(cfg)
+    rows = _trace_rows(cfg.trace, trace, n, rngs[TRACE_ROW_STREAM]) if trace else None
+    arrival_s = _arrivals(cfg.arrival, n, rngs[ARRIVAL_STREAM], trace.get("arrival"))
+    prompt = _lengths(cfg.prompt_tokens, n, rngs[PROMPT_STREAM], trace.get("prompt"), rows)
+    output = _lengths(cfg.output_tokens, n, rngs[OUTPUT_STREAM], trace.get("output"), rows)
+
+    too_long = prompt + output > max_model_len
+    num_too_long = int(too_long.sum())
+    if cfg.too_long == "reject":
+        keep = ~too_long
+        prompt, output = prompt[keep], output[keep]
+        arrival_s = None if arrival_s is None else arrival_s[keep]
+    else:
+        output = np.minimum(output, max_model_len - 1)
+        prompt = np.minimum(prompt, max_model_len - output)
+
+    if cfg.shared_prefix is None:
+        prefix_group, prefix_tokens = np.full(len(prompt), -1, np.int64), np.zeros(len(prompt), np.int64)
+    else:
+        prefix_group = np.arange(len(prompt), dtype=np.int64) // cfg.shared_prefix.group_size
+        prefix_tokens = np.minimum(prompt, cfg.shared_prefix.tokens)
+    return Workload(
+        arrival_s=_read_only(arrival_s),
+        prompt_tokens=_read_only(prompt),
+        output_tokens=_read_only(output),
+        prefix_group=_read_only(prefix_group),
+        prefix_tokens=_read_only(prefix_tokens),
+        num_rejected=num_too_long if cfg.too_long == "reject" else 0,
+        num_truncated=num_too_long if cfg.too_long == "truncate" else 0,
+        seed=cfg.seed,
+        vocab_size=vocab_size,
+        concurrency=cfg.arrival.concurrency,
+        think_time_s=cfg.arrival.think_time_s,
+    )
+
+
+def prompt_token_ids(
+    workload: Workload, index: int, vocab_size: int | None = None, seed: int | None = None
+) -> list[int]:
+    """Random token ids in [0, vocab_size) for request `index`'s prompt (the live engine's input).
+
+    The shared-prefix part comes from (seed, prefix group), the rest from (seed, index), so the requests
+    of one group really begin with the same tokens and every id depends on nothing else. vocab_size and
+    seed default to the ones the workload was generated with.
+    """
+    vocab_size = vocab_size or workload.vocab_size
+    if vocab_size is None:
+        raise ValueError("prompt_token_ids needs a vocab_size (none was given to generate_workload)")
+    seed = workload.seed if seed is None else seed
+    num_prefix = int(workload.prefix_tokens[index])
+    num_rest = int(workload.prompt_tokens[index]) - num_prefix
+    rest = _token_rng(seed, _REQUEST_IDS, int(index)).integers(0, vocab_size, num_rest)
+    if num_prefix == 0:
+        return rest.tolist()
+    prefix = _token_rng(seed, _PREFIX_IDS, int(workload.prefix_group[index])).integers(0, vocab_size, num_prefix)
+    return prefix.tolist() + rest.tolist()
+
+
+def read_trace(path: str | Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """The named columns of a trace file as float64 arrays, in file order.
+
+    CSV with a header row, or JSON Lines (one object a line) when the name ends in .jsonl or .ndjson.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WorkloadError(f"trace file {path} not found")
+    read = _read_jsonl if path.suffix in (".jsonl", ".ndjson") else _read_csv
+    return read(path, list(columns))
+
+
+def _read_csv(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
+    with path.open(newline="") as f:
+        header = [name.strip() for name in next(csv.reader(f), [])]
+    _check_columns(path, columns, header)
+    try:  # numpy's C parser: a 30k-row trace in milliseconds
+        table = np.loadtxt(
+            path, delimiter=",", skiprows=1, usecols=[header.index(c) for c in columns], ndmin=2, quotechar='"'
+        )
+    except ValueError as e:
+        raise WorkloadError(f"trace file {path}: {e}") from e
+    return {c: table[:, i] for i, c in enumerate(columns)}
+
+
+def _read_jsonl(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
+    with path.open() as f:
+        try:
+            records = [json.loads(line) for line in f if line.strip()]
+        except json.JSONDecodeError as e:
+            raise WorkloadError(f"trace file {path}: not JSON Lines ({e})") from e
+    _check_columns(path, columns, list(records[0]) if records else [])
+    try:
+        return {c: np.array([r[c] for r in records], dtype=np.float64) for c in columns}
+    except (KeyError, TypeError, ValueError) as e:
+        raise WorkloadError(f"trace file {path}: a row lacks column {e} or holds a non-number") from e
+
+
+def _check_columns(path: Path, wanted: list[str], present: list[str]) -> None:
+    for column in wanted:
+        if column not in present:
+            raise WorkloadError(f"trace file {path} has no column {column!r} (its columns: {', '.join(present)})")
+
+
+def _trace_columns(cfg: WorkloadConfig) -> dict[str, np.ndarray]:
+    """The trace columns this config draws from, by role (arrival, prompt, output), rows in arrival
+    order when the arrival column is among them. Only those are read: a trace may lack the others."""
+    trace = cfg.trace
+    kinds = {"arrival": cfg.arrival.process, "prompt": cfg.prompt_tokens.dist, "output": cfg.output_tokens.dist}
+    roles = [role for role, kind in kinds.items() if kind == "trace"]
+    if not roles:
+        return {}
+    if trace is None or ("arrival" in roles and trace.arrival_column is None):
+        raise WorkloadError("a 'trace' arrival process or length needs workload.trace (with an arrival_column)")
+    names = {"arrival": trace.arrival_column, "prompt": trace.prompt_column, "output": trace.output_column}
+    table = read_trace(trace.path, [names[role] for role in roles])
+    columns = {role: table[names[role]] for role in roles}
+    if len(columns[roles[0]]) == 0:
+        raise WorkloadError(f"trace file {trace.path} has no rows")
+    if "arrival" in columns:
+        order = np.argsort(columns["arrival"], kind="stable")
+        columns = {role: values[order] for role, values in columns.items()}
+    return columns
+
+
+def _trace_rows(trace: TraceConfig, columns: dict[str, np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+    num_rows = len(next(iter(columns.values())))
+    if trace.row_order == "sample":
+        return rng.integers(0, num_rows, n)
+    return np.arange(n) % num_rows
+
+
+def _arrivals(
+    arrival: ArrivalConfig, n: int, rng: np.random.Generator, trace_s: np.ndarray | None
+) -> np.ndarray | None:
+    process = arrival.process
+    if process == "closed":
+        return None
+    if process == "constant":
+        return np.arange(n) / arrival.rate
+    if process in ("poisson", "gamma"):
+        shape = 1.0 if process == "poisson" else arrival.burstiness
+        arrival_s = np.cumsum(rng.gamma(shape, 1.0 / (arrival.rate * shape), n))
+        return arrival_s * (n / arrival.rate / arrival_s[-1])  # vLLM's rescale: the last lands at n/rate
+    if process == "trace":
+        return _replay_arrivals(trace_s, n, arrival.rate)
+    raise ValueError(f"unknown arrival process {process!r}")
+
+
+def _replay_arrivals(trace_s: np.ndarray, n: int, rate: float | None) -> np.ndarray:
+    trace_s = trace_s - trace_s[0]
+    num_rows = len(trace_s)
+    period_s = trace_s[-1] * num_rows / (num_rows - 1) if num_rows > 1 else 0.0  # span + one mean gap
+    i = np.arange(n)
+    arrival_s = trace_s[i % num_rows] + (i // num_rows) * period_s
+    if rate is not None and arrival_s[-1] > 0:
+        arrival_s *= (n - 1) / (rate * arrival_s[-1])  # mean gap = 1/rate
+    return arrival_s
+
+
+def _lengths(
+    dist: Distribution, n: int, rng: np.random.Generator, trace_values: np.ndarray | None, rows: np.ndarray | None
+) -> np.ndarray:
+    """`lognormal`'s mean and std are of the lengths themselves; the underlying normal has
+    sigma^2 = ln(1 + std^2/mean^2) and mu = ln(mean) - sigma^2/2."""
+    kind = dist.dist
+    if kind == "fixed":
+        lengths = np.full(n, dist.value)
+    elif kind == "uniform":
+        lengths = rng.integers(dist.low, dist.high, n, endpoint=True)
+    elif kind == "normal":
+        lengths = rng.normal(dist.mean, dist.std, n)
+    elif kind == "lognormal":
+        sigma2 = np.log1p((dist.std / dist.mean) ** 2)
+        lengths = rng.lognormal(np.log(dist.mean) - sigma2 / 2, np.sqrt(sigma2), n)
+    elif kind == "trace":
+        lengths = trace_values[rows]
+    else:
+        raise ValueError(f"unknown length distribution {kind!r}")
+    return np.clip(np.rint(lengths), dist.min, dist.max).astype(np.int64)
+
+
+def _token_rng(seed: int, kind: int, i: int) -> np.random.Generator:
+    # The same as SeedSequence(seed).spawn(...)[TOKEN_STREAM].spawn(...)[kind].spawn(...)[i], in O(1).
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(TOKEN_STREAM, kind, i)))
+
+
+def _read_only(values: np.ndarray | None) -> np.ndarray | None:
+    if values is not None:
+        values.setflags(write=False)
+    return values

@@ -1,0 +1,96 @@
+"""Triton paged attention against the torch reference (itself checked in test_reference.py)."""
+
+import math
+
+import pytest
+import torch
+from kernels_testutil import DEVICE, FULL, make_case, require_triton
+
+require_triton()
+from kernels.paged_attention import _launch, paged_attention
+from kernels.reference import paged_attention_ref
+
+TOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+HEAD_DIM = 128 if FULL else 16
+LONG = 4097 if FULL else 300
+
+DECODE = [(1, 1), (1, 15), (1, 16), (1, 17), (1, LONG)]
+# full prefill, chunks over a cached prefix (odd sizes, crossing blocks), and decodes in one launch
+MIXED = [(1, 33), (7, 7), (5, 40), (16, 17), (1, 1), (3, LONG)]
+
+
+def check(case, dtype, **kwargs):
+    scale = 1 / math.sqrt(case.query.shape[-1])
+    out = paged_attention(*case.args(scale), **kwargs)
+    expect = paged_attention_ref(*case.args(scale))
+    assert out.dtype == dtype and out.shape == case.query.shape
+    torch.testing.assert_close(out, expect, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("lens", [DECODE, MIXED], ids=["decode", "mixed"])
+def test_dtypes(dtype, lens):
+    check(make_case(lens, 8, 2, HEAD_DIM, 16, dtype, DEVICE), dtype)
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (8, 2), (16, 2)])
+@pytest.mark.parametrize("block_size", [8, 32])
+def test_gqa_and_block_sizes(num_heads, num_kv_heads, block_size):
+    check(make_case(MIXED, num_heads, num_kv_heads, HEAD_DIM, block_size, torch.float16, DEVICE), torch.float16)
+
+
+@pytest.mark.parametrize("head_dim", [64, 40])  # 40: not a power of two, padded to 64 and masked
+def test_head_dims(head_dim):
+    check(make_case([(1, 20), (6, 30)], 4, 2, head_dim, 16, torch.float16, DEVICE), torch.float16)
+
+
+@pytest.mark.parametrize("num_splits", [2, 5])
+@pytest.mark.parametrize("lens", [DECODE, MIXED], ids=["decode", "mixed"])
+def test_split_context_path(num_splits, lens):
+    # the flash-decoding path that CUDA picks for small decode batches, forced here; 5 splits leave
+    # some splits of short sequences empty, which the merge must ignore
+    case = make_case(lens, 8, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE)
+    scale = 1 / math.sqrt(HEAD_DIM)
+    out = _launch(*case.args(scale), num_splits=num_splits, tile_n=16)
+    torch.testing.assert_close(out, paged_attention_ref(*case.args(scale)), atol=2e-2, rtol=2e-2)
+
+
+def test_max_query_len_hint_does_not_change_result():
+    case = make_case(DECODE, 8, 2, HEAD_DIM, 16, torch.float16, DEVICE)
+    check(case, torch.float16, max_query_len=1)
+
+
+def test_large_num_blocks_index_overflow():
+    """Used blocks sit past 2^31 / stride elements, so block_id * stride overflows int32.
+
+    The cache is a real 2^31+-element tensor (4 GiB fp16) that is never touched except the few
+    blocks in use: torch.empty does not commit pages on CPU, the interpreter reads real addresses.
+    """
+    block_size, num_kv_heads, head_dim = 8, 1, 16
+    stride = block_size * num_kv_heads * head_dim
+    first_block = 2**31 // stride + 3
+    torch.utils.deterministic.fill_uninitialized_memory = False  # NaN-filling would touch 4 GiB
+    try:
+        k_cache = torch.empty(first_block + 64, block_size, num_kv_heads, head_dim, dtype=torch.float16, device=DEVICE)
+        v_cache = torch.empty_like(k_cache)
+    except RuntimeError as err:
+        pytest.skip(f"cannot reserve a 4 GiB cache: {err}")
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = True
+    lens = [(1, 17), (4, 20)]
+    case = make_case(lens, 4, 1, head_dim, block_size, torch.float16, DEVICE, first_block=first_block,
+                     k_cache=k_cache, v_cache=v_cache)  # fmt: skip
+    assert case.block_tables.max() * stride > 2**31
+    check(case, torch.float16)
+
+
+def test_rejects_bad_inputs():
+    case = make_case([(1, 5)], 6, 4, 16, 8, torch.float16, DEVICE)
+    with pytest.raises(ValueError, match="multiple"):
+        paged_attention(*case.args(1.0))
+    case = make_case([(1, 5)], 4, 2, 16, 8, torch.float16, DEVICE)
+    with pytest.raises(ValueError, match="block_tables"):
+        paged_attention(case.query, case.k_cache, case.v_cache, case.block_tables.float(), case.seq_lens,
+                        case.query_start_loc, 1.0)  # fmt: skip
+    with pytest.raises(TypeError, match="dtypes differ"):
+        paged_attention(case.query.float(), *case.args(1.0)[1:])

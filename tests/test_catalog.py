@@ -1,0 +1,287 @@
+"""The GPU and model catalogs, and HF config.json normalisation.
+
+The parameter formula in `ModelSpec.num_params` is checked two ways: against the published counts (1%), and
+exactly against transformers' own model classes built from the same fields (tiny models for real, full-size
+ones on the meta device, which allocates nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from planner.catalog import (
+    CatalogError,
+    gpu_spec_from_mapping,
+    load_gpu_catalog,
+    load_model_catalog,
+    load_model_config_path,
+    model_spec_from_hf_config,
+)
+from sim.config import GpuSpec, ModelSpec
+
+MODELS = load_model_catalog()
+GPUS = load_gpu_catalog()
+
+REQUIRED_MODELS = [
+    "qwen-7b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "qwen3-8b", "qwen3-32b",
+    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "mistral-7b",
+    "tiny-llama", "tiny-qwen2",
+]  # fmt: skip
+REQUIRED_GPUS = [
+    "a10", "a10g", "l4", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "rtx-4090",
+    "mi300x", "cpu",
+]  # fmt: skip
+NO_FP8 = {"a10", "a10g", "a100-40gb", "a100-80gb", "cpu"}  # Ampere has no fp8 tensor cores; nor does the CPU entry
+
+
+def kv_bytes_per_token(spec: ModelSpec, dtype_bytes: int = 2) -> int:
+    return 2 * spec.num_hidden_layers * spec.num_key_value_heads * spec.head_dim * dtype_bytes
+
+
+# --- model catalog ---------------------------------------------------------------------------------------
+
+
+def test_catalog_has_required_models() -> None:
+    assert set(REQUIRED_MODELS) <= set(MODELS)
+    for key, spec in MODELS.items():
+        assert spec.name == key
+
+
+@pytest.mark.parametrize("key", sorted(k for k, s in MODELS.items() if s.published_params is not None))
+def test_num_params_matches_published(key: str) -> None:
+    spec = MODELS[key]
+    assert spec.num_params == pytest.approx(spec.published_params, rel=0.01)
+
+
+def test_kv_bytes_per_token() -> None:
+    assert kv_bytes_per_token(MODELS["llama-2-7b"]) == 2 * 32 * 32 * 128 * 2 == 524_288
+    assert kv_bytes_per_token(MODELS["llama-3.1-8b"]) == 131_072  # 8 KV heads: a quarter of Llama-2-7B's
+
+
+def test_qwen_7b_normalisation() -> None:
+    spec = MODELS["qwen-7b"]
+    assert spec.intermediate_size == 11008  # half of the config's 22016
+    assert spec.attention_bias and not spec.qk_norm
+    assert spec.num_key_value_heads == spec.num_attention_heads == 32
+    assert spec.head_dim == 128 and spec.max_position_embeddings == 8192
+    assert spec.num_params * 2 == pytest.approx(15.44e9, rel=0.01)  # bf16 checkpoint size
+
+
+def test_architecture_flags() -> None:
+    for key in ["qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "tiny-qwen2"]:
+        assert MODELS[key].attention_bias and not MODELS[key].qk_norm, key
+    for key in ["qwen3-8b", "qwen3-32b"]:
+        assert MODELS[key].qk_norm and not MODELS[key].attention_bias, key
+        assert MODELS[key].head_dim == 128, key
+    assert MODELS["qwen3-32b"].head_dim * MODELS["qwen3-32b"].num_attention_heads != MODELS["qwen3-32b"].hidden_size
+    for key in ["llama-2-7b", "llama-3.1-8b", "mistral-7b", "tiny-llama"]:
+        assert not MODELS[key].attention_bias and not MODELS[key].qk_norm, key
+    assert MODELS["tiny-qwen2"].tie_word_embeddings and not MODELS["tiny-llama"].tie_word_embeddings
+
+
+# --- transformers agrees with the parameter formula --------------------------------------------------------
+
+
+def _hf_model(spec: ModelSpec):
+    """transformers' model class for `spec`, built from the spec's fields (CPU tensors or meta, per caller)."""
+    transformers = pytest.importorskip("transformers")
+    common = {
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_hidden_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "head_dim": spec.head_dim,
+        "vocab_size": spec.vocab_size,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "tie_word_embeddings": spec.tie_word_embeddings,
+        "rms_norm_eps": spec.rms_norm_eps,
+    }
+    # Qwen2 has no attention_bias switch (the bias is part of the class); Mistral has none either (never biased).
+    if spec.model_type == "llama":
+        config = transformers.LlamaConfig(attention_bias=spec.attention_bias, **common)
+        cls = transformers.LlamaForCausalLM
+    elif spec.model_type == "mistral":
+        config, cls = transformers.MistralConfig(**common), transformers.MistralForCausalLM
+    elif spec.model_type == "qwen2":
+        config, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
+    elif spec.model_type == "qwen3":
+        config = transformers.Qwen3Config(attention_bias=spec.attention_bias, **common)
+        cls = transformers.Qwen3ForCausalLM
+    else:
+        pytest.skip(f"transformers has no built-in class for model_type {spec.model_type}")
+    return cls(config)
+
+
+def _numel(model) -> int:
+    # parameters() yields a tied lm_head/embedding weight once, as the formula counts it.
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("key", ["tiny-llama", "tiny-qwen2"])
+def test_tiny_models_match_transformers_exactly(key: str) -> None:
+    pytest.importorskip("torch")
+    spec = MODELS[key]
+    assert _numel(_hf_model(spec)) == spec.num_params
+
+
+# Every catalog model transformers has a built-in class for (first-generation Qwen is remote code only):
+# about 0.05 s each on the meta device.
+@pytest.mark.parametrize("key", sorted(k for k, s in MODELS.items() if s.model_type != "qwen"))
+def test_models_match_transformers_on_meta_device(key: str) -> None:
+    torch = pytest.importorskip("torch")
+    spec = MODELS[key]
+    with torch.device("meta"):  # shapes only: no memory, no init cost
+        model = _hf_model(spec)
+    assert _numel(model) == spec.num_params
+
+
+# --- config.json normalisation -----------------------------------------------------------------------------
+
+LLAMA_31_8B_CONFIG = {  # meta-llama/Llama-3.1-8B-Instruct config.json, as published (minus token ids)
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+
+
+def _same_architecture(a: ModelSpec, b: ModelSpec) -> None:
+    fields = [f.name for f in dataclasses.fields(ModelSpec) if f.name not in ("name", "published_params")]
+    assert {f: getattr(a, f) for f in fields} == {f: getattr(b, f) for f in fields}
+
+
+def test_config_json_from_directory(tmp_path) -> None:
+    model_dir = tmp_path / "Llama-3.1-8B-Instruct"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(LLAMA_31_8B_CONFIG))
+    spec = load_model_config_path(model_dir)
+    assert spec.name == "Llama-3.1-8B-Instruct"
+    _same_architecture(spec, MODELS["llama-3.1-8b"])
+
+
+def test_config_json_from_file(tmp_path) -> None:
+    file = tmp_path / "llama.json"
+    file.write_text(json.dumps(LLAMA_31_8B_CONFIG))
+    spec = load_model_config_path(str(file), name="mine")
+    assert spec.name == "mine"
+    _same_architecture(spec, MODELS["llama-3.1-8b"])
+
+
+def test_config_json_missing(tmp_path) -> None:
+    with pytest.raises(ValueError, match="config.json"):
+        load_model_config_path(tmp_path)  # a directory without config.json
+
+
+def test_qwen2_bias_is_implied_and_head_dim_defaults() -> None:
+    config = {
+        "model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 2048,
+    }  # fmt: skip
+    spec = model_spec_from_hf_config(config, "x")
+    assert spec.attention_bias and spec.head_dim == 16 and not spec.tie_word_embeddings
+
+
+def test_qwen_first_generation_keys() -> None:
+    config = {  # Qwen/Qwen-7B-Chat's own key names
+        "model_type": "qwen", "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "kv_channels": 128, "seq_length": 8192, "vocab_size": 151936,
+        "layer_norm_epsilon": 1e-06, "rotary_emb_base": 10000, "tie_word_embeddings": False, "no_bias": True,
+    }  # fmt: skip
+    spec = model_spec_from_hf_config(config, "qwen")
+    _same_architecture(spec, MODELS["qwen-7b"])
+    assert spec.rms_norm_eps == 1e-6 and spec.rope_theta == 10000.0
+
+
+def test_missing_key_and_unsupported_type_are_named() -> None:
+    config = dict(LLAMA_31_8B_CONFIG)
+    del config["vocab_size"]
+    with pytest.raises(ValueError, match="vocab_size"):
+        model_spec_from_hf_config(config, "x")
+    with pytest.raises(ValueError, match="model_type.*gpt2"):
+        model_spec_from_hf_config({**LLAMA_31_8B_CONFIG, "model_type": "gpt2"}, "x")
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        model_spec_from_hf_config({**LLAMA_31_8B_CONFIG, "num_hidden_layers": "32"}, "x")
+    with pytest.raises(ValueError, match="seq_length"):  # qwen reads seq_length, not max_position_embeddings
+        model_spec_from_hf_config({**LLAMA_31_8B_CONFIG, "model_type": "qwen"}, "x")
+    assert issubclass(CatalogError, ValueError)
+
+
+# --- GPU catalog ---------------------------------------------------------------------------------------------
+
+
+def test_catalog_has_required_gpus() -> None:
+    assert set(REQUIRED_GPUS) <= set(GPUS)
+
+
+@pytest.mark.parametrize("key", sorted(GPUS))
+def test_gpu_fields(key: str) -> None:
+    gpu = GPUS[key]
+    assert gpu.name == key
+    assert isinstance(gpu.memory_bytes, int) and gpu.memory_bytes > 0
+    assert gpu.bf16_tflops > 0 and gpu.memory_bandwidth_gbps > 0
+    for f in ("interconnect_bandwidth_gbps", "tdp_w", "rental_usd_per_hour", "purchase_usd"):
+        value = getattr(gpu, f)
+        assert value is None or value > 0, f
+    if key in NO_FP8:
+        assert gpu.fp8_tflops is None
+    else:
+        # fp8 is twice bf16 on every part here (L40S's sheet: 733 vs 362.05, hence 2%): a sparse figure
+        # copied into one of the two by mistake would break this
+        assert gpu.fp8_tflops == pytest.approx(2 * gpu.bf16_tflops, rel=0.02)
+    if key != "cpu":
+        assert gpu.interconnect_bandwidth_gbps and gpu.tdp_w and gpu.rental_usd_per_hour
+
+
+def test_gpu_memory_is_driver_reported_not_marketing() -> None:
+    # What a process can see is below the marketing size: e.g. an "80 GB" H100 shows about 79.1 GiB.
+    assert 79 * 2**30 < GPUS["h100-sxm"].memory_bytes < 80 * 2**30
+    assert 22 * 2**30 < GPUS["a10"].memory_bytes < 24 * 10**9
+
+
+def test_gpu_spec_from_mapping() -> None:
+    spec = gpu_spec_from_mapping(
+        {"memory_bytes": 24e9, "bf16_tflops": 100, "memory_bandwidth_gbps": 900, "tdp_w": 300}, "my-gpu"
+    )
+    assert spec == GpuSpec("my-gpu", 24_000_000_000, 100.0, 900.0, tdp_w=300.0)
+    assert isinstance(spec.memory_bytes, int)
+    with pytest.raises(ValueError, match="bf16_tflops"):
+        gpu_spec_from_mapping({"memory_bytes": 1, "memory_bandwidth_gbps": 1}, "g")
+    with pytest.raises(ValueError, match="memory_bandwidth_gbps"):
+        gpu_spec_from_mapping({"memory_bytes": 1, "bf16_tflops": 1, "memory_bandwidth_gbps": -5}, "g")
+    with pytest.raises(ValueError, match="memory_gb"):
+        gpu_spec_from_mapping({"memory_gb": 24, "bf16_tflops": 1, "memory_bandwidth_gbps": 1}, "g")
+    with pytest.raises(ValueError, match="memory_bytes"):
+        gpu_spec_from_mapping({"memory_bytes": 1.5, "bf16_tflops": 1, "memory_bandwidth_gbps": 1}, "g")
+
+
+def test_catalogs_are_cached_but_callers_get_their_own_dict() -> None:
+    a, b = load_gpu_catalog(), load_gpu_catalog()
+    assert a == b and a is not b and a["a10"] is b["a10"]
+    a.pop("a10")
+    assert "a10" in load_gpu_catalog()
