@@ -20,7 +20,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from gpu_engine.runner import ModelRunner, non_torch_device_bytes, allocate_kv_caches, build_batch, kv_block_bytes
+from gpu_engine.runner import ModelRunner, allocate_kv_caches, build_batch, kv_block_bytes, non_torch_device_bytes
 from sim.request import Request
 
 
@@ -84,11 +84,7 @@ def profile_num_blocks(
             raise ValueError("on CPU pass total_memory_bytes (the scenario's GPU memory_bytes)")
         total_memory_bytes = torch.cuda.mem_get_info(device)[1]
     scheduled = dummy_requests(max_num_batched_tokens, min(max_num_seqs, max_num_batched_tokens), runner.block_size)
-    num_blocks = sum(len(r.block_ids) for r, _ in scheduled)
-    kv_caches = allocate_kv_caches(runner.spec, num_blocks, runner.block_size, runner.dtype, device)
-    batch = build_batch(scheduled, runner.block_size, device)
-    activation_bytes = _peak_bytes(lambda: runner.run(batch, kv_caches), device)
-    del kv_caches
+    activation_bytes = _activation_bytes(runner, scheduled)
     non_torch_bytes = max(0, non_torch_device_bytes(device) - runner.memory_at_start)
     model = runner.model
     weights_bytes = sum(t.nbytes for t in (*model.parameters(), *model.buffers()))
@@ -107,15 +103,19 @@ def profile_num_blocks(
     }
 
 
-def _peak_bytes(step, device: torch.device) -> int:
-    """Peak bytes allocated by step() above what was allocated before it."""
+def _activation_bytes(runner: ModelRunner, scheduled: list[tuple[Request, int]]) -> int:
+    """Peak bytes the step allocates beyond its inputs and the small KV cache it runs on."""
+    device = runner.device
+    num_blocks = sum(len(r.block_ids) for r, _ in scheduled)
+    kv_caches = allocate_kv_caches(runner.spec, num_blocks, runner.block_size, runner.dtype, device)
+    batch = build_batch(scheduled, runner.block_size, device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
-        step()
+        runner.run(batch, kv_caches)
         torch.cuda.synchronize(device)
         return torch.cuda.max_memory_allocated(device) - before
     with PeakTensorBytes() as tracker:
-        step()
+        runner.run(batch, kv_caches)
     return tracker.peak_bytes

@@ -39,7 +39,7 @@ class Batch:
 
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """"bfloat16" -> torch.bfloat16 (scenario dtypes are strings)."""
+    """A scenario's dtype name ("bfloat16") as a torch.dtype."""
     return dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype)
 
 
@@ -72,7 +72,7 @@ def build_batch(scheduled: Scheduled, block_size: int, device: torch.device | st
         table = np.asarray(request.block_ids, dtype=np.int64)
         pos = np.arange(start, stop)
         token_ids += request.token_ids(start, stop)
-        positions.append(pos - start + (start > 0))
+        positions.append(pos)
         slots.append(table[pos // block_size] * block_size + pos % block_size)
         block_tables[i, : len(table)] = table
         seq_lens.append(stop)

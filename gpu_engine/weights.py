@@ -109,7 +109,10 @@ def _tensor_files(path: Path) -> dict[str, Path]:
         raise WeightLoadError(f"{path}: not a directory")
     index = path / "model.safetensors.index.json"
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError) as e:
+            raise WeightLoadError(f"{index}: not an HF safetensors index (no weight_map)") from e
         absent = sorted({f for f in weight_map.values() if not (path / f).exists()})
         if absent:
             raise WeightLoadError(f"{index} lists shards that are not there: {_first(absent)}")
@@ -152,9 +155,7 @@ def _check_checkpoint(model: Transformer, names: dict[str, list[str]], files: di
     ]
     if problems:
         spec = model.spec
-        raise WeightLoadError(
-            f"{path} does not fit {spec.name} (model_type {spec.model_type}): " + "; ".join(problems)
-        )
+        raise WeightLoadError(f"{path} does not fit {spec.name} (model_type {spec.model_type}): " + "; ".join(problems))
 
 
 def _ignored(model: Transformer, name: str) -> bool:

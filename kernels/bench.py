@@ -13,12 +13,6 @@ import sys
 import time
 
 import torch
-
-if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-    # `python -m kernels.bench` has already imported (decorated) the kernels: restart interpreted
-    os.execve(sys.executable, [sys.executable, "-m", "kernels.bench", *sys.argv[1:]],
-              {**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
-
 import torch.nn.functional as F
 import triton
 
@@ -109,6 +103,10 @@ def bench_rms_norm(num_tokens, hidden):
 
 
 def main() -> None:
+    if not GPU and os.environ.get("TRITON_INTERPRET") != "1":
+        # the kernels were decorated for a GPU when kernels/ was imported: restart interpreted
+        os.execve(sys.executable, [sys.executable, "-m", "kernels.bench", *sys.argv[1:]],
+                  {**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
     if GPU:
         cases = [
             bench_attention("decode attention", num_seqs=64, q_len=1, context_len=4096),

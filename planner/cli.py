@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader (head, less) went away: not an error of ours
+        sys.stderr.close()
+        return 0
 
 
 def cmd_validate(args) -> int:

@@ -62,6 +62,6 @@ def write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) 
     _write_csv(written[1], requests)
     _write_csv(written[2], steps)
     written += write_plots(out_dir, requests, steps, summary, title,
-                           itl_ms=recorder.itl_s.view()["gap"] * 1e3,
+                           itl_ms=recorder.itl_ms(),
                            num_gpu_blocks=recorder.num_gpu_blocks)
     return written

@@ -59,8 +59,10 @@ class Replica:
     """One engine: its scheduler stepped by a SimPy process."""
 
     def __init__(self, env: simpy.Environment, scheduler: Scheduler, cost: CostModel, recorder: Recorder,
-                 next_arrival_s: Callable[[], float], on_finished: Callable[[Request], None]) -> None:
+                 next_arrival_s: Callable[[], float], on_finished: Callable[[Request], None],
+                 fast_forward: bool = True) -> None:
         self.env, self.scheduler, self.cost, self.recorder = env, scheduler, cost, recorder
+        self.fast_forward = fast_forward and isinstance(scheduler, ContinuousScheduler)
         self.next_arrival_s = next_arrival_s
         self.on_finished = on_finished
         self.idle: simpy.Event | None = None
@@ -78,55 +80,53 @@ class Replica:
                 self.idle = env.event()
                 yield self.idle
                 continue
-            if isinstance(sched, ContinuousScheduler) and (window := sched.decode_window_bound()):
-                num_steps = self._window_length(window)
-                if num_steps >= 2:
-                    yield from self._decode_window(num_steps)
+            if self.fast_forward and (bound := sched.decode_window_bound()):
+                durations = self._window_durations(bound)
+                if len(durations) >= 2:
+                    yield from self._decode_window(durations)
                     continue
             out = sched.schedule(env.now)
             if not out.scheduled:
                 raise RuntimeError(f"no request can be scheduled at t={env.now:.3f}s with "
                                    f"{sched.kv.pool.num_free_blocks} free blocks: the pool is too small")
-            start = env.now
+            start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
             duration = float(self.cost.step_time_s(out.num_tokens, out.num_seqs, out.num_sampled,
                                                    out.attention_pairs, out.sum_context_tokens))
             yield env.timeout(duration)
             finished = sched.update(out, env.now)
             self.recorder.step(start, duration, len(sched.running), len(sched.waiting), out.num_prefill_tokens,
                                out.num_decode_requests, out.num_sampled, out.sum_context_tokens,
-                               out.attention_pairs, sched.kv.pool.num_used_blocks, out.num_preempted,
+                               out.attention_pairs, blocks_in_use, out.num_preempted,
                                out.tokens_held)
             for request in finished:
                 self.on_finished(request)
 
-    def _window_durations(self, num_steps: int) -> np.ndarray:
+    def _window_durations(self, bound: int) -> np.ndarray:
+        """Durations of the next steps of a decode window, cut before the first step that would start at or
+        after the next arrival anywhere (that arrival changes the batch)."""
         rows = len(self.scheduler.running)
-        context = sum(r.num_computed_tokens for r in self.scheduler.running) + rows * np.arange(1, num_steps + 1)
-        return np.asarray(self.cost.step_time_s(rows, rows, rows, context, context), dtype=np.float64)
+        context = sum(r.num_computed_tokens for r in self.scheduler.running) + rows * np.arange(1, bound + 1)
+        durations = np.asarray(self.cost.step_time_s(rows, rows, rows, context, context), dtype=np.float64)
+        ends = np.cumsum(durations)
+        num_steps = int(np.searchsorted(ends - durations, self.next_arrival_s() - self.env.now, side="left"))
+        return durations[:num_steps]
 
-    def _window_length(self, bound: int) -> int:
-        """Steps of the window that start before the next arrival anywhere (an arrival changes the batch)."""
-        durations = self._window_durations(bound)
-        starts = self.env.now + np.concatenate(([0.0], np.cumsum(durations[:-1])))
-        return int(np.searchsorted(starts, self.next_arrival_s(), side="left"))
-
-    def _decode_window(self, num_steps: int):
-        sched, rows = self.scheduler, len(self.scheduler.running)
-        durations = self._window_durations(num_steps)
+    def _decode_window(self, durations: np.ndarray):
+        sched, rows, num_steps = self.scheduler, len(self.scheduler.running), len(durations)
         ends = self.env.now + np.cumsum(durations)
-        starts = ends - durations
         context = sum(r.num_computed_tokens for r in sched.running) + rows * np.arange(1, num_steps + 1)
         blocks = sched.window_blocks_used(num_steps)
         yield self.env.timeout(float(ends[-1]) - self.env.now)
         sched.apply_decode_window(ends)
-        self.recorder.decode_window(starts, durations, rows, context, blocks, context)
+        self.recorder.decode_window(ends - durations, durations, rows, context, blocks, context)
 
 
 class Simulation:
     """Wires arrivals (open loop) or users (closed loop) to replicas through a router."""
 
     def __init__(self, scenario: Scenario, coefficients: CostCoefficients | None = None,
-                 record_steps: bool = True, progress: Callable[[int, int], None] | None = None) -> None:
+                 record_steps: bool = True, progress: Callable[[int, int], None] | None = None,
+                 fast_forward: bool = True) -> None:
         self.scenario = scenario
         self.memory = memory_breakdown(scenario)
         self.workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
@@ -141,7 +141,7 @@ class Simulation:
         self.round_robin = itertools.count()
         self.replicas = [
             Replica(self.env, build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder), self.cost,
-                    self.recorder, self.next_arrival_s, self.on_finished)
+                    self.recorder, self.next_arrival_s, self.on_finished, fast_forward)
             for _ in range(scenario.hardware.replicas)
         ]
 
@@ -200,5 +200,6 @@ class Simulation:
 
 
 def simulate(scenario: Scenario, coefficients: CostCoefficients | None = None, record_steps: bool = True,
-             progress: Callable[[int, int], None] | None = None) -> SimResult:
-    return Simulation(scenario, coefficients, record_steps, progress).run()
+             progress: Callable[[int, int], None] | None = None, fast_forward: bool = True) -> SimResult:
+    """Run a scenario. fast_forward=False steps every decode step as its own event (for tests)."""
+    return Simulation(scenario, coefficients, record_steps, progress, fast_forward).run()

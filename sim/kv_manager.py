@@ -57,6 +57,8 @@ class KVCacheManager:
         """Make room for num_new_tokens more; False (and nothing changed) when the pool is short."""
         pool = self.pool
         needed = self.blocks_needed(request, num_new_tokens, len(hit_blocks), reserve_tokens)
+        if needed <= 0 and not hit_blocks:
+            return True  # the common decode step: the last block still has room
         # Hit blocks nobody references sit in the free queue: taking them shrinks what is free.
         free = pool.num_free_blocks - sum(1 for b in hit_blocks if pool.ref_cnt[b] == 0)
         if needed > free:

@@ -8,6 +8,8 @@ steps must fit in well under a gigabyte.
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from sim.config import SloConfig
@@ -81,7 +83,7 @@ class Recorder:
         self.record_steps = record_steps
         self.steps = Columns(STEP_COLUMNS)
         self.requests = Columns(REQUEST_COLUMNS)
-        self.itl_s = Columns({"gap": np.float64}, capacity=4096)
+        self.itl_s = array("d")  # every inter-token gap, 8 bytes each: C appends, no Python floats kept
         self.num_steps = 0
         self.busy_s = 0.0
         self.block_seconds = 0.0  # integral of blocks used over busy time
@@ -120,11 +122,14 @@ class Recorder:
                               sum_context_tokens=sum_context_tokens, attention_pairs=sum_context_tokens,
                               kv_blocks_used=kv_blocks_used, num_preemptions=0)
 
-    def token_gaps(self, gaps_s: np.ndarray | float) -> None:
-        if isinstance(gaps_s, np.ndarray):
-            self.itl_s.extend(gap=gaps_s)
-        else:
-            self.itl_s.append(gap=gaps_s)
+    def token_gap(self, gap_s: float) -> None:
+        self.itl_s.append(gap_s)
+
+    def token_gaps(self, gaps_s: np.ndarray) -> None:
+        self.itl_s.frombytes(np.ascontiguousarray(gaps_s, dtype=np.float64).tobytes())
+
+    def itl_ms(self) -> np.ndarray:
+        return np.frombuffer(self.itl_s, dtype=np.float64) * 1e3
 
     def finished(self, request: Request) -> None:
         self.requests.append(request_id=request.request_id, arrival_s=request.arrival_s,
@@ -190,7 +195,7 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
     completed = len(req["request_id"])
     duration_s = float(req["finished_s"].max()) if completed else 0.0
     lat = per_request_latencies_ms(req)
-    itl_ms = rec.itl_s.view()["gap"] * 1e3
+    itl_ms = rec.itl_ms()
     input_tokens = int(req["prompt_tokens"].sum())
     output_tokens = int(req["output_tokens"].sum())
     per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: float("nan"))

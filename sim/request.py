@@ -58,10 +58,12 @@ class Request:
     def token_ids(self, start: int, stop: int) -> list[int]:
         """Token ids [start, stop) of prompt + output (live engine only)."""
         assert self.prompt_token_ids is not None, "token ids exist only in the live engine"
-        prompt = self.prompt_token_ids
-        if stop <= len(prompt):
+        prompt, num_prompt = self.prompt_token_ids, len(self.prompt_token_ids)
+        if stop <= num_prompt:
             return prompt[start:stop]
-        return (prompt + self.output_token_ids)[start:stop]
+        if start >= num_prompt:  # decode: no copy of the whole context per step
+            return self.output_token_ids[start - num_prompt : stop - num_prompt]
+        return prompt[start:] + self.output_token_ids[: stop - num_prompt]
 
     def block_content_key(self, block_index: int, block_size: int) -> tuple:
         """What identifies a full block's tokens, for the prefix-cache hash.

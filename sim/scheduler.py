@@ -87,7 +87,7 @@ class Scheduler:
             if request.first_token_s is None:
                 request.first_token_s = now_s
             else:
-                self.recorder.token_gaps(now_s - request.last_token_s)
+                self.recorder.token_gap(now_s - request.last_token_s)
             request.last_token_s = now_s
             self.kv.cache_full_blocks(request)
             if request.num_output_tokens >= request.max_output_tokens:
@@ -187,8 +187,9 @@ class ContinuousScheduler(Scheduler):
         if self.waiting or not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
         steps = min(r.max_output_tokens - r.num_output_tokens for r in self.running) - 1
-        if steps < 2 or any(r.num_tokens - r.num_computed_tokens != 1 for r in self.running):
-            return 0
+        if steps < 2 or any(r.num_tokens - r.num_computed_tokens != 1 or r.num_computed_tokens < r.num_prompt_tokens
+                            for r in self.running):
+            return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
         while steps >= 2 and sum(self.kv.blocks_needed(r, steps) for r in self.running) > self.kv.pool.num_free_blocks:
             steps //= 2
         return steps if steps >= 2 else 0
@@ -207,15 +208,17 @@ class ContinuousScheduler(Scheduler):
     def apply_decode_window(self, step_end_s: np.ndarray) -> None:
         """Advance every running request by len(step_end_s) decode steps ending at those times."""
         num_steps = len(step_end_s)
-        gaps = np.diff(step_end_s)
+        first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
+        first_gaps = []
         for request in self.running:
-            self.kv.allocate_slots(request, num_steps)  # checked by decode_window_bound
+            self.kv.allocate_slots(request, num_steps)  # room checked by decode_window_bound
             request.num_computed_tokens += num_steps
             request.num_output_tokens += num_steps
-            self.recorder.token_gaps(float(step_end_s[0]) - request.last_token_s)
-            self.recorder.token_gaps(gaps)
-            request.last_token_s = float(step_end_s[-1])
+            first_gaps.append(first_end - request.last_token_s)
+            request.last_token_s = last_end
             self.kv.cache_full_blocks(request)
+        self.recorder.token_gaps(np.array(first_gaps))
+        self.recorder.token_gaps(np.tile(np.diff(step_end_s), len(self.running)))
 
 
 class StaticScheduler(Scheduler):
@@ -265,17 +268,13 @@ class StaticScheduler(Scheduler):
 
     def update(self, output: SchedulerOutput, now_s: float, sampled: dict[int, int] | None = None) -> list[Request]:
         self.steps_done += 1
-        done_early = super().update(output, now_s, sampled)
-        assert not done_early  # static members retire together, below
-        if all(r.num_output_tokens >= r.max_output_tokens for r in self.running):
-            return self._retire(list(self.running), now_s)
-        return []
+        return super().update(output, now_s, sampled)
 
     def _retire(self, done: list[Request], now_s: float) -> list[Request]:
-        # Members finish as a batch; update() defers them here by asking for none on the way.
-        if len(done) != len(self.running):
+        """Members finish together when the longest reply is done: generate() returns the batch at once."""
+        if any(r.num_output_tokens < r.max_output_tokens for r in self.running):
             return []
-        return super()._retire(done, now_s)
+        return super()._retire(list(self.running), now_s)
 
 
 def make_scheduler(engine: EngineConfig, kv: KVCacheManager, recorder: Recorder) -> Scheduler:

@@ -12,15 +12,15 @@ from gpu_engine.weights import load_weights
 from planner.catalog import model_spec_from_hf_config
 from sim.request import Request
 
-TINY = dict(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=128,
-    vocab_size=512,
-    max_position_embeddings=256,
-)
+TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+}
 HF_CLASSES = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
     "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
@@ -72,7 +72,7 @@ def test_prompt_logits_match_transformers(case, tmp_path):
 
 
 def test_logits_only_for_the_sampled_rows(tmp_path):
-    hf, spec = tiny_hf("llama", tmp_path)
+    _, spec = tiny_hf("llama", tmp_path)
     model = build_model(spec, torch.float32, "cpu")
     load_weights(model, tmp_path)
     prompt = list(range(10, 19))

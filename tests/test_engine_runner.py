@@ -16,16 +16,16 @@ from gpu_engine.runner import ModelRunner, SamplingParams, kv_block_bytes
 from planner.catalog import model_spec_from_hf_config
 from sim.request import Request, Status
 
-TINY = dict(
-    hidden_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=128,
-    vocab_size=512,
-    max_position_embeddings=256,
-    initializer_range=0.2,  # larger than HF's 0.02, so the context (and a wrong slot) changes the argmax
-)
+TINY = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+    "initializer_range": 0.2,  # larger than HF's 0.02, so the context (and a wrong slot) changes the argmax
+}
 HF_CLASSES = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
@@ -77,7 +77,9 @@ def serve(runner: ModelRunner, prompts: list[list[int]], chunk: int, preempt: tu
         scheduled = []
         for r in running:
             n = min(chunk, r.num_tokens - r.num_computed_tokens)
-            r.block_ids += [free.pop(0) for _ in range(ceil((r.num_computed_tokens + n) / BLOCK_SIZE) - len(r.block_ids))]
+            r.block_ids += [
+                free.pop(0) for _ in range(ceil((r.num_computed_tokens + n) / BLOCK_SIZE) - len(r.block_ids))
+            ]
             scheduled.append((r, n))
         sampled = runner.execute(scheduled)
         assert sampled.keys() == {r.request_id for r, n in scheduled if r.num_computed_tokens + n == r.num_tokens}
@@ -120,11 +122,13 @@ def test_seeded_sampling_repeats_and_top_p_near_zero_is_greedy():
     assert run(1, SamplingParams(temperature=1.0, top_p=1e-6)) == run(1, SamplingParams())
 
 
-def test_under_allocated_block_table_is_an_error():
+def test_a_prefill_chunk_short_of_the_end_samples_nothing_and_blocks_must_cover_the_step():
     spec = model_spec_from_hf_config({"model_type": "llama", **TINY}, "tiny-llama")
-    runner = ModelRunner(spec, "float32", "cpu", 8, BLOCK_SIZE)
+    runner = ModelRunner(spec, "float32", "cpu", 8, BLOCK_SIZE, sampling=SamplingParams(temperature=1.0))
     request = Request(0, 0.0, 9, 1, prompt_token_ids=list(range(9)))
     request.block_ids = [0, 1]
+    assert runner.execute([(request, 8)]) == {}
+    assert request.num_computed_tokens == 0  # the runner never updates a request
     with pytest.raises(ValueError, match="2 blocks of 4 cannot hold 9 tokens"):
         runner.execute([(request, 9)])
 

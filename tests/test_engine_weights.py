@@ -187,10 +187,15 @@ def edit_checkpoint(path, edit) -> None:
         (lambda t: t.pop("model.layers.1.mlp.up_proj.weight"), r"missing \(1\): model.layers.1.mlp.up_proj.weight"),
         (
             lambda t: t.update({"model.layers.0.self_attn.k_proj.weight": torch.zeros(16, 64)}),
-            r"shape mismatch \(1\): layers.0.self_attn.qkv_proj.weight: model wants \[128, 64\], checkpoint has "
-            r"model.layers.0.self_attn.q_proj.weight \[64, 64\] \+ model.layers.0.self_attn.k_proj.weight \[16, 64\]",
+            (
+                r"shape mismatch \(1\): layers.0.self_attn.qkv_proj.weight: model wants \[128, 64\], checkpoint has "
+                r"model.layers.0.self_attn.q_proj.weight \[64, 64\] \+ model.layers.0.self_attn.k_proj.weight \[16, 64\]"
+            ),
         ),
-        (lambda t: t.update({"model.layers.9.mlp.up_proj.weight": torch.zeros(1)}), r"unexpected \(1\): model.layers.9"),
+        (
+            lambda t: t.update({"model.layers.9.mlp.up_proj.weight": torch.zeros(1)}),
+            r"unexpected \(1\): model.layers.9",
+        ),
     ],
     ids=["missing", "shape", "unexpected"],
 )
@@ -224,6 +229,12 @@ def test_index_naming_an_absent_shard(llama_dir):
     weight_map = dict.fromkeys(names, "model.safetensors") | {"lm_head.weight": "model-2.safetensors"}
     (llama_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(WeightLoadError, match="lists shards that are not there: model-2.safetensors"):
+        load_weights(build_model(LLAMA, torch.float32, "cpu"), llama_dir)
+
+
+def test_index_without_a_weight_map(llama_dir):
+    (llama_dir / "model.safetensors.index.json").write_text("{}")
+    with pytest.raises(WeightLoadError, match="no weight_map"):
         load_weights(build_model(LLAMA, torch.float32, "cpu"), llama_dir)
 
 

@@ -1,0 +1,175 @@
+"""The live engine's wall-clock loop: the scenario's requests, sim/'s scheduler, a real forward per step.
+
+Requests arrive at the workload's arrival times on the wall clock (the same scenario + seed gives the same
+requests as `planner simulate`, with random token ids of the requested lengths) and their output lengths
+are forced. Each step: schedule, run one forward (the runner's `.tolist()` of the sampled ids waits for the
+device, so the clock is read after the GPU finished), update. A request that arrives during a step joins
+at the next schedule, exactly as in the simulator.
+"""
+
+from __future__ import annotations
+
+import heapq
+import resource
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from planner.errors import PlannerError
+from planner.results import build_summary
+from sim.config import Scenario
+from sim.driver import build_scheduler
+from sim.memory import memory_breakdown
+from sim.metrics import Recorder
+from sim.request import Request
+from sim.scheduler import Scheduler
+from sim.workload import Workload, generate_workload, prompt_token_ids
+
+from gpu_engine.profiling import profile_num_blocks
+from gpu_engine.runner import ModelRunner, SamplingParams
+from gpu_engine.weights import WeightLoadError
+
+WARMUP_REQUESTS = 2  # short requests run to completion before the clock starts (kernels, allocator)
+
+
+def live_request(workload: Workload, index: int, arrival_s: float) -> Request:
+    return Request(
+        request_id=index,
+        arrival_s=arrival_s,
+        num_prompt_tokens=int(workload.prompt_tokens[index]),
+        max_output_tokens=int(workload.output_tokens[index]),
+        prompt_token_ids=prompt_token_ids(workload, index),
+        prefix_group=int(workload.prefix_group[index]),
+        prefix_tokens=int(workload.prefix_tokens[index]),
+    )
+
+
+def _device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        raise PlannerError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
+    return torch.device(name)
+
+
+def _drain(scheduler: Scheduler, runner: ModelRunner, clock: Callable[[], float], recorder: Recorder | None,
+           on_finished: Callable[[Request], None] = lambda r: None) -> None:
+    """Step until no request is waiting or running."""
+    while scheduler.num_unfinished:
+        _step(scheduler, runner, clock, recorder, on_finished)
+
+
+def _step(scheduler: Scheduler, runner: ModelRunner, clock: Callable[[], float], recorder: Recorder | None,
+          on_finished: Callable[[Request], None]) -> None:
+    out = scheduler.schedule(clock())
+    if not out.scheduled:
+        raise RuntimeError(f"no request can be scheduled with {scheduler.kv.pool.num_free_blocks} free blocks")
+    start, blocks_in_use = clock(), scheduler.kv.pool.num_used_blocks
+    sampled = runner.execute(out.scheduled)
+    end = clock()
+    finished = scheduler.update(out, end, sampled)
+    if recorder is not None:
+        recorder.step(start, end - start, len(scheduler.running), len(scheduler.waiting), out.num_prefill_tokens,
+                      out.num_decode_requests, out.num_sampled, out.sum_context_tokens, out.attention_pairs,
+                      blocks_in_use, out.num_preempted, out.tokens_held)
+    for request in finished:
+        on_finished(request)
+
+
+def _warm_up(scenario: Scenario, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
+    scheduler = build_scheduler(scenario, num_blocks, Recorder(num_blocks, scenario.engine.block_size, False))
+    for index in range(min(WARMUP_REQUESTS, len(workload))):
+        request = live_request(workload, index, 0.0)
+        request.max_output_tokens = min(request.max_output_tokens, 4)
+        scheduler.add_request(request)
+    _drain(scheduler, runner, time.perf_counter, None)
+
+
+class Arrivals:
+    """When each request is due: the workload's times (open loop) or a reply + think time (closed loop)."""
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.issued = 0
+        self.due: list[tuple[float, int]] = []  # heap of (arrival_s, request index)
+        first = len(workload) if workload.arrival_s is not None else min(workload.concurrency or 1, len(workload))
+        for _ in range(first):
+            self._issue(0.0 if workload.arrival_s is None else float(workload.arrival_s[self.issued]))
+
+    def _issue(self, arrival_s: float) -> None:
+        heapq.heappush(self.due, (arrival_s, self.issued))
+        self.issued += 1
+
+    def reply_done(self, now_s: float) -> None:
+        if self.workload.arrival_s is None and self.issued < len(self.workload):
+            self._issue(now_s + self.workload.think_time_s)
+
+    def pop_due(self, now_s: float) -> list[tuple[float, int]]:
+        ready = []
+        while self.due and self.due[0][0] <= now_s:
+            ready.append(heapq.heappop(self.due))
+        return ready
+
+    def next_s(self) -> float | None:
+        return self.due[0][0] if self.due else None
+
+
+def run_scenario(scenario: Scenario, device: str = "cuda", model_path: Path | None = None) -> tuple[dict, Recorder]:
+    """Run the scenario for real; returns the summary (mode "measured") and the recorder."""
+    if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
+        raise PlannerError(f"{scenario.source}: the live engine runs one GPU: tensor_parallel_size and replicas "
+                           "must be 1 (simulate larger deployments with `planner simulate`)")
+    e = scenario.engine
+    torch_device = _device(device)
+    workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
+    try:
+        runner = ModelRunner(scenario.model, scenario.dtype, torch_device, None, e.block_size,
+                             seed=scenario.workload.seed, sampling=SamplingParams(),
+                             weights_path=None if model_path is None else str(model_path))
+    except WeightLoadError as err:
+        raise PlannerError(f"--model-path {model_path}: {err}") from err
+    total = None if torch_device.type == "cuda" else scenario.hardware.gpu.memory_bytes
+    measured = profile_num_blocks(runner, e.max_num_batched_tokens, e.max_num_seqs, e.gpu_memory_utilization, total)
+    num_blocks = e.num_gpu_blocks_override or measured["num_gpu_blocks"]
+    if num_blocks < -(-scenario.max_model_len // e.block_size):
+        raise PlannerError(f"{scenario.source}: the measured KV pool holds {num_blocks} blocks of {e.block_size}"
+                           f" tokens, less than one request of max_model_len {scenario.max_model_len}")
+    runner.allocate(num_blocks)
+    _warm_up(scenario, runner, workload, num_blocks)
+    if torch_device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(torch_device)
+
+    recorder = Recorder(num_blocks, e.block_size, record_steps=True)
+    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    arrivals = Arrivals(workload)
+    t0 = time.perf_counter()
+    clock = lambda: time.perf_counter() - t0  # noqa: E731
+    while scheduler.num_unfinished or arrivals.due:
+        for arrival_s, index in arrivals.pop_due(clock()):
+            scheduler.add_request(live_request(workload, index, arrival_s))
+        if not scheduler.num_unfinished:
+            time.sleep(max(0.0, arrivals.next_s() - clock()))
+            continue
+        _step(scheduler, runner, clock, recorder, lambda r: arrivals.reply_done(r.finished_s))
+
+    measured["block_size"] = e.block_size
+    measured["num_gpu_blocks"] = num_blocks
+    extra = {
+        "device": torch_device.type,
+        "device_name": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else "cpu",
+        "peak_memory_bytes": _peak_memory_bytes(torch_device),
+        "memory_predicted": memory_breakdown(scenario).to_dict(),
+        "weights": "random" if model_path is None else str(model_path),
+    }
+    summary = build_summary("measured", scenario, recorder, measured, workload.num_rejected,
+                            workload.num_truncated, extra)
+    return summary, recorder
+
+
+def _peak_memory_bytes(device: torch.device) -> int:
+    """torch's peak allocation on CUDA; the process's peak resident set on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB

@@ -1,0 +1,156 @@
+"""The mechanisms the seeds describe, as properties of the simulator (not frozen numbers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sim_helpers import make_scenario
+
+from sim.block_pool import BlockPool
+from sim.driver import simulate
+from sim.metrics import summarize
+
+
+def run(scenario, **kwargs):
+    result = simulate(scenario, **kwargs)
+    return result, summarize(result.recorder, scenario.slo)
+
+
+def test_continuous_batching_doubles_static_throughput_on_mixed_lengths():
+    saturated = {"num_requests": 300, "arrival": {"process": "poisson", "rate": 200.0},
+                 "output_tokens": {"dist": "uniform", "low": 8, "high": 1024}}
+    _, continuous = run(make_scenario(workload=saturated))
+    _, static = run(make_scenario(workload=saturated, engine={"scheduler": "static", "max_num_seqs": 64,
+                                                              "max_model_len": 2048}))
+    assert continuous["output_throughput"] >= 2 * static["output_throughput"]
+
+
+def test_paged_kv_keeps_slots_full_and_contiguous_wastes_them():
+    _, paged = run(make_scenario())
+    contiguous_result, contiguous = run(make_scenario(engine={"kv_cache": "contiguous"}))
+    paged_result, _ = run(make_scenario())
+    assert paged["kv_slot_utilization"] >= 0.90
+    assert contiguous["kv_slot_utilization"] <= 0.60
+    # Reserving max_model_len per request admits fewer at once: fewer running rows on average.
+    mean_rows = lambda r: np.mean(r.recorder.steps.view()["num_running"])  # noqa: E731
+    assert mean_rows(contiguous_result) < mean_rows(paged_result)
+
+
+def test_max_num_seqs_trades_tpot_for_throughput_until_kv_binds():
+    small_pool = {"num_gpu_blocks_override": 600, "max_model_len": 2048}  # 9,600 tokens of KV
+    results = {}
+    for seqs in (2, 8, 128):
+        _, results[seqs] = run(make_scenario(engine={**small_pool, "max_num_seqs": seqs},
+                                             workload={"arrival": {"process": "poisson", "rate": 100.0}}))
+    assert results[2]["output_throughput"] < results[8]["output_throughput"]
+    assert results[2]["median_tpot_ms"] < results[8]["median_tpot_ms"]
+    assert results[2]["num_preemptions"] == results[8]["num_preemptions"] == 0
+    assert results[128]["num_preemptions"] > 0  # 128 requests of ~500 tokens cannot all fit in 9,600 tokens
+
+
+@pytest.mark.parametrize("name", ["a10", "h100-sxm"])
+def test_tpot_never_beats_reading_the_weights(name):
+    scenario = make_scenario(hardware={"gpu": name})
+    result, _ = run(scenario)
+    floor_ms = result.cost_model.floors(scenario, 1.0)["tpot_floor_ms"]
+    requests = result.recorder.requests.view()
+    tpot_ms = (requests["finished_s"] - requests["first_token_s"]) / (requests["output_tokens"] - 1) * 1e3
+    assert tpot_ms.min() >= floor_ms
+
+
+def test_fast_forward_matches_stepping_one_by_one():
+    scenario = make_scenario(workload={"arrival": {"process": "poisson", "rate": 4.0}})
+    fast, fast_summary = run(scenario)
+    slow, slow_summary = run(scenario, fast_forward=False)
+    assert fast.recorder.num_steps == slow.recorder.num_steps
+    for key in ("mean_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "duration_s", "kv_slot_utilization"):
+        assert fast_summary[key] == pytest.approx(slow_summary[key], rel=1e-9)
+    fast_steps, slow_steps = fast.recorder.steps.view(), slow.recorder.steps.view()
+    for column in ("kv_blocks_used", "num_running", "sum_context_tokens"):
+        np.testing.assert_array_equal(fast_steps[column], slow_steps[column])
+    np.testing.assert_allclose(fast_steps["duration_s"], slow_steps["duration_s"], rtol=1e-12)
+
+
+def test_same_seed_gives_identical_results_and_another_seed_does_not():
+    _, a = run(make_scenario())
+    _, b = run(make_scenario())
+    _, c = run(make_scenario(workload={"seed": 1}))
+    assert a == b
+    assert a != c
+
+
+engine_configs = st.fixed_dictionaries({
+    "scheduler": st.sampled_from(["continuous", "static"]),
+    "kv_cache": st.sampled_from(["paged", "contiguous"]),
+    "block_size": st.sampled_from([1, 4, 16]),
+    "enable_chunked_prefill": st.booleans(),
+    "enable_prefix_caching": st.booleans(),
+    "max_num_seqs": st.integers(1, 12),
+    "max_num_batched_tokens": st.sampled_from([64, 300]),
+    "num_gpu_blocks_override": st.integers(0, 200),
+})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(engine=engine_configs, seed=st.integers(0, 10_000), closed=st.booleans(),
+       replicas=st.integers(1, 2), shared=st.booleans())
+def test_conservation_over_random_workloads(engine, seed, closed, replicas, shared, monkeypatch_blocks):
+    max_model_len = 256
+    # A pool that holds at least one request of max_model_len (as fit checks guarantee for real runs).
+    min_blocks = -(-max_model_len // engine["block_size"])
+    engine = {**engine, "max_model_len": max_model_len, "max_num_batched_tokens": max(engine["max_num_batched_tokens"], 256),
+              "num_gpu_blocks_override": min_blocks + engine["num_gpu_blocks_override"]}
+    arrival = ({"process": "closed", "concurrency": 3} if closed else {"process": "poisson", "rate": 30.0})
+    workload = {"num_requests": 25, "seed": seed, "arrival": arrival, "too_long": "truncate",
+                "prompt_tokens": {"dist": "uniform", "low": 1, "high": 200},
+                "output_tokens": {"dist": "uniform", "low": 1, "high": 80}}
+    if shared:
+        workload["shared_prefix"] = {"tokens": 40, "group_size": 4}
+    scenario = make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "a10", "replicas": replicas},
+                             engine=engine, workload=workload)
+    result, _ = run(scenario)
+    requests = result.recorder.requests.view()
+    wl = result.workload
+    ids = np.sort(requests["request_id"])
+    np.testing.assert_array_equal(ids, np.arange(len(wl)))  # every request finished, once
+    order = np.argsort(requests["request_id"])
+    np.testing.assert_array_equal(requests["output_tokens"][order], wl.output_tokens)
+    assert np.all(requests["first_token_s"] >= requests["arrival_s"])
+    assert np.all(requests["finished_s"] >= requests["first_token_s"])
+    for pool in monkeypatch_blocks:  # every pool of every replica ends with every block free, once
+        assert pool.num_free_blocks == pool.num_blocks
+        assert sorted(pool.free_block_queue) == list(range(pool.num_blocks))
+        assert not any(pool.ref_cnt)
+    monkeypatch_blocks.clear()
+
+
+@pytest.fixture
+def monkeypatch_blocks(monkeypatch):
+    """Records every BlockPool made and fails if one hands out a block that is still referenced."""
+    pools = []
+    original_init, original_get = BlockPool.__init__, BlockPool.get_new_blocks
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        pools.append(self)
+
+    def get_new_blocks(self, n):
+        ids = original_get(self, n)
+        assert len(set(ids)) == len(ids), "a block handed out twice in one allocation"
+        assert all(self.ref_cnt[i] == 1 for i in ids), "a block handed out while still referenced"
+        return ids
+
+    monkeypatch.setattr(BlockPool, "__init__", init)
+    monkeypatch.setattr(BlockPool, "get_new_blocks", get_new_blocks)
+    return pools
+
+
+def test_prefix_caching_skips_the_shared_prompt():
+    shared = {"shared_prefix": {"tokens": 384, "group_size": 8},
+              "prompt_tokens": {"dist": "uniform", "low": 400, "high": 512},
+              "arrival": {"process": "poisson", "rate": 2.0}}
+    _, cached = run(make_scenario(engine={"enable_prefix_caching": True}, workload=shared))
+    _, uncached = run(make_scenario(engine={"enable_prefix_caching": False}, workload=shared))
+    assert cached["mean_ttft_ms"] < 0.7 * uncached["mean_ttft_ms"]
