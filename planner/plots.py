@@ -27,7 +27,7 @@ RATE_BINS = 100  # bins over the run for per-second rates
 STATE_BINS = 400  # bins over the run for step state (queue, batch, KV use)
 CDF_POINTS = 200_000  # larger samples are subsampled for the drawn curve (percentiles stay exact)
 PERCENTILE_COLORS = {50: "#2ca02c", 90: "#ff7f0e", 99: "#d62728"}
-NOTE_STYLE = dict(ha="center", va="center", fontsize=10, color="#555555", wrap=True)
+NOTE_STYLE = {"ha": "center", "va": "center", "fontsize": 10, "color": "#555555", "wrap": True}
 
 
 def write_plots(out_dir: Path, requests: dict[str, np.ndarray], steps: dict[str, np.ndarray], summary: dict,
@@ -89,7 +89,7 @@ class _Context:
             ends.append(_finite_max(steps["start_s"] + steps.get("duration_s", 0.0)))
         self.t_end = max(ends)
         self.rate_width = _nice_width(self.t_end / RATE_BINS) if self.t_end > 0 else 0.0
-        self.rate_bins = int(math.ceil(self.t_end / self.rate_width - 1e-9)) if self.rate_width else 0
+        self.rate_bins = math.ceil(self.t_end / self.rate_width - 1e-9) if self.rate_width else 0
         self.rate_bins = max(self.rate_bins, 1)
         state_bins = min(STATE_BINS, max(self.num_steps // 4, 20))
         self.state_width = self.t_end / state_bins if self.t_end > 0 else 0.0
@@ -268,6 +268,7 @@ def _fmt_s(v: float) -> str:
 
 def _note(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, **NOTE_STYLE)
+    ax.set_gid("note")  # an empty panel: no grid
     # tick_params, not set_xticks([]): the x axis may be shared with panels that do have data
     ax.tick_params(left=False, bottom=False, labelleft=False, labelbottom=False)
     for spine in ax.spines.values():
@@ -291,7 +292,8 @@ def _finish(fig: Figure, suptitle: str, ctx: _Context, extra: str = "") -> None:
 
 def _time_axis(ax, ctx: _Context) -> None:
     ax.set_xlim(0, ctx.t_end if ctx.t_end > 0 else 1.0)
-    ax.grid(True, alpha=0.3)
+    if ax.get_gid() != "note":
+        ax.grid(True, alpha=0.3)
 
 
 def _stairs(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -327,7 +329,8 @@ def _latency_figure(fig: Figure, ctx: _Context, itl_ms: np.ndarray | None) -> No
         if values is None or len(values) == 0:
             _note(ax, why_empty)
             continue
-        ax.set_title(f"{name}: {len(values):,} {unit}, mean {_fmt_ms(float(values.mean()))}", fontsize=10)
+        counted = unit if len(values) != 1 else unit.removesuffix("s")
+        ax.set_title(f"{name}: {len(values):,} {counted}, mean {_fmt_ms(float(values.mean()))}", fontsize=10)
         _cdf_panel(ax, values, xlabel, unit, slo.get(metric, []))
     _finish(fig, f"Latency distributions (CDF) — {ctx.title}", ctx,
             "each curve: the share of requests (ITL: of token gaps) with a latency at or below x; "
@@ -482,7 +485,7 @@ def _throughput_figure(fig: Figure, ctx: _Context) -> None:
     _time_axis(ax_q, ctx)
     ax_q.set_xlabel("time since start of run (s)")
     for ax in (ax_tok, ax_req):
-        ax.tick_params(labelbottom=True)
+        ax.tick_params(labelbottom=ax.get_gid() != "note")
     _finish(fig, f"Throughput and load over time — {ctx.title}", ctx,
             "lines: time-weighted mean per bin, shading: min–max within the bin")
 
@@ -556,7 +559,7 @@ def _kv_figure(fig: Figure, ctx: _Context, num_gpu_blocks: int | None) -> None:
         ax_b.legend(loc="upper left", fontsize=8, framealpha=0.9, ncol=2)
     _time_axis(ax_b, ctx)
     ax_b.set_xlabel("time since start of run (s)")
-    ax_kv.tick_params(labelbottom=True)
+    ax_kv.tick_params(labelbottom=ax_kv.get_gid() != "note")
     extra = f"{preempt_total:,} preemptions" if preempt_total else "no preemptions"
     _finish(fig, f"KV-cache memory and batch size over time — {ctx.title}", ctx,
             extra + "; lines: time-weighted mean per bin, shading: min–max within the bin")

@@ -1,0 +1,127 @@
+"""The commands as a user runs them: outputs written, JSON on stdout, one clear error and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+
+
+def planner(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_every_shipped_scenario_validates(path):
+    assert main(["validate", str(path)]) == 0
+
+
+def test_memory_json_pins_the_worked_example(capsys):
+    assert main(["memory", "scenarios/a10_qwen7b.yaml", "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert mem["kv_bytes_per_token"] == 524_288
+    assert mem["weights_bytes"] == pytest.approx(15.44e9, rel=0.01)
+    for key in ("block_bytes", "activation_bytes", "non_torch_bytes", "kv_cache_bytes", "num_gpu_blocks",
+                "max_kv_tokens"):
+        assert mem[key] > 0
+
+
+def test_memory_prints_vllm_start_up_lines(capsys):
+    assert main(["memory", "scenarios/a10_qwen7b.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU KV cache size: " in out and " tokens" in out
+    assert "Maximum concurrency for 4,096 tokens per request: " in out
+
+
+def test_tensor_parallel_halves_weights_and_kv_per_gpu(capsys):
+    main(["memory", "scenarios/h100x4_llama31_70b_tp4.yaml", "--json", "--set", "hardware.tensor_parallel_size=2"])
+    tp2 = json.loads(capsys.readouterr().out)
+    main(["memory", "scenarios/h100x4_llama31_70b_tp4.yaml", "--json"])
+    tp4 = json.loads(capsys.readouterr().out)
+    assert tp4["weights_bytes"] == pytest.approx(tp2["weights_bytes"] / 2, rel=1e-6)
+    assert tp4["kv_bytes_per_token"] * 2 == tp2["kv_bytes_per_token"]
+
+
+def test_llama31_8b_kv_per_token_with_gqa(capsys):
+    main(["memory", "scenarios/h100_llama31_8b_azure_conv.yaml", "--json"])
+    assert json.loads(capsys.readouterr().out)["kv_bytes_per_token"] == 131_072
+
+
+def test_a_model_that_does_not_fit_is_refused_with_numbers(capsys):
+    code = main(["memory", "scenarios/a10_qwen7b.yaml", "--set", "model=llama-2-70b"])
+    out = capsys.readouterr().out
+    assert code == 2
+    assert "cannot run" in out and "GiB" in out and "tensor_parallel_size 2" in out
+
+
+def test_simulate_writes_every_output_and_is_deterministic(tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        result = planner("simulate", "scenarios/a10_qwen7b.yaml", "--out", str(tmp_path / name), "--json")
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        assert summary["mode"] == "simulated" and summary["completed"] == 200
+        for key in ("request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms",
+                    "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms",
+                    "num_requests", "duration_s", "memory", "kv_cache_utilization", "num_preemptions", "goodput",
+                    "scenario", "cost_model"):
+            assert key in summary, key
+        files = {p.name for p in (tmp_path / name).iterdir()}
+        assert {"summary.json", "requests.csv", "steps.csv", "latency_cdf.png", "throughput.png",
+                "kv_cache.png"} <= files
+        runs.append((tmp_path / name / "summary.json").read_bytes())
+    assert runs[0] == runs[1]
+    lines = (tmp_path / "a" / "requests.csv").read_text().splitlines()
+    assert lines[0].startswith("request_id,arrival_s,first_token_s,finished_s") and len(lines) == 201
+
+
+def test_static_batching_halves_throughput_on_the_mixed_scenario(capsys):
+    main(["simulate", "scenarios/a100_llama2_7b_mixed.yaml", "--json", "--set", "workload.num_requests=300"])
+    continuous = json.loads(capsys.readouterr().out)
+    main(["simulate", "scenarios/a100_llama2_7b_mixed.yaml", "--json", "--set", "workload.num_requests=300",
+          "--set", "engine.scheduler=static"])
+    static = json.loads(capsys.readouterr().out)
+    assert static["output_throughput"] < continuous["output_throughput"] / 2
+
+
+@pytest.mark.parametrize("override, words", [
+    ("engine.max_num_seq=8", ["engine.max_num_seq", "max_num_seqs"]),
+    ("workload.arrival.rate=-2", ["workload.arrival.rate", "-2"]),
+    ("engine.gpu_memory_utilization=1.5", ["engine.gpu_memory_utilization", "1.5", "(0, 1]"]),
+])
+def test_bad_input_exits_2_with_the_key_and_no_traceback(override, words):
+    for command in ("validate", "simulate", "memory"):
+        result = planner(command, "scenarios/a10_qwen7b.yaml", "--set", override)
+        assert result.returncode == 2
+        assert "Traceback" not in result.stderr
+        assert "a10_qwen7b.yaml" in result.stderr
+        for word in words:
+            assert word in result.stderr
+
+
+def test_compare_prints_side_by_side(tmp_path, capsys):
+    for name, rate in (("a", "2"), ("b", "4")):
+        main(["simulate", "scenarios/cpu_tiny.yaml", "--out", str(tmp_path / name), "--json",
+              "--set", f"workload.arrival.rate={rate}"])
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "TTFT p99 (ms)" in out and "num_gpu_blocks" in out and "%" in out
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
+
+
+def test_catalog_lists_and_shows(capsys):
+    assert main(["catalog"]) == 0
+    out = capsys.readouterr().out
+    assert "h100-sxm" in out and "qwen-7b" in out
+    assert main(["catalog", "gpu", "a10"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory_bandwidth_gbps"] == 600.0
+    assert main(["catalog", "gpu", "a11"]) == 2

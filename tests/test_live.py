@@ -1,0 +1,67 @@
+"""`planner run`: the scenario on the live engine, writing what `planner simulate` writes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from planner.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def request_lengths(folder: Path) -> list[tuple[str, str, str]]:
+    with open(folder / "requests.csv") as f:
+        return [(row["request_id"], row["prompt_tokens"], row["output_tokens"]) for row in csv.DictReader(f)]
+
+
+def run_and_simulate(tmp_path: Path, device: str, capsys) -> tuple[dict, dict]:
+    assert main(["run", "scenarios/cpu_tiny.yaml", "--device", device, "--out", str(tmp_path / "run"), "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--out", str(tmp_path / "sim"), "--json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)
+    return measured, simulated
+
+
+def check_run(tmp_path: Path, measured: dict, simulated: dict, capsys) -> None:
+    assert measured["mode"] == "measured" and simulated["mode"] == "simulated"
+    assert measured["completed"] == simulated["completed"] == 48
+    # Same scenario and seed: the same requests in both modes.
+    assert request_lengths(tmp_path / "run") == request_lengths(tmp_path / "sim")
+    assert measured["memory"]["num_gpu_blocks"] == 64 and measured["peak_memory_bytes"] > 0
+    steps = (tmp_path / "run" / "steps.csv").read_text().splitlines()
+    assert steps[0].startswith("start_s,duration_s,num_running") and len(steps) > 48
+    assert main(["compare", str(tmp_path / "sim"), str(tmp_path / "run")]) == 0
+    table = capsys.readouterr().out
+    assert "(simulated)" in table and "(measured)" in table and "num_gpu_blocks" in table
+
+
+def test_cpu_tiny_runs_on_the_cpu_and_compares(tmp_path, capsys):
+    measured, simulated = run_and_simulate(tmp_path, "cpu", capsys)
+    assert measured["device_name"] == "cpu"
+    check_run(tmp_path, measured, simulated, capsys)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; the CPU twin above runs everywhere")
+def test_cpu_tiny_runs_on_cuda_and_compares(tmp_path, capsys):
+    measured, simulated = run_and_simulate(tmp_path, "cuda", capsys)
+    check_run(tmp_path, measured, simulated, capsys)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model-path", "/nonexistent/dir"], ["--model-path", "/nonexistent/dir"]),
+    (["--set", "hardware.replicas=2"], ["replicas"]),
+])
+def test_run_refuses_clearly(args, words):
+    result = subprocess.run([sys.executable, "-m", "planner.cli", "run", "scenarios/cpu_tiny.yaml", "--device", "cpu",
+                             *args], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in result.stderr
