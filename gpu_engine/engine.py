@@ -18,6 +18,9 @@ from pathlib import Path
 
 import torch
 
+from gpu_engine.profiling import profile_num_blocks
+from gpu_engine.runner import ModelRunner, SamplingParams
+from gpu_engine.weights import WeightLoadError
 from planner.errors import PlannerError
 from planner.results import build_summary
 from sim.config import Scenario
@@ -27,10 +30,6 @@ from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import Scheduler
 from sim.workload import Workload, generate_workload, prompt_token_ids
-
-from gpu_engine.profiling import profile_num_blocks
-from gpu_engine.runner import ModelRunner, SamplingParams
-from gpu_engine.weights import WeightLoadError
 
 WARMUP_REQUESTS = 2  # short requests run to completion before the clock starts (kernels, allocator)
 
@@ -53,15 +52,25 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _drain(scheduler: Scheduler, runner: ModelRunner, clock: Callable[[], float], recorder: Recorder | None,
-           on_finished: Callable[[Request], None] = lambda r: None) -> None:
+def _drain(
+    scheduler: Scheduler,
+    runner: ModelRunner,
+    clock: Callable[[], float],
+    recorder: Recorder | None,
+    on_finished: Callable[[Request], None] = lambda r: None,
+) -> None:
     """Step until no request is waiting or running."""
     while scheduler.num_unfinished:
         _step(scheduler, runner, clock, recorder, on_finished)
 
 
-def _step(scheduler: Scheduler, runner: ModelRunner, clock: Callable[[], float], recorder: Recorder | None,
-          on_finished: Callable[[Request], None]) -> None:
+def _step(
+    scheduler: Scheduler,
+    runner: ModelRunner,
+    clock: Callable[[], float],
+    recorder: Recorder | None,
+    on_finished: Callable[[Request], None],
+) -> None:
     out = scheduler.schedule(clock())
     if not out.scheduled:
         raise RuntimeError(f"no request can be scheduled with {scheduler.kv.pool.num_free_blocks} free blocks")
@@ -70,9 +79,20 @@ def _step(scheduler: Scheduler, runner: ModelRunner, clock: Callable[[], float],
     end = clock()
     finished = scheduler.update(out, end, sampled)
     if recorder is not None:
-        recorder.step(start, end - start, len(scheduler.running), len(scheduler.waiting), out.num_prefill_tokens,
-                      out.num_decode_requests, out.num_sampled, out.sum_context_tokens, out.attention_pairs,
-                      blocks_in_use, out.num_preempted, out.tokens_held)
+        recorder.step(
+            start,
+            end - start,
+            len(scheduler.running),
+            len(scheduler.waiting),
+            out.num_prefill_tokens,
+            out.num_decode_requests,
+            out.num_sampled,
+            out.sum_context_tokens,
+            out.attention_pairs,
+            blocks_in_use,
+            out.num_preempted,
+            out.tokens_held,
+        )
     for request in finished:
         on_finished(request)
 
@@ -118,23 +138,34 @@ class Arrivals:
 def run_scenario(scenario: Scenario, device: str = "cuda", model_path: Path | None = None) -> tuple[dict, Recorder]:
     """Run the scenario for real; returns the summary (mode "measured") and the recorder."""
     if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
-        raise PlannerError(f"{scenario.source}: the live engine runs one GPU: tensor_parallel_size and replicas "
-                           "must be 1 (simulate larger deployments with `planner simulate`)")
+        raise PlannerError(
+            f"{scenario.source}: the live engine runs one GPU: tensor_parallel_size and replicas "
+            "must be 1 (simulate larger deployments with `planner simulate`)"
+        )
     e = scenario.engine
     torch_device = _device(device)
     workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
     try:
-        runner = ModelRunner(scenario.model, scenario.dtype, torch_device, None, e.block_size,
-                             seed=scenario.workload.seed, sampling=SamplingParams(),
-                             weights_path=None if model_path is None else str(model_path))
+        runner = ModelRunner(
+            scenario.model,
+            scenario.dtype,
+            torch_device,
+            None,
+            e.block_size,
+            seed=scenario.workload.seed,
+            sampling=SamplingParams(),
+            weights_path=None if model_path is None else str(model_path),
+        )
     except WeightLoadError as err:
         raise PlannerError(f"--model-path {model_path}: {err}") from err
     total = None if torch_device.type == "cuda" else scenario.hardware.gpu.memory_bytes
     measured = profile_num_blocks(runner, e.max_num_batched_tokens, e.max_num_seqs, e.gpu_memory_utilization, total)
     num_blocks = e.num_gpu_blocks_override or measured["num_gpu_blocks"]
     if num_blocks < -(-scenario.max_model_len // e.block_size):
-        raise PlannerError(f"{scenario.source}: the measured KV pool holds {num_blocks} blocks of {e.block_size}"
-                           f" tokens, less than one request of max_model_len {scenario.max_model_len}")
+        raise PlannerError(
+            f"{scenario.source}: the measured KV pool holds {num_blocks} blocks of {e.block_size}"
+            f" tokens, less than one request of max_model_len {scenario.max_model_len}"
+        )
     runner.allocate(num_blocks)
     _warm_up(scenario, runner, workload, num_blocks)
     if torch_device.type == "cuda":
@@ -144,7 +175,7 @@ def run_scenario(scenario: Scenario, device: str = "cuda", model_path: Path | No
     scheduler = build_scheduler(scenario, num_blocks, recorder)
     arrivals = Arrivals(workload)
     t0 = time.perf_counter()
-    clock = lambda: time.perf_counter() - t0  # noqa: E731
+    clock = lambda: time.perf_counter() - t0
     while scheduler.num_unfinished or arrivals.due:
         for arrival_s, index in arrivals.pop_due(clock()):
             scheduler.add_request(live_request(workload, index, arrival_s))
@@ -162,8 +193,9 @@ def run_scenario(scenario: Scenario, device: str = "cuda", model_path: Path | No
         "memory_predicted": memory_breakdown(scenario).to_dict(),
         "weights": "random" if model_path is None else str(model_path),
     }
-    summary = build_summary("measured", scenario, recorder, measured, workload.num_rejected,
-                            workload.num_truncated, extra)
+    summary = build_summary(
+        "measured", scenario, recorder, measured, workload.num_rejected, workload.num_truncated, extra
+    )
     return summary, recorder
 
 

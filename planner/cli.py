@@ -15,8 +15,14 @@ EXIT_USAGE = 2
 
 def _scenario_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a scenario field, e.g. --set engine.max_num_seqs=64 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. --set engine.max_num_seqs=64 (repeatable)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,8 +91,10 @@ def cmd_validate(args) -> int:
             print(f"planner: error: {path}: cannot run: {problem}", file=sys.stderr)
             status = EXIT_USAGE
         if not problems:
-            print(f"ok  {path}  ({scenario.model.name} on {scenario.hardware.tensor_parallel_size}x"
-                  f"{scenario.hardware.gpu.name}, {scenario.workload.num_requests} requests)")
+            print(
+                f"ok  {path}  ({scenario.model.name} on {scenario.hardware.tensor_parallel_size}x"
+                f"{scenario.hardware.gpu.name}, {scenario.workload.num_requests} requests)"
+            )
     return status
 
 
@@ -107,15 +115,19 @@ def cmd_catalog(args) -> int:
         for name, g in catalogs["gpu"].items():
             fp8 = "-" if g.fp8_tflops is None else f"{g.fp8_tflops:g}"
             rent = "-" if g.rental_usd_per_hour is None else f"{g.rental_usd_per_hour:.2f}"
-            print(f"{name:<12}{g.memory_bytes / 2**30:>12.2f}{g.bf16_tflops:>13g}{fp8:>12}"
-                  f"{g.memory_bandwidth_gbps:>10g}{rent:>7}")
+            print(
+                f"{name:<12}{g.memory_bytes / 2**30:>12.2f}{g.bf16_tflops:>13g}{fp8:>12}"
+                f"{g.memory_bandwidth_gbps:>10g}{rent:>7}"
+            )
     if args.kind is None:
         print()
     if args.kind in (None, "model"):
         print(f"{'model':<14}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv heads':>10}{'vocab':>9}")
         for name, m in catalogs["model"].items():
-            print(f"{name:<14}{m.num_params / 1e9:>9.2f}B{m.num_hidden_layers:>8}{m.hidden_size:>8}"
-                  f"{m.num_attention_heads:>7}{m.num_key_value_heads:>10}{m.vocab_size:>9}")
+            print(
+                f"{name:<14}{m.num_params / 1e9:>9.2f}B{m.num_hidden_layers:>8}{m.hidden_size:>8}"
+                f"{m.num_attention_heads:>7}{m.num_key_value_heads:>10}{m.vocab_size:>9}"
+            )
     return 0
 
 
@@ -141,12 +153,23 @@ def cmd_memory(args) -> int:
     mean_tokens = _mean_request_tokens(scenario)
     problems = fit_problems(mem, scenario.hardware.tensor_parallel_size)
     if args.json:
-        print(json.dumps(mem.to_dict() | {"mean_request_tokens": mean_tokens,
-                                          "requests_at_mean_length": mem.requests_that_fit(mean_tokens),
-                                          "fits": not problems, "problems": problems}, indent=2))
+        print(
+            json.dumps(
+                mem.to_dict()
+                | {
+                    "mean_request_tokens": mean_tokens,
+                    "requests_at_mean_length": mem.requests_that_fit(mean_tokens),
+                    "fits": not problems,
+                    "problems": problems,
+                },
+                indent=2,
+            )
+        )
     else:
-        print(f"{scenario.name}: {scenario.model.name} ({scenario.model.num_params / 1e9:.2f}B params, "
-              f"{scenario.dtype}) on {scenario.hardware.tensor_parallel_size}x {scenario.hardware.gpu.name}")
+        print(
+            f"{scenario.name}: {scenario.model.name} ({scenario.model.num_params / 1e9:.2f}B params, "
+            f"{scenario.dtype}) on {scenario.hardware.tensor_parallel_size}x {scenario.hardware.gpu.name}"
+        )
         print("\n".join(memory_lines(mem, scenario.hardware.tensor_parallel_size, mean_tokens)))
         for problem in problems:
             print(f"cannot run: {problem}")
@@ -168,8 +191,12 @@ class Progress:
         self.shown = True
         width = 30
         filled = int(width * done / max(total, 1))
-        print(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} requests"
-              f" {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
+        print(
+            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} requests {elapsed:.0f}s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def close(self) -> None:
         if self.shown:
@@ -210,9 +237,16 @@ def cmd_simulate(args) -> int:
     wl = result.workload
     mean_prompt = float(wl.prompt_tokens.mean()) if len(wl) else 0.0
     summary = build_summary(
-        "simulated", scenario, result.recorder, result.memory.to_dict(), wl.num_rejected, wl.num_truncated,
-        {"floors": result.cost_model.floors(scenario, mean_prompt),
-         "cost_model": result.cost_model.coefficients.to_dict()},
+        "simulated",
+        scenario,
+        result.recorder,
+        result.memory.to_dict(),
+        wl.num_rejected,
+        wl.num_truncated,
+        {
+            "floors": result.cost_model.floors(scenario, mean_prompt),
+            "cost_model": result.cost_model.coefficients.to_dict(),
+        },
     )
     _emit(args, summary, result.recorder, f"{scenario.name} (simulated)")
     return 0

@@ -30,8 +30,15 @@ PERCENTILE_COLORS = {50: "#2ca02c", 90: "#ff7f0e", 99: "#d62728"}
 NOTE_STYLE = {"ha": "center", "va": "center", "fontsize": 10, "color": "#555555", "wrap": True}
 
 
-def write_plots(out_dir: Path, requests: dict[str, np.ndarray], steps: dict[str, np.ndarray], summary: dict,
-                title: str, itl_ms: np.ndarray | None = None, num_gpu_blocks: int | None = None) -> list[Path]:
+def write_plots(
+    out_dir: Path,
+    requests: dict[str, np.ndarray],
+    steps: dict[str, np.ndarray],
+    summary: dict,
+    title: str,
+    itl_ms: np.ndarray | None = None,
+    num_gpu_blocks: int | None = None,
+) -> list[Path]:
     """Write latency_cdf.png, throughput.png and kv_cache.png into out_dir; return their paths.
 
     requests: REQUEST_COLUMNS of sim.metrics (one row per completed request); steps: STEP_COLUMNS (may be
@@ -49,8 +56,11 @@ def write_plots(out_dir: Path, requests: dict[str, np.ndarray], steps: dict[str,
         num_gpu_blocks = memory.get("num_gpu_blocks") if isinstance(memory, dict) else None
     ctx = _Context(requests, steps, summary, title)
     written = []
-    for name, draw in (("latency_cdf.png", _latency_figure), ("throughput.png", _throughput_figure),
-                       ("kv_cache.png", _kv_figure)):
+    for name, draw in (
+        ("latency_cdf.png", _latency_figure),
+        ("throughput.png", _throughput_figure),
+        ("kv_cache.png", _kv_figure),
+    ):
         fig = Figure(figsize=FIGSIZE, dpi=DPI)
         FigureCanvasAgg(fig)
         if name == "latency_cdf.png":
@@ -105,8 +115,9 @@ class _Context:
         """num_running, num_waiting, kv_blocks_used per state bin: time-weighted mean, min, max."""
         if self._state is None and self.num_steps and self.state_width > 0:
             cols = [c for c in ("num_running", "num_waiting", "kv_blocks_used") if c in self.steps]
-            self._state = _bin_steps(self.steps, self.state_width, self.state_bins, cols,
-                                     sums=("num_preemptions",), order=self._order)
+            self._state = _bin_steps(
+                self.steps, self.state_width, self.state_bins, cols, sums=("num_preemptions",), order=self._order
+            )
         return self._state
 
     def footnote(self, fig: Figure, extra: str = "") -> None:
@@ -146,8 +157,9 @@ def _nice_width(raw: float) -> float:
     return 10.0 ** (exp + 1)
 
 
-def _bin_steps(steps: dict, width: float, nbins: int, cols: list[str], sums: tuple[str, ...] = (),
-               order: np.ndarray | None = None) -> dict:
+def _bin_steps(
+    steps: dict, width: float, nbins: int, cols: list[str], sums: tuple[str, ...] = (), order: np.ndarray | None = None
+) -> dict:
     """Reduce steps to time bins by start time. For each of `cols`: 'mean' (weighted by step duration; 0
     where the engine ran no step in the bin, i.e. was idle), 'min', 'max' (NaN where empty); for each of
     `sums`: 'sum'. Also 'edges' (nbins + 1). Steps in time order (one replica) cost a few passes over each
@@ -307,20 +319,45 @@ def _stairs(edges: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _latency_figure(fig: Figure, ctx: _Context, itl_ms: np.ndarray | None) -> None:
     lat = _latencies_ms(ctx.requests)
     slo = {}
-    for check in ((ctx.summary.get("slo") or {}).get("checks") or []):
+    for check in (ctx.summary.get("slo") or {}).get("checks") or []:
         slo.setdefault(check.get("metric"), []).append(check)
     panels = [
-        ("ttft_ms", "Time to first token", "TTFT: time to first token (ms)", lat["ttft"], "requests",
-         "No completed requests."),
-        ("tpot_ms", "Time per output token", "TPOT: time per output token after the first (ms)", lat["tpot"], "requests",
-         "No TPOT: no request produced more than one output token."
-         if ctx.num_requests else "No completed requests."),
-        ("itl_ms", "Inter-token latency", "ITL: gap between consecutive tokens (ms)",
-         None if itl_ms is None else np.asarray(itl_ms, dtype=np.float64), "gaps",
-         "ITL was not recorded for this run." if itl_ms is None else "No inter-token gaps (every request "
-         "produced a single token)."),
-        ("e2el_ms", "End-to-end latency", "E2E: arrival to last token (ms)", lat["e2el"], "requests",
-         "No completed requests."),
+        (
+            "ttft_ms",
+            "Time to first token",
+            "TTFT: time to first token (ms)",
+            lat["ttft"],
+            "requests",
+            "No completed requests.",
+        ),
+        (
+            "tpot_ms",
+            "Time per output token",
+            "TPOT: time per output token after the first (ms)",
+            lat["tpot"],
+            "requests",
+            "No TPOT: no request produced more than one output token."
+            if ctx.num_requests
+            else "No completed requests.",
+        ),
+        (
+            "itl_ms",
+            "Inter-token latency",
+            "ITL: gap between consecutive tokens (ms)",
+            None if itl_ms is None else np.asarray(itl_ms, dtype=np.float64),
+            "gaps",
+            "ITL was not recorded for this run."
+            if itl_ms is None
+            else "No inter-token gaps (every request produced a single token).",
+        ),
+        (
+            "e2el_ms",
+            "End-to-end latency",
+            "E2E: arrival to last token (ms)",
+            lat["e2el"],
+            "requests",
+            "No completed requests.",
+        ),
     ]
     axes = fig.subplots(2, 2)
     for ax, (metric, name, xlabel, values, unit, why_empty) in zip(axes.flat, panels):
@@ -332,9 +369,13 @@ def _latency_figure(fig: Figure, ctx: _Context, itl_ms: np.ndarray | None) -> No
         counted = unit if len(values) != 1 else unit.removesuffix("s")
         ax.set_title(f"{name}: {len(values):,} {counted}, mean {_fmt_ms(float(values.mean()))}", fontsize=10)
         _cdf_panel(ax, values, xlabel, unit, slo.get(metric, []))
-    _finish(fig, f"Latency distributions (CDF) — {ctx.title}", ctx,
-            "each curve: the share of requests (ITL: of token gaps) with a latency at or below x; "
-            "dots: percentiles; grey dash-dot: mean; purple dashed: SLO bound")
+    _finish(
+        fig,
+        f"Latency distributions (CDF) — {ctx.title}",
+        ctx,
+        "each curve: the share of requests (ITL: of token gaps) with a latency at or below x; "
+        "dots: percentiles; grey dash-dot: mean; purple dashed: SLO bound",
+    )
 
 
 def _cdf_panel(ax, values: np.ndarray, xlabel: str, unit: str, slo_checks: list[dict]) -> None:
@@ -372,8 +413,9 @@ def _cdf_panel(ax, values: np.ndarray, xlabel: str, unit: str, slo_checks: list[
     # every line is labelled where it is drawn.
     ax.plot(x, y, drawstyle="steps-post", color="#1f77b4", lw=1.6)
     ax.axvline(mean, color="#7f7f7f", ls="-.", lw=1)
-    ax.text(mean, 0.015, " mean", transform=ax.get_xaxis_transform(), fontsize=7.5, color="#555555",
-            ha="left", va="bottom")
+    ax.text(
+        mean, 0.015, " mean", transform=ax.get_xaxis_transform(), fontsize=7.5, color="#555555", ha="left", va="bottom"
+    )
 
     def frac(v: float) -> float:
         if use_log:
@@ -395,17 +437,34 @@ def _cdf_panel(ax, values: np.ndarray, xlabel: str, unit: str, slo_checks: list[
         color = PERCENTILE_COLORS[q]
         right = frac(v) < 0.4 if (v > 0 or not use_log) else True
         text = " = ".join(f"p{k}" for k in qs) + f" = {_fmt_ms(v)}"
-        ax.annotate(text, (v, q / 100), xytext=(7 if right else -7, -1 if right else 0),
-                    textcoords="offset points", ha="left" if right else "right",
-                    va="top" if right else "center", fontsize=8, color=color, fontweight="bold")
+        ax.annotate(
+            text,
+            (v, q / 100),
+            xytext=(7 if right else -7, -1 if right else 0),
+            textcoords="offset points",
+            ha="left" if right else "right",
+            va="top" if right else "center",
+            fontsize=8,
+            color=color,
+            fontweight="bold",
+        )
     for c in slo_checks:
         met = c.get("met")
         verdict = "" if met is None else (" — met" if met else " — MISSED")
         bound = float(c["bound_ms"])
         ax.axvline(bound, color="#9467bd", ls="--", lw=1.3)
-        ax.annotate(f"SLO: {c.get('stat')} ≤ {_fmt_ms(bound)}{verdict}", (bound, 0.05),
-                    xycoords=ax.get_xaxis_transform(), xytext=(3, 0), textcoords="offset points", rotation=90,
-                    fontsize=7.5, color="#9467bd", ha="left", va="bottom")
+        ax.annotate(
+            f"SLO: {c.get('stat')} ≤ {_fmt_ms(bound)}{verdict}",
+            (bound, 0.05),
+            xycoords=ax.get_xaxis_transform(),
+            xytext=(3, 0),
+            textcoords="offset points",
+            rotation=90,
+            fontsize=7.5,
+            color="#9467bd",
+            ha="left",
+            va="bottom",
+        )
     ax.set_xlabel(xlabel + (" — log scale" if use_log else ""))
     ax.set_ylabel(f"fraction of {'token gaps' if unit == 'gaps' else unit} ≤ x")
     ax.grid(True, which="major", alpha=0.3)
@@ -427,16 +486,18 @@ def _throughput_figure(fig: Figure, ctx: _Context) -> None:
     else:
         edges = np.arange(nbins + 1) * width
         if ctx.num_steps and "num_sampled" in ctx.steps:
-            tokens = _bin_steps(ctx.steps, width, nbins, [], sums=("num_sampled",),
-                                order=ctx._order)["num_sampled"]["sum"]
+            tokens = _bin_steps(ctx.steps, width, nbins, [], sums=("num_sampled",), order=ctx._order)["num_sampled"][
+                "sum"
+            ]
             source = "counted from engine steps"
         else:
             tokens = _output_tokens_from_requests(req, edges)
             source = "estimated from requests: tokens spread evenly from first to last"
         rate = tokens / width
         ax_tok.fill_between(*_stairs(edges, rate), step="post", color="#1f77b4", alpha=0.25, lw=0)
-        ax_tok.plot(*_stairs(edges, rate), drawstyle="steps-post", color="#1f77b4", lw=1.3,
-                    label=f"output tokens/s ({source})")
+        ax_tok.plot(
+            *_stairs(edges, rate), drawstyle="steps-post", color="#1f77b4", lw=1.3, label=f"output tokens/s ({source})"
+        )
         total = float(req["output_tokens"].sum()) if "output_tokens" in req else float(tokens.sum())
         duration = _finite_max(req.get("finished_s")) or ctx.t_end
         if duration > 0:
@@ -454,12 +515,19 @@ def _throughput_figure(fig: Figure, ctx: _Context) -> None:
     else:
         edges = np.arange(nbins + 1) * width
         done = np.histogram(req["finished_s"], bins=edges)[0] / width
-        ax_req.plot(*_stairs(edges, done), drawstyle="steps-post", color="#2ca02c", lw=1.5,
-                    label="completed requests/s")
+        ax_req.plot(
+            *_stairs(edges, done), drawstyle="steps-post", color="#2ca02c", lw=1.5, label="completed requests/s"
+        )
         if "arrival_s" in req:
             arrived = np.histogram(req["arrival_s"], bins=edges)[0] / width
-            ax_req.plot(*_stairs(edges, arrived), drawstyle="steps-post", color="#7f7f7f", lw=1.1, ls="--",
-                        label="arriving requests/s (of those completed)")
+            ax_req.plot(
+                *_stairs(edges, arrived),
+                drawstyle="steps-post",
+                color="#7f7f7f",
+                lw=1.1,
+                ls="--",
+                label="arriving requests/s (of those completed)",
+            )
         ax_req.set_ylabel(f"requests/s\n({per})")
         ax_req.yaxis.set_major_formatter(FuncFormatter(_tick_fmt))
         _headroom(ax_req, float(max(done.max(), arrived.max() if "arrival_s" in req else 0.0)))
@@ -467,27 +535,32 @@ def _throughput_figure(fig: Figure, ctx: _Context) -> None:
     _time_axis(ax_req, ctx)
 
     per_replica = f" (per replica, averaged over {ctx.replicas})" if ctx.replicas > 1 else ""
-    ax_q.set_title("Engine load: requests waiting in the queue and running in the batch" + per_replica,
-                   fontsize=10.5)
+    ax_q.set_title("Engine load: requests waiting in the queue and running in the batch" + per_replica, fontsize=10.5)
     state = ctx.state()
     if state is None or "num_running" not in state:
-        _note(ax_q, "No per-step records for this run (step recording was off), so queue length and batch "
-                    "size over time are not available.")
+        _note(
+            ax_q,
+            "No per-step records for this run (step recording was off), so queue length and batch "
+            "size over time are not available.",
+        )
     else:
         _band(ax_q, state, "num_running", "#1f77b4", "running (batch size)")
         if "num_waiting" in state:
             _band(ax_q, state, "num_waiting", "#ff7f0e", "waiting (queue length)")
         ax_q.set_ylabel("requests")
         ax_q.yaxis.set_major_formatter(FuncFormatter(_tick_fmt))
-        _headroom(ax_q, max(float(np.nanmax(state[c]["max"])) for c in ("num_running", "num_waiting")
-                            if c in state))
+        _headroom(ax_q, max(float(np.nanmax(state[c]["max"])) for c in ("num_running", "num_waiting") if c in state))
         ax_q.legend(loc="upper right", fontsize=8, framealpha=0.9, ncol=2)
     _time_axis(ax_q, ctx)
     ax_q.set_xlabel("time since start of run (s)")
     for ax in (ax_tok, ax_req):
         ax.tick_params(labelbottom=ax.get_gid() != "note")
-    _finish(fig, f"Throughput and load over time — {ctx.title}", ctx,
-            "lines: time-weighted mean per bin, shading: min–max within the bin")
+    _finish(
+        fig,
+        f"Throughput and load over time — {ctx.title}",
+        ctx,
+        "lines: time-weighted mean per bin, shading: min–max within the bin",
+    )
 
 
 def _headroom(ax, top: float) -> None:
@@ -501,10 +574,14 @@ def _band(ax, state: dict, col: str, color: str, label: str, scale: float = 1.0)
     s = state[col]
     lo = np.where(np.isnan(s["min"]), 0.0, s["min"]) * scale
     hi = np.where(np.isnan(s["max"]), 0.0, s["max"]) * scale
-    ax.fill_between(edges, np.append(lo, lo[-1]), np.append(hi, hi[-1]), step="post", color=color, alpha=0.18,
-                    lw=0)
-    ax.plot(*_stairs(edges, s["mean"] * scale), drawstyle="steps-post", color=color, lw=1.3,
-            label=f"{label}: mean (peak {_fmt_num(float(np.nanmax(s['max'])) * scale)})")
+    ax.fill_between(edges, np.append(lo, lo[-1]), np.append(hi, hi[-1]), step="post", color=color, alpha=0.18, lw=0)
+    ax.plot(
+        *_stairs(edges, s["mean"] * scale),
+        drawstyle="steps-post",
+        color=color,
+        lw=1.3,
+        label=f"{label}: mean (peak {_fmt_num(float(np.nanmax(s['max'])) * scale)})",
+    )
 
 
 # ----------------------------------------------------------------------------------------------- KV cache
@@ -519,17 +596,19 @@ def _kv_figure(fig: Figure, ctx: _Context, num_gpu_blocks: int | None) -> None:
         preempt_total = int(state["num_preemptions"]["sum"].sum())
 
     if num_gpu_blocks:
-        ax_kv.set_title(f"KV cache in use: % of the pool of {int(num_gpu_blocks):,} blocks" + per_replica,
-                        fontsize=10.5)
+        ax_kv.set_title(
+            f"KV cache in use: % of the pool of {int(num_gpu_blocks):,} blocks" + per_replica, fontsize=10.5
+        )
     else:
         ax_kv.set_title("KV cache blocks in use (pool size unknown)" + per_replica, fontsize=10.5)
     if state is None or "kv_blocks_used" not in state:
-        _note(ax_kv, "No per-step records for this run (step recording was off), so KV-cache use over time "
-                     "is not available.")
+        _note(
+            ax_kv,
+            "No per-step records for this run (step recording was off), so KV-cache use over time is not available.",
+        )
     else:
         scale = 100.0 / num_gpu_blocks if num_gpu_blocks else 1.0
-        _band(ax_kv, state, "kv_blocks_used", "#9467bd", "KV blocks used" if not num_gpu_blocks else "% used",
-              scale)
+        _band(ax_kv, state, "kv_blocks_used", "#9467bd", "KV blocks used" if not num_gpu_blocks else "% used", scale)
         if num_gpu_blocks:
             ax_kv.axhline(100, color="#d62728", ls="--", lw=1, label="pool full (100%)")
             ax_kv.set_ylim(0, 135)  # the band above 100% holds the preemption marks and the legend
@@ -561,8 +640,12 @@ def _kv_figure(fig: Figure, ctx: _Context, num_gpu_blocks: int | None) -> None:
     ax_b.set_xlabel("time since start of run (s)")
     ax_kv.tick_params(labelbottom=ax_kv.get_gid() != "note")
     extra = f"{preempt_total:,} preemptions" if preempt_total else "no preemptions"
-    _finish(fig, f"KV-cache memory and batch size over time — {ctx.title}", ctx,
-            extra + "; lines: time-weighted mean per bin, shading: min–max within the bin")
+    _finish(
+        fig,
+        f"KV-cache memory and batch size over time — {ctx.title}",
+        ctx,
+        extra + "; lines: time-weighted mean per bin, shading: min–max within the bin",
+    )
 
 
 def _mark_preemptions(ax, state: dict, top: float, total: int) -> None:
@@ -575,5 +658,12 @@ def _mark_preemptions(ax, state: dict, top: float, total: int) -> None:
         return
     edges = state["edges"]
     centers = (edges[hit] + edges[hit + 1]) / 2
-    ax.plot(centers, np.full(len(centers), top), "v", color="#d62728", ms=5, alpha=0.8,
-            label=f"bin with preemptions ({total:,} in total)")
+    ax.plot(
+        centers,
+        np.full(len(centers), top),
+        "v",
+        color="#d62728",
+        ms=5,
+        alpha=0.8,
+        label=f"bin with preemptions ({total:,} in total)",
+    )

@@ -18,16 +18,22 @@ def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_t
         f"  total memory (driver)        {_gib(mem.total_bytes)}",
         f"  usable (x utilisation)       {_gib(mem.usable_bytes)}",
         f"  weights                      {_gib(mem.weights_bytes)}  ({mem.weights_bytes / 1e9:,.2f} GB)",
-        f"  activation peak              {_gib(mem.activation_bytes)}"
-        f"  (MLP {_gib(mem.activation_mlp_bytes)} + sampler {_gib(mem.activation_sampler_bytes)})",
+        (
+            f"  activation peak              {_gib(mem.activation_bytes)}"
+            f"  (MLP {_gib(mem.activation_mlp_bytes)} + sampler {_gib(mem.activation_sampler_bytes)})"
+        ),
         f"  non-torch                    {_gib(mem.non_torch_bytes)}",
         f"  KV cache pool                {_gib(mem.kv_cache_bytes)}",
-        f"  KV per token                 {mem.kv_bytes_per_token:,} B   block ({mem.block_size} tokens) "
-        f"{mem.block_bytes:,} B",
+        (
+            f"  KV per token                 {mem.kv_bytes_per_token:,} B   block ({mem.block_size} tokens) "
+            f"{mem.block_bytes:,} B"
+        ),
         f"  num_gpu_blocks               {mem.num_gpu_blocks:,}",
         f"  max KV tokens                {mem.max_kv_tokens:,}",
-        f"  requests at once             {mem.requests_that_fit(mean_request_tokens):,.1f} at the workload's mean"
-        f" of {mean_request_tokens:,.0f} tokens; {mem.max_concurrency_at_max_len:,.2f} at max_model_len",
+        (
+            f"  requests at once             {mem.requests_that_fit(mean_request_tokens):,.1f} at the workload's mean"
+            f" of {mean_request_tokens:,.0f} tokens; {mem.max_concurrency_at_max_len:,.2f} at max_model_len"
+        ),
         f"GPU KV cache size: {mem.max_kv_tokens:,} tokens",
         f"Maximum concurrency for {mem.max_model_len:,} tokens per request: {mem.max_concurrency_at_max_len:.2f}x",
     ]
@@ -52,25 +58,33 @@ def summary_lines(s: dict) -> list[str]:
         f"  {'latency (ms)':<14}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
     for key, label in LATENCIES:
-        lines.append(f"  {label:<14}" + "".join(f"{_ms(s[f'{stat}_{key}_ms']):>10}"
-                                                for stat in ("mean", "median", "p90", "p99")))
+        lines.append(
+            f"  {label:<14}" + "".join(f"{_ms(s[f'{stat}_{key}_ms']):>10}" for stat in ("mean", "median", "p90", "p99"))
+        )
     mem = s["memory"]
     kv = s["kv_cache_utilization"]
     lines += [
         "",
-        f"Memory per GPU: weights {_gib(mem['weights_bytes'])}, KV pool {_gib(max(mem['kv_cache_bytes'], 0))}"
-        f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens",
-        f"KV cache: {kv['mean'] * 100:.1f}% of blocks in use on average (peak {kv['peak'] * 100:.1f}%),"
-        f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions",
+        (
+            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}, KV pool {_gib(max(mem['kv_cache_bytes'], 0))}"
+            f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens"
+        ),
+        (
+            f"KV cache: {kv['mean'] * 100:.1f}% of blocks in use on average (peak {kv['peak'] * 100:.1f}%),"
+            f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
+        ),
     ]
     if "floors" in s:
         f = s["floors"]
-        lines.append(f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once),"
-                     f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens")
+        lines.append(
+            f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once),"
+            f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
+        )
     for check in s["slo"]["checks"]:
         verdict = "met" if check["met"] else "MISSED"
-        lines.append(f"SLO {check['metric']} {check['stat']} <= {check['bound_ms']:g}: "
-                     f"{_ms(check['value_ms'])} ms, {verdict}")
+        lines.append(
+            f"SLO {check['metric']} {check['stat']} <= {check['bound_ms']:g}: {_ms(check['value_ms'])} ms, {verdict}"
+        )
     return lines
 
 
@@ -78,8 +92,11 @@ COMPARE_ROWS = [
     ("request_throughput", "requests/s"),
     ("output_throughput", "output tokens/s"),
     ("total_token_throughput", "total tokens/s"),
-    *[(f"{stat}_{key}_ms", f"{label} {stat} (ms)") for key, label in LATENCIES
-      for stat in ("mean", "median", "p90", "p99")],
+    *[
+        (f"{stat}_{key}_ms", f"{label} {stat} (ms)")
+        for key, label in LATENCIES
+        for stat in ("mean", "median", "p90", "p99")
+    ],
     ("memory.weights_bytes", "weights (bytes)"),
     ("memory.activation_bytes", "activation peak (bytes)"),
     ("memory.kv_cache_bytes", "KV pool (bytes)"),

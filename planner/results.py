@@ -14,8 +14,9 @@ from sim.config import Scenario
 from sim.metrics import Recorder, summarize
 
 
-def build_summary(mode: str, scenario: Scenario, recorder: Recorder, memory: dict, num_rejected: int,
-                  num_truncated: int, extra: dict) -> dict:
+def build_summary(
+    mode: str, scenario: Scenario, recorder: Recorder, memory: dict, num_rejected: int, num_truncated: int, extra: dict
+) -> dict:
     """The summary: vLLM's metrics, then what this tool adds (memory, KV use, SLOs, the scenario)."""
     summary = {"mode": mode, "scenario_name": scenario.name, "num_requests": recorder.requests.size}
     summary |= summarize(recorder, scenario.slo)
@@ -61,7 +62,7 @@ def write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) 
     written[0].write_text(summary_json(summary))
     _write_csv(written[1], requests)
     _write_csv(written[2], steps)
-    written += write_plots(out_dir, requests, steps, summary, title,
-                           itl_ms=recorder.itl_ms(),
-                           num_gpu_blocks=recorder.num_gpu_blocks)
+    written += write_plots(
+        out_dir, requests, steps, summary, title, itl_ms=recorder.itl_ms(), num_gpu_blocks=recorder.num_gpu_blocks
+    )
     return written

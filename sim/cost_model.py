@@ -82,8 +82,9 @@ class CostModel:
         c = self.coefficients
         linear = self._roof(num_tokens * self.linear_flops_per_token, self.linear_bytes)
         lm_head = self._roof(num_sampled * self.lm_head_flops_per_row, (num_sampled > 0) * self.lm_head_bytes)
-        attention = self._roof(attention_pairs * self.attention_flops_per_pair,
-                               (sum_context_tokens + num_tokens) * self.kv_bytes_per_token)  # reads + writes
+        attention = self._roof(
+            attention_pairs * self.attention_flops_per_pair, (sum_context_tokens + num_tokens) * self.kv_bytes_per_token
+        )  # reads + writes
         allreduce = num_tokens * self.allreduce_s_per_token + self.allreduce_fixed_s
         return linear + lm_head + attention + allreduce + c.step_overhead_s + num_seqs * c.per_row_overhead_s
 

@@ -58,9 +58,16 @@ def make_request(workload: Workload, index: int, arrival_s: float) -> Request:
 class Replica:
     """One engine: its scheduler stepped by a SimPy process."""
 
-    def __init__(self, env: simpy.Environment, scheduler: Scheduler, cost: CostModel, recorder: Recorder,
-                 next_arrival_s: Callable[[], float], on_finished: Callable[[Request], None],
-                 fast_forward: bool = True) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        scheduler: Scheduler,
+        cost: CostModel,
+        recorder: Recorder,
+        next_arrival_s: Callable[[], float],
+        on_finished: Callable[[Request], None],
+        fast_forward: bool = True,
+    ) -> None:
         self.env, self.scheduler, self.cost, self.recorder = env, scheduler, cost, recorder
         self.fast_forward = fast_forward and isinstance(scheduler, ContinuousScheduler)
         self.next_arrival_s = next_arrival_s
@@ -87,17 +94,32 @@ class Replica:
                     continue
             out = sched.schedule(env.now)
             if not out.scheduled:
-                raise RuntimeError(f"no request can be scheduled at t={env.now:.3f}s with "
-                                   f"{sched.kv.pool.num_free_blocks} free blocks: the pool is too small")
+                raise RuntimeError(
+                    f"no request can be scheduled at t={env.now:.3f}s with "
+                    f"{sched.kv.pool.num_free_blocks} free blocks: the pool is too small"
+                )
             start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
-            duration = float(self.cost.step_time_s(out.num_tokens, out.num_seqs, out.num_sampled,
-                                                   out.attention_pairs, out.sum_context_tokens))
+            duration = float(
+                self.cost.step_time_s(
+                    out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
+                )
+            )
             yield env.timeout(duration)
             finished = sched.update(out, env.now)
-            self.recorder.step(start, duration, len(sched.running), len(sched.waiting), out.num_prefill_tokens,
-                               out.num_decode_requests, out.num_sampled, out.sum_context_tokens,
-                               out.attention_pairs, blocks_in_use, out.num_preempted,
-                               out.tokens_held)
+            self.recorder.step(
+                start,
+                duration,
+                len(sched.running),
+                len(sched.waiting),
+                out.num_prefill_tokens,
+                out.num_decode_requests,
+                out.num_sampled,
+                out.sum_context_tokens,
+                out.attention_pairs,
+                blocks_in_use,
+                out.num_preempted,
+                out.tokens_held,
+            )
             for request in finished:
                 self.on_finished(request)
 
@@ -124,9 +146,14 @@ class Replica:
 class Simulation:
     """Wires arrivals (open loop) or users (closed loop) to replicas through a router."""
 
-    def __init__(self, scenario: Scenario, coefficients: CostCoefficients | None = None,
-                 record_steps: bool = True, progress: Callable[[int, int], None] | None = None,
-                 fast_forward: bool = True) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        coefficients: CostCoefficients | None = None,
+        record_steps: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+        fast_forward: bool = True,
+    ) -> None:
         self.scenario = scenario
         self.memory = memory_breakdown(scenario)
         self.workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
@@ -140,8 +167,15 @@ class Simulation:
         self.done_events: dict[int, simpy.Event] = {}
         self.round_robin = itertools.count()
         self.replicas = [
-            Replica(self.env, build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder), self.cost,
-                    self.recorder, self.next_arrival_s, self.on_finished, fast_forward)
+            Replica(
+                self.env,
+                build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder),
+                self.cost,
+                self.recorder,
+                self.next_arrival_s,
+                self.on_finished,
+                fast_forward,
+            )
             for _ in range(scenario.hardware.replicas)
         ]
 
@@ -199,7 +233,12 @@ class Simulation:
         return SimResult(self.scenario, self.memory, self.workload, self.recorder, self.cost)
 
 
-def simulate(scenario: Scenario, coefficients: CostCoefficients | None = None, record_steps: bool = True,
-             progress: Callable[[int, int], None] | None = None, fast_forward: bool = True) -> SimResult:
+def simulate(
+    scenario: Scenario,
+    coefficients: CostCoefficients | None = None,
+    record_steps: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    fast_forward: bool = True,
+) -> SimResult:
     """Run a scenario. fast_forward=False steps every decode step as its own event (for tests)."""
     return Simulation(scenario, coefficients, record_steps, progress, fast_forward).run()

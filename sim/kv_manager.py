@@ -45,15 +45,17 @@ class KVCacheManager:
             parent = hash(key)
         return hits
 
-    def blocks_needed(self, request: Request, num_new_tokens: int, num_hit_blocks: int = 0,
-                      reserve_tokens: int = 0) -> int:
+    def blocks_needed(
+        self, request: Request, num_new_tokens: int, num_hit_blocks: int = 0, reserve_tokens: int = 0
+    ) -> int:
         """New blocks to hold the request's computed tokens plus num_new_tokens (and any reservation)."""
         tokens = request.num_computed_tokens + num_hit_blocks * self.block_size + num_new_tokens
         tokens = max(tokens, reserve_tokens, self.contiguous_tokens or 0)
         return cdiv(tokens, self.block_size) - len(request.block_ids) - num_hit_blocks
 
-    def allocate_slots(self, request: Request, num_new_tokens: int, hit_blocks: Sequence[int] = (),
-                       reserve_tokens: int = 0) -> bool:
+    def allocate_slots(
+        self, request: Request, num_new_tokens: int, hit_blocks: Sequence[int] = (), reserve_tokens: int = 0
+    ) -> bool:
         """Make room for num_new_tokens more; False (and nothing changed) when the pool is short."""
         pool = self.pool
         needed = self.blocks_needed(request, num_new_tokens, len(hit_blocks), reserve_tokens)

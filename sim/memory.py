@@ -131,16 +131,20 @@ def fit_problems(mem: MemoryBreakdown, tensor_parallel_size: int) -> list[str]:
     if mem.kv_cache_bytes <= 0 or mem.num_gpu_blocks == 0:
         short = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes - mem.usable_bytes
         return [
-            f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f}"
-            f" GiB) and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable "
-            f"{mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no"
-            f" KV blocks; use a larger GPU, tensor_parallel_size {tensor_parallel_size * 2}, a higher "
-            "gpu_memory_utilization or a lower max_num_batched_tokens"
+            (
+                f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f}"
+                f" GiB) and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable "
+                f"{mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no"
+                f" KV blocks; use a larger GPU, tensor_parallel_size {tensor_parallel_size * 2}, a higher "
+                "gpu_memory_utilization or a lower max_num_batched_tokens"
+            )
         ]
     if mem.max_kv_tokens < mem.max_model_len:
         return [
-            f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_gpu_blocks} blocks"
-            f" x {mem.block_size} = {mem.max_kv_tokens} tokens); set engine.max_model_len <= "
-            f"{mem.max_kv_tokens}, or use tensor_parallel_size {tensor_parallel_size * 2} or a larger GPU"
+            (
+                f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_gpu_blocks} blocks"
+                f" x {mem.block_size} = {mem.max_kv_tokens} tokens); set engine.max_model_len <= "
+                f"{mem.max_kv_tokens}, or use tensor_parallel_size {tensor_parallel_size * 2} or a larger GPU"
+            )
         ]
     return []

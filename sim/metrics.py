@@ -91,9 +91,21 @@ class Recorder:
         self.peak_blocks = 0
         self.num_preemptions = 0
 
-    def step(self, start_s: float, duration_s: float, num_running: int, num_waiting: int,
-             num_prefill_tokens: int, num_decode_requests: int, num_sampled: int, sum_context_tokens: int,
-             attention_pairs: int, kv_blocks_used: int, num_preemptions: int, tokens_held: int) -> None:
+    def step(
+        self,
+        start_s: float,
+        duration_s: float,
+        num_running: int,
+        num_waiting: int,
+        num_prefill_tokens: int,
+        num_decode_requests: int,
+        num_sampled: int,
+        sum_context_tokens: int,
+        attention_pairs: int,
+        kv_blocks_used: int,
+        num_preemptions: int,
+        tokens_held: int,
+    ) -> None:
         self.num_steps += 1
         self.busy_s += duration_s
         self.block_seconds += kv_blocks_used * duration_s
@@ -102,14 +114,29 @@ class Recorder:
         self.peak_blocks = max(self.peak_blocks, kv_blocks_used)
         self.num_preemptions += num_preemptions
         if self.record_steps:
-            self.steps.append(start_s=start_s, duration_s=duration_s, num_running=num_running,
-                              num_waiting=num_waiting, num_prefill_tokens=num_prefill_tokens,
-                              num_decode_requests=num_decode_requests, num_sampled=num_sampled,
-                              sum_context_tokens=sum_context_tokens, attention_pairs=attention_pairs,
-                              kv_blocks_used=kv_blocks_used, num_preemptions=num_preemptions)
+            self.steps.append(
+                start_s=start_s,
+                duration_s=duration_s,
+                num_running=num_running,
+                num_waiting=num_waiting,
+                num_prefill_tokens=num_prefill_tokens,
+                num_decode_requests=num_decode_requests,
+                num_sampled=num_sampled,
+                sum_context_tokens=sum_context_tokens,
+                attention_pairs=attention_pairs,
+                kv_blocks_used=kv_blocks_used,
+                num_preemptions=num_preemptions,
+            )
 
-    def decode_window(self, start_s: np.ndarray, duration_s: np.ndarray, num_running: int,
-                      sum_context_tokens: np.ndarray, kv_blocks_used: np.ndarray, tokens_held: np.ndarray) -> None:
+    def decode_window(
+        self,
+        start_s: np.ndarray,
+        duration_s: np.ndarray,
+        num_running: int,
+        sum_context_tokens: np.ndarray,
+        kv_blocks_used: np.ndarray,
+        tokens_held: np.ndarray,
+    ) -> None:
         """k identical-shape decode steps at once (every running request decodes one token each)."""
         self.num_steps += len(duration_s)
         self.busy_s += float(duration_s.sum())
@@ -117,10 +144,19 @@ class Recorder:
         self.slot_seconds += float((tokens_held / (kv_blocks_used * self.block_size) * duration_s).sum())
         self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used.max()))
         if self.record_steps:
-            self.steps.extend(start_s=start_s, duration_s=duration_s, num_running=num_running, num_waiting=0,
-                              num_prefill_tokens=0, num_decode_requests=num_running, num_sampled=num_running,
-                              sum_context_tokens=sum_context_tokens, attention_pairs=sum_context_tokens,
-                              kv_blocks_used=kv_blocks_used, num_preemptions=0)
+            self.steps.extend(
+                start_s=start_s,
+                duration_s=duration_s,
+                num_running=num_running,
+                num_waiting=0,
+                num_prefill_tokens=0,
+                num_decode_requests=num_running,
+                num_sampled=num_running,
+                sum_context_tokens=sum_context_tokens,
+                attention_pairs=sum_context_tokens,
+                kv_blocks_used=kv_blocks_used,
+                num_preemptions=0,
+            )
 
     def token_gap(self, gap_s: float) -> None:
         self.itl_s.append(gap_s)
@@ -132,16 +168,24 @@ class Recorder:
         return np.frombuffer(self.itl_s, dtype=np.float64) * 1e3
 
     def finished(self, request: Request) -> None:
-        self.requests.append(request_id=request.request_id, arrival_s=request.arrival_s,
-                             first_token_s=request.first_token_s, finished_s=request.finished_s,
-                             prompt_tokens=request.num_prompt_tokens, output_tokens=request.num_output_tokens,
-                             preemptions=request.num_preemptions)
+        self.requests.append(
+            request_id=request.request_id,
+            arrival_s=request.arrival_s,
+            first_token_s=request.first_token_s,
+            finished_s=request.finished_s,
+            prompt_tokens=request.num_prompt_tokens,
+            output_tokens=request.num_output_tokens,
+            preemptions=request.num_preemptions,
+        )
 
 
 def _stats(name: str, values_ms: np.ndarray) -> dict[str, float]:
     if len(values_ms) == 0:
-        return {f"mean_{name}_ms": float("nan"), f"median_{name}_ms": float("nan"),
-                **{f"p{p}_{name}_ms": float("nan") for p in PERCENTILES}}
+        return {
+            f"mean_{name}_ms": float("nan"),
+            f"median_{name}_ms": float("nan"),
+            **{f"p{p}_{name}_ms": float("nan") for p in PERCENTILES},
+        }
     out = {f"mean_{name}_ms": float(np.mean(values_ms)), f"median_{name}_ms": float(np.median(values_ms))}
     for p, v in zip(PERCENTILES, np.percentile(values_ms, PERCENTILES)):
         out[f"p{p}_{name}_ms"] = float(v)
@@ -173,8 +217,9 @@ def slo_report(lat: dict[str, np.ndarray], itl_ms: np.ndarray, slo: SloConfig, d
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
         for key, bound in getattr(slo, metric).items():
             value = _percentile(series[metric], key)
-            checks.append({"metric": metric, "stat": key, "bound_ms": bound, "value_ms": value,
-                           "met": bool(value <= bound)})
+            checks.append(
+                {"metric": metric, "stat": key, "bound_ms": bound, "value_ms": value, "met": bool(value <= bound)}
+            )
     good = np.ones(len(lat["ttft"]), dtype=bool)
     for metric in ("ttft_ms", "e2el_ms"):
         for bound in getattr(slo, metric).values():

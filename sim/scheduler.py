@@ -187,8 +187,10 @@ class ContinuousScheduler(Scheduler):
         if self.waiting or not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
         steps = min(r.max_output_tokens - r.num_output_tokens for r in self.running) - 1
-        if steps < 2 or any(r.num_tokens - r.num_computed_tokens != 1 or r.num_computed_tokens < r.num_prompt_tokens
-                            for r in self.running):
+        if steps < 2 or any(
+            r.num_tokens - r.num_computed_tokens != 1 or r.num_computed_tokens < r.num_prompt_tokens
+            for r in self.running
+        ):
             return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
         while steps >= 2 and sum(self.kv.blocks_needed(r, steps) for r in self.running) > self.kv.pool.num_free_blocks:
             steps //= 2

@@ -16,7 +16,9 @@ SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 
 
 def planner(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "planner.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "planner.cli", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
@@ -29,8 +31,14 @@ def test_memory_json_pins_the_worked_example(capsys):
     mem = json.loads(capsys.readouterr().out)
     assert mem["kv_bytes_per_token"] == 524_288
     assert mem["weights_bytes"] == pytest.approx(15.44e9, rel=0.01)
-    for key in ("block_bytes", "activation_bytes", "non_torch_bytes", "kv_cache_bytes", "num_gpu_blocks",
-                "max_kv_tokens"):
+    for key in (
+        "block_bytes",
+        "activation_bytes",
+        "non_torch_bytes",
+        "kv_cache_bytes",
+        "num_gpu_blocks",
+        "max_kv_tokens",
+    ):
         assert mem[key] > 0
 
 
@@ -69,14 +77,36 @@ def test_simulate_writes_every_output_and_is_deterministic(tmp_path):
         assert result.returncode == 0, result.stderr
         summary = json.loads(result.stdout)
         assert summary["mode"] == "simulated" and summary["completed"] == 200
-        for key in ("request_throughput", "output_throughput", "total_token_throughput", "mean_ttft_ms",
-                    "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "p99_e2el_ms",
-                    "num_requests", "duration_s", "memory", "kv_cache_utilization", "num_preemptions", "goodput",
-                    "scenario", "cost_model"):
+        for key in (
+            "request_throughput",
+            "output_throughput",
+            "total_token_throughput",
+            "mean_ttft_ms",
+            "median_ttft_ms",
+            "p90_ttft_ms",
+            "p99_ttft_ms",
+            "p99_tpot_ms",
+            "p99_itl_ms",
+            "p99_e2el_ms",
+            "num_requests",
+            "duration_s",
+            "memory",
+            "kv_cache_utilization",
+            "num_preemptions",
+            "goodput",
+            "scenario",
+            "cost_model",
+        ):
             assert key in summary, key
         files = {p.name for p in (tmp_path / name).iterdir()}
-        assert {"summary.json", "requests.csv", "steps.csv", "latency_cdf.png", "throughput.png",
-                "kv_cache.png"} <= files
+        assert {
+            "summary.json",
+            "requests.csv",
+            "steps.csv",
+            "latency_cdf.png",
+            "throughput.png",
+            "kv_cache.png",
+        } <= files
         runs.append((tmp_path / name / "summary.json").read_bytes())
     assert runs[0] == runs[1]
     lines = (tmp_path / "a" / "requests.csv").read_text().splitlines()
@@ -86,17 +116,29 @@ def test_simulate_writes_every_output_and_is_deterministic(tmp_path):
 def test_static_batching_halves_throughput_on_the_mixed_scenario(capsys):
     main(["simulate", "scenarios/a100_llama2_7b_mixed.yaml", "--json", "--set", "workload.num_requests=300"])
     continuous = json.loads(capsys.readouterr().out)
-    main(["simulate", "scenarios/a100_llama2_7b_mixed.yaml", "--json", "--set", "workload.num_requests=300",
-          "--set", "engine.scheduler=static"])
+    main(
+        [
+            "simulate",
+            "scenarios/a100_llama2_7b_mixed.yaml",
+            "--json",
+            "--set",
+            "workload.num_requests=300",
+            "--set",
+            "engine.scheduler=static",
+        ]
+    )
     static = json.loads(capsys.readouterr().out)
     assert static["output_throughput"] < continuous["output_throughput"] / 2
 
 
-@pytest.mark.parametrize("override, words", [
-    ("engine.max_num_seq=8", ["engine.max_num_seq", "max_num_seqs"]),
-    ("workload.arrival.rate=-2", ["workload.arrival.rate", "-2"]),
-    ("engine.gpu_memory_utilization=1.5", ["engine.gpu_memory_utilization", "1.5", "(0, 1]"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("engine.max_num_seq=8", ["engine.max_num_seq", "max_num_seqs"]),
+        ("workload.arrival.rate=-2", ["workload.arrival.rate", "-2"]),
+        ("engine.gpu_memory_utilization=1.5", ["engine.gpu_memory_utilization", "1.5", "(0, 1]"]),
+    ],
+)
 def test_bad_input_exits_2_with_the_key_and_no_traceback(override, words):
     for command in ("validate", "simulate", "memory"):
         result = planner(command, "scenarios/a10_qwen7b.yaml", "--set", override)
@@ -109,8 +151,17 @@ def test_bad_input_exits_2_with_the_key_and_no_traceback(override, words):
 
 def test_compare_prints_side_by_side(tmp_path, capsys):
     for name, rate in (("a", "2"), ("b", "4")):
-        main(["simulate", "scenarios/cpu_tiny.yaml", "--out", str(tmp_path / name), "--json",
-              "--set", f"workload.arrival.rate={rate}"])
+        main(
+            [
+                "simulate",
+                "scenarios/cpu_tiny.yaml",
+                "--out",
+                str(tmp_path / name),
+                "--json",
+                "--set",
+                f"workload.arrival.rate={rate}",
+            ]
+        )
     capsys.readouterr()
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out

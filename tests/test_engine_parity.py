@@ -33,12 +33,21 @@ def test_scheduler_driven_generation_matches_transformers(tmp_path, model_type, 
     max_len = max(len(p) for p in prompts) + MAX_NEW_TOKENS
     num_blocks = 2 * -(-max_len // BLOCK_SIZE)  # two long requests' worth: the rest must wait or be preempted
     scenario = make_scenario(
-        model="tiny-llama", dtype="float32", hardware={"gpu": "cpu"},
-        engine={"block_size": BLOCK_SIZE, "max_num_batched_tokens": 16, "max_num_seqs": 6, "max_model_len": 128,
-                "num_gpu_blocks_override": num_blocks, "enable_prefix_caching": prefix_caching},
+        model="tiny-llama",
+        dtype="float32",
+        hardware={"gpu": "cpu"},
+        engine={
+            "block_size": BLOCK_SIZE,
+            "max_num_batched_tokens": 16,
+            "max_num_seqs": 6,
+            "max_model_len": 128,
+            "num_gpu_blocks_override": num_blocks,
+            "enable_prefix_caching": prefix_caching,
+        },
     )
-    runner = ModelRunner(spec, "float32", "cpu", num_blocks, BLOCK_SIZE, sampling=SamplingParams(),
-                         weights_path=str(tmp_path))
+    runner = ModelRunner(
+        spec, "float32", "cpu", num_blocks, BLOCK_SIZE, sampling=SamplingParams(), weights_path=str(tmp_path)
+    )
     recorder = Recorder(num_blocks, BLOCK_SIZE)
     scheduler = build_scheduler(scenario, num_blocks, recorder)
     requests = [Request(i, 0.0, len(p), MAX_NEW_TOKENS, prompt_token_ids=p) for i, p in enumerate(prompts)]

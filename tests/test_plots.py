@@ -26,8 +26,12 @@ def synthetic_run(num_requests: int = 500, num_steps: int = 20_000, seed: int = 
     finished = first + (out - 1) * tpot
     preempt = (rng.random(num_requests) < 0.02).astype(np.int32)
     requests = {
-        "request_id": np.arange(num_requests, dtype=np.int64), "arrival_s": arrival, "first_token_s": first,
-        "finished_s": finished, "prompt_tokens": rng.integers(16, 2048, num_requests), "output_tokens": out,
+        "request_id": np.arange(num_requests, dtype=np.int64),
+        "arrival_s": arrival,
+        "first_token_s": first,
+        "finished_s": finished,
+        "prompt_tokens": rng.integers(16, 2048, num_requests),
+        "output_tokens": out,
         "preemptions": preempt,
     }
     t_end = float(finished.max()) if num_requests else 1.0
@@ -37,22 +41,26 @@ def synthetic_run(num_requests: int = 500, num_steps: int = 20_000, seed: int = 
     running = np.maximum((phase * 120 + rng.normal(0, 5, num_steps)).astype(np.int32), 0)
     waiting = np.maximum((phase**4 * 60 + rng.normal(0, 3, num_steps)).astype(np.int32), 0)
     steps = {
-        "start_s": start, "duration_s": duration, "num_running": running, "num_waiting": waiting,
+        "start_s": start,
+        "duration_s": duration,
+        "num_running": running,
+        "num_waiting": waiting,
         "num_prefill_tokens": rng.integers(0, 512, num_steps).astype(np.int32),
-        "num_decode_requests": running, "num_sampled": running,
-        "sum_context_tokens": running.astype(np.int64) * 800, "attention_pairs": running.astype(np.int64) * 800,
+        "num_decode_requests": running,
+        "num_sampled": running,
+        "sum_context_tokens": running.astype(np.int64) * 800,
+        "attention_pairs": running.astype(np.int64) * 800,
         "kv_blocks_used": np.minimum(running * 40, 4000).astype(np.int32),
         "num_preemptions": (rng.random(num_steps) < 0.0005).astype(np.int32),
         "replica": np.zeros(num_steps, np.int32),  # an unknown column: ignored
     }
-    itl_ms = np.concatenate([np.full(int(n) - 1, t * 1e3) for n, t in zip(out, tpot)]) if num_requests else \
-        np.empty(0)
+    itl_ms = np.concatenate([np.full(int(n) - 1, t * 1e3) for n, t in zip(out, tpot)]) if num_requests else np.empty(0)
     itl_ms = itl_ms * rng.lognormal(0, 0.2, len(itl_ms))
     summary = {
-        "mode": "simulated", "scenario_name": "synthetic_test",
+        "mode": "simulated",
+        "scenario_name": "synthetic_test",
         "memory": {"num_gpu_blocks": 4096},
-        "slo": {"checks": [{"metric": "ttft_ms", "stat": "p99", "bound_ms": 1000.0, "value_ms": 0.0,
-                            "met": True}]},
+        "slo": {"checks": [{"metric": "ttft_ms", "stat": "p99", "bound_ms": 1000.0, "value_ms": 0.0, "met": True}]},
     }
     return requests, steps, summary, itl_ms
 
@@ -81,11 +89,23 @@ def test_does_not_touch_pyplot(tmp_path):
     write_plots(tmp_path, requests, steps, summary, "t (simulated)", itl_ms=itl_ms, num_gpu_blocks=4096)
     if "matplotlib.pyplot" in sys.modules:
         import matplotlib.pyplot as plt
+
         assert plt.get_fignums() == []
 
 
-@pytest.mark.parametrize("case", ["no_requests", "one_request", "one_token_outputs", "no_steps", "no_itl",
-                                  "no_pool_size", "unsorted_steps", "zero_duration"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "no_requests",
+        "one_request",
+        "one_token_outputs",
+        "no_steps",
+        "no_itl",
+        "no_pool_size",
+        "unsorted_steps",
+        "zero_duration",
+    ],
+)
 def test_edge_cases_do_not_crash(tmp_path, case):
     requests, steps, summary, itl_ms = synthetic_run(200, 2_000)
     num_gpu_blocks = None
@@ -110,8 +130,9 @@ def test_edge_cases_do_not_crash(tmp_path, case):
         for k in ("arrival_s", "first_token_s", "finished_s"):
             requests[k] = np.zeros(5)
         steps = empty_columns(STEP_COLUMNS)
-    paths = write_plots(tmp_path / case, requests, steps, summary, f"{case} (measured)", itl_ms=itl_ms,
-                        num_gpu_blocks=num_gpu_blocks)
+    paths = write_plots(
+        tmp_path / case, requests, steps, summary, f"{case} (measured)", itl_ms=itl_ms, num_gpu_blocks=num_gpu_blocks
+    )
     check_pngs(paths, tmp_path / case, min_bytes=5_000)
 
 

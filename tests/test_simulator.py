@@ -19,11 +19,15 @@ def run(scenario, **kwargs):
 
 
 def test_continuous_batching_doubles_static_throughput_on_mixed_lengths():
-    saturated = {"num_requests": 300, "arrival": {"process": "poisson", "rate": 200.0},
-                 "output_tokens": {"dist": "uniform", "low": 8, "high": 1024}}
+    saturated = {
+        "num_requests": 300,
+        "arrival": {"process": "poisson", "rate": 200.0},
+        "output_tokens": {"dist": "uniform", "low": 8, "high": 1024},
+    }
     _, continuous = run(make_scenario(workload=saturated))
-    _, static = run(make_scenario(workload=saturated, engine={"scheduler": "static", "max_num_seqs": 64,
-                                                              "max_model_len": 2048}))
+    _, static = run(
+        make_scenario(workload=saturated, engine={"scheduler": "static", "max_num_seqs": 64, "max_model_len": 2048})
+    )
     assert continuous["output_throughput"] >= 2 * static["output_throughput"]
 
 
@@ -34,7 +38,7 @@ def test_paged_kv_keeps_slots_full_and_contiguous_wastes_them():
     assert paged["kv_slot_utilization"] >= 0.90
     assert contiguous["kv_slot_utilization"] <= 0.60
     # Reserving max_model_len per request admits fewer at once: fewer running rows on average.
-    mean_rows = lambda r: np.mean(r.recorder.steps.view()["num_running"])  # noqa: E731
+    mean_rows = lambda r: np.mean(r.recorder.steps.view()["num_running"])
     assert mean_rows(contiguous_result) < mean_rows(paged_result)
 
 
@@ -42,8 +46,11 @@ def test_max_num_seqs_trades_tpot_for_throughput_until_kv_binds():
     small_pool = {"num_gpu_blocks_override": 600, "max_model_len": 2048}  # 9,600 tokens of KV
     results = {}
     for seqs in (2, 8, 128):
-        _, results[seqs] = run(make_scenario(engine={**small_pool, "max_num_seqs": seqs},
-                                             workload={"arrival": {"process": "poisson", "rate": 100.0}}))
+        _, results[seqs] = run(
+            make_scenario(
+                engine={**small_pool, "max_num_seqs": seqs}, workload={"arrival": {"process": "poisson", "rate": 100.0}}
+            )
+        )
     assert results[2]["output_throughput"] < results[8]["output_throughput"]
     assert results[2]["median_tpot_ms"] < results[8]["median_tpot_ms"]
     assert results[2]["num_preemptions"] == results[8]["num_preemptions"] == 0
@@ -81,35 +88,58 @@ def test_same_seed_gives_identical_results_and_another_seed_does_not():
     assert a != c
 
 
-engine_configs = st.fixed_dictionaries({
-    "scheduler": st.sampled_from(["continuous", "static"]),
-    "kv_cache": st.sampled_from(["paged", "contiguous"]),
-    "block_size": st.sampled_from([1, 4, 16]),
-    "enable_chunked_prefill": st.booleans(),
-    "enable_prefix_caching": st.booleans(),
-    "max_num_seqs": st.integers(1, 12),
-    "max_num_batched_tokens": st.sampled_from([64, 300]),
-    "num_gpu_blocks_override": st.integers(0, 200),
-})
+engine_configs = st.fixed_dictionaries(
+    {
+        "scheduler": st.sampled_from(["continuous", "static"]),
+        "kv_cache": st.sampled_from(["paged", "contiguous"]),
+        "block_size": st.sampled_from([1, 4, 16]),
+        "enable_chunked_prefill": st.booleans(),
+        "enable_prefix_caching": st.booleans(),
+        "max_num_seqs": st.integers(1, 12),
+        "max_num_batched_tokens": st.sampled_from([64, 300]),
+        "num_gpu_blocks_override": st.integers(0, 200),
+    }
+)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(engine=engine_configs, seed=st.integers(0, 10_000), closed=st.booleans(),
-       replicas=st.integers(1, 2), shared=st.booleans())
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    engine=engine_configs,
+    seed=st.integers(0, 10_000),
+    closed=st.booleans(),
+    replicas=st.integers(1, 2),
+    shared=st.booleans(),
+)
 def test_conservation_over_random_workloads(engine, seed, closed, replicas, shared, monkeypatch_blocks):
     max_model_len = 256
     # A pool that holds at least one request of max_model_len (as fit checks guarantee for real runs).
     min_blocks = -(-max_model_len // engine["block_size"])
-    engine = {**engine, "max_model_len": max_model_len, "max_num_batched_tokens": max(engine["max_num_batched_tokens"], 256),
-              "num_gpu_blocks_override": min_blocks + engine["num_gpu_blocks_override"]}
-    arrival = ({"process": "closed", "concurrency": 3} if closed else {"process": "poisson", "rate": 30.0})
-    workload = {"num_requests": 25, "seed": seed, "arrival": arrival, "too_long": "truncate",
-                "prompt_tokens": {"dist": "uniform", "low": 1, "high": 200},
-                "output_tokens": {"dist": "uniform", "low": 1, "high": 80}}
+    engine = {
+        **engine,
+        "max_model_len": max_model_len,
+        "max_num_batched_tokens": max(engine["max_num_batched_tokens"], 256),
+        "num_gpu_blocks_override": min_blocks + engine["num_gpu_blocks_override"],
+    }
+    arrival = {"process": "closed", "concurrency": 3} if closed else {"process": "poisson", "rate": 30.0}
+    workload = {
+        "num_requests": 25,
+        "seed": seed,
+        "arrival": arrival,
+        "too_long": "truncate",
+        "prompt_tokens": {"dist": "uniform", "low": 1, "high": 200},
+        "output_tokens": {"dist": "uniform", "low": 1, "high": 80},
+    }
     if shared:
         workload["shared_prefix"] = {"tokens": 40, "group_size": 4}
-    scenario = make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "a10", "replicas": replicas},
-                             engine=engine, workload=workload)
+    scenario = make_scenario(
+        model="tiny-llama",
+        dtype="float32",
+        hardware={"gpu": "a10", "replicas": replicas},
+        engine=engine,
+        workload=workload,
+    )
     result, _ = run(scenario)
     requests = result.recorder.requests.view()
     wl = result.workload
@@ -148,9 +178,11 @@ def monkeypatch_blocks(monkeypatch):
 
 
 def test_prefix_caching_skips_the_shared_prompt():
-    shared = {"shared_prefix": {"tokens": 384, "group_size": 8},
-              "prompt_tokens": {"dist": "uniform", "low": 400, "high": 512},
-              "arrival": {"process": "poisson", "rate": 2.0}}
+    shared = {
+        "shared_prefix": {"tokens": 384, "group_size": 8},
+        "prompt_tokens": {"dist": "uniform", "low": 400, "high": 512},
+        "arrival": {"process": "poisson", "rate": 2.0},
+    }
     _, cached = run(make_scenario(engine={"enable_prefix_caching": True}, workload=shared))
     _, uncached = run(make_scenario(engine={"enable_prefix_caching": False}, workload=shared))
     assert cached["mean_ttft_ms"] < 0.7 * uncached["mean_ttft_ms"]

@@ -1,16 +1,9 @@
-"""Kernel tests run on CPU through Triton's interpreter when there is no CUDA device.
-
-TRITON_INTERPRET is read when a kernel is decorated (module import), so it is set here, before any
-test imports kernels (kernels_testutil.require_triton skips if something imported them earlier).
-"""
-
-import os
+"""Kernel tests run on CPU through Triton's interpreter when there is no CUDA device: tests/conftest.py
+sets TRITON_INTERPRET before any test imports kernels (kernels_testutil.require_triton skips, saying why,
+if something imported them earlier)."""
 
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)
