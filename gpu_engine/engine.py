@@ -14,6 +14,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -21,8 +22,6 @@ import torch
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner, SamplingParams
 from gpu_engine.weights import WeightLoadError
-from planner.errors import PlannerError
-from planner.results import build_summary
 from sim.config import Scenario
 from sim.driver import build_scheduler
 from sim.memory import memory_breakdown
@@ -32,6 +31,18 @@ from sim.scheduler import Scheduler
 from sim.workload import Workload, generate_workload, prompt_token_ids
 
 WARMUP_REQUESTS = 2  # short requests run to completion before the clock starts (kernels, allocator)
+
+
+class EngineError(Exception):
+    """Why the live engine cannot run this scenario here (the CLI prints it as one message)."""
+
+
+@dataclass
+class LiveResult:
+    workload: Workload
+    recorder: Recorder
+    memory: dict  # measured at start-up, the memory model's keys: weights_bytes, activation_bytes, ...
+    extra: dict  # device, device_name, peak_memory_bytes, memory_predicted, weights, sampling
 
 
 def live_request(workload: Workload, index: int, arrival_s: float) -> Request:
@@ -48,11 +59,11 @@ def live_request(workload: Workload, index: int, arrival_s: float) -> Request:
 
 def _device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise PlannerError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
+        raise EngineError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
     return torch.device(name)
 
 
-def _drain(
+def drain(
     scheduler: Scheduler,
     runner: ModelRunner,
     clock: Callable[[], float],
@@ -61,10 +72,10 @@ def _drain(
 ) -> None:
     """Step until no request is waiting or running."""
     while scheduler.num_unfinished:
-        _step(scheduler, runner, clock, recorder, on_finished)
+        step(scheduler, runner, clock, recorder, on_finished)
 
 
-def _step(
+def step(
     scheduler: Scheduler,
     runner: ModelRunner,
     clock: Callable[[], float],
@@ -97,13 +108,13 @@ def _step(
         on_finished(request)
 
 
-def _warm_up(scenario: Scenario, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
+def warm_up(scenario: Scenario, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
     scheduler = build_scheduler(scenario, num_blocks, Recorder(num_blocks, scenario.engine.block_size, False))
     for index in range(min(WARMUP_REQUESTS, len(workload))):
         request = live_request(workload, index, 0.0)
         request.max_output_tokens = min(request.max_output_tokens, 4)
         scheduler.add_request(request)
-    _drain(scheduler, runner, time.perf_counter, None)
+    drain(scheduler, runner, time.perf_counter, None)
 
 
 class Arrivals:
@@ -135,10 +146,16 @@ class Arrivals:
         return self.due[0][0] if self.due else None
 
 
-def run_scenario(scenario: Scenario, device: str = "cuda", model_path: Path | None = None) -> tuple[dict, Recorder]:
-    """Run the scenario for real; returns the summary (mode "measured") and the recorder."""
+def run_scenario(
+    scenario: Scenario,
+    device: str = "cuda",
+    model_path: Path | None = None,
+    sampling: SamplingParams | None = None,
+) -> LiveResult:
+    """Run the scenario for real (greedy unless `sampling` says otherwise)."""
+    sampling = sampling or SamplingParams()
     if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
-        raise PlannerError(
+        raise EngineError(
             f"{scenario.source}: the live engine runs one GPU: tensor_parallel_size and replicas "
             "must be 1 (simulate larger deployments with `planner simulate`)"
         )
@@ -153,21 +170,21 @@ def run_scenario(scenario: Scenario, device: str = "cuda", model_path: Path | No
             None,
             e.block_size,
             seed=scenario.workload.seed,
-            sampling=SamplingParams(),
+            sampling=sampling,
             weights_path=None if model_path is None else str(model_path),
         )
     except WeightLoadError as err:
-        raise PlannerError(f"--model-path {model_path}: {err}") from err
+        raise EngineError(f"--model-path {model_path}: {err}") from err
     total = None if torch_device.type == "cuda" else scenario.hardware.gpu.memory_bytes
     measured = profile_num_blocks(runner, e.max_num_batched_tokens, e.max_num_seqs, e.gpu_memory_utilization, total)
     num_blocks = e.num_gpu_blocks_override or measured["num_gpu_blocks"]
     if num_blocks < -(-scenario.max_model_len // e.block_size):
-        raise PlannerError(
+        raise EngineError(
             f"{scenario.source}: the measured KV pool holds {num_blocks} blocks of {e.block_size}"
             f" tokens, less than one request of max_model_len {scenario.max_model_len}"
         )
     runner.allocate(num_blocks)
-    _warm_up(scenario, runner, workload, num_blocks)
+    warm_up(scenario, runner, workload, num_blocks)
     if torch_device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(torch_device)
 
@@ -182,7 +199,7 @@ def run_scenario(scenario: Scenario, device: str = "cuda", model_path: Path | No
         if not scheduler.num_unfinished:
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             continue
-        _step(scheduler, runner, clock, recorder, lambda r: arrivals.reply_done(r.finished_s))
+        step(scheduler, runner, clock, recorder, lambda r: arrivals.reply_done(r.finished_s))
 
     measured["block_size"] = e.block_size
     measured["num_gpu_blocks"] = num_blocks
@@ -192,11 +209,9 @@ def run_scenario(scenario: Scenario, device: str = "cuda", model_path: Path | No
         "peak_memory_bytes": _peak_memory_bytes(torch_device),
         "memory_predicted": memory_breakdown(scenario).to_dict(),
         "weights": "random" if model_path is None else str(model_path),
+        "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p},
     }
-    summary = build_summary(
-        "measured", scenario, recorder, measured, workload.num_rejected, workload.num_truncated, extra
-    )
-    return summary, recorder
+    return LiveResult(workload, recorder, measured, extra)
 
 
 def _peak_memory_bytes(device: torch.device) -> int:

@@ -26,8 +26,8 @@ GPU = DEVICE == "cuda"
 TARGETS = {"decode attention": 0.70, "store_kv": 0.60}  # share of copy bandwidth (issue 5)
 
 
-def median_ms(fn) -> float:
-    if GPU:
+def median_ms(fn, gpu: bool = GPU) -> float:
+    if gpu:
         return triton.testing.do_bench(fn, return_mode="median")
     fn()  # warm-up
     times = []
@@ -38,11 +38,13 @@ def median_ms(fn) -> float:
     return statistics.median(times)
 
 
-def copy_bandwidth_gbs() -> float:
-    num_bytes = 2**30 if GPU else 2**26
-    src = torch.empty(num_bytes, dtype=torch.uint8, device=DEVICE)
+def copy_bandwidth_gbs(device: str = DEVICE) -> float:
+    """Bytes read + written per second by a large device-to-device copy: the roof a kernel is held to."""
+    gpu = torch.device(device).type == "cuda"
+    num_bytes = 2**30 if gpu else 2**26
+    src = torch.empty(num_bytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    return 2 * num_bytes / median_ms(lambda: dst.copy_(src)) / 1e6
+    return 2 * num_bytes / median_ms(lambda: dst.copy_(src), gpu) / 1e6
 
 
 def paged_inputs(num_seqs, q_len, context_len, num_heads, num_kv_heads, head_dim, block_size, dtype):

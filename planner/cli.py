@@ -36,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("catalog", help="list the GPU and model catalogs, or show one entry")
     p.add_argument("kind", nargs="?", choices=["gpu", "model"])
     p.add_argument("name", nargs="?")
+    p.add_argument("--json", action="store_true", help="print the entries as JSON")
 
     p = sub.add_parser("memory", help="the memory model: weights, activations, KV blocks")
     _scenario_args(p)
@@ -50,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     _scenario_args(p)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     p.add_argument("--model-path", type=Path, help="local HF safetensors directory (default: random weights)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling is seeded")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold in (0, 1]")
     p.add_argument("--out", type=Path)
     p.add_argument("--json", action="store_true")
 
@@ -98,19 +101,36 @@ def cmd_validate(args) -> int:
     return status
 
 
-def cmd_catalog(args) -> int:
+def _catalog_entry(entry) -> dict:
+    """A catalog entry as JSON data; models also carry their derived parameter count."""
     from dataclasses import asdict
 
+    data = asdict(entry)
+    if hasattr(entry, "num_params"):
+        data["num_params"] = entry.num_params
+    return data
+
+
+def cmd_catalog(args) -> int:
     from planner.catalog import load_gpu_catalog, load_model_catalog
 
     catalogs = {"gpu": load_gpu_catalog(), "model": load_model_catalog()}
     if args.name:
+        if args.kind is None:
+            raise PlannerError(
+                f"say which catalog: planner catalog gpu {args.name} or planner catalog model {args.name}"
+            )
         entries = catalogs[args.kind]
         if args.name not in entries:
             raise PlannerError(f"no {args.kind} named {args.name!r} in the catalog; known: {', '.join(entries)}")
-        print(json.dumps(asdict(entries[args.name]), indent=2))
+        print(json.dumps(_catalog_entry(entries[args.name]), indent=2))
         return 0
-    if args.kind in (None, "gpu"):
+    kinds = [args.kind] if args.kind else ["gpu", "model"]
+    if args.json:
+        data = {kind: {name: _catalog_entry(e) for name, e in catalogs[kind].items()} for kind in kinds}
+        print(json.dumps(data, indent=2))
+        return 0
+    if "gpu" in kinds:
         print(f"{'GPU':<12}{'memory GiB':>12}{'bf16 TFLOPS':>13}{'fp8 TFLOPS':>12}{'HBM GB/s':>10}{'$/h':>7}")
         for name, g in catalogs["gpu"].items():
             fp8 = "-" if g.fp8_tflops is None else f"{g.fp8_tflops:g}"
@@ -119,13 +139,13 @@ def cmd_catalog(args) -> int:
                 f"{name:<12}{g.memory_bytes / 2**30:>12.2f}{g.bf16_tflops:>13g}{fp8:>12}"
                 f"{g.memory_bandwidth_gbps:>10g}{rent:>7}"
             )
-    if args.kind is None:
+    if len(kinds) == 2:
         print()
-    if args.kind in (None, "model"):
+    if "model" in kinds:
         print(f"{'model':<14}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv heads':>10}{'vocab':>9}")
         for name, m in catalogs["model"].items():
             print(
-                f"{name:<14}{m.num_params / 1e9:>9.2f}B{m.num_hidden_layers:>8}{m.hidden_size:>8}"
+                f"{name:<14}{_params(m.num_params):>10}{m.num_hidden_layers:>8}{m.hidden_size:>8}"
                 f"{m.num_attention_heads:>7}{m.num_key_value_heads:>10}{m.vocab_size:>9}"
             )
     return 0
@@ -142,6 +162,10 @@ def _mean_request_tokens(scenario) -> float:
 
     wl = generate_workload(scenario.workload, scenario.max_model_len)
     return float((wl.prompt_tokens + wl.output_tokens).mean()) if len(wl) else 0.0
+
+
+def _params(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
 
 
 def cmd_memory(args) -> int:
@@ -167,7 +191,7 @@ def cmd_memory(args) -> int:
         )
     else:
         print(
-            f"{scenario.name}: {scenario.model.name} ({scenario.model.num_params / 1e9:.2f}B params, "
+            f"{scenario.name}: {scenario.model.name} ({_params(scenario.model.num_params)} params, "
             f"{scenario.dtype}) on {scenario.hardware.tensor_parallel_size}x {scenario.hardware.gpu.name}"
         )
         print("\n".join(memory_lines(mem, scenario.hardware.tensor_parallel_size, mean_tokens)))
@@ -254,13 +278,26 @@ def cmd_simulate(args) -> int:
 
 def cmd_run(args) -> int:
     try:
-        from gpu_engine.engine import run_scenario
+        from gpu_engine.engine import EngineError, run_scenario
+        from gpu_engine.runner import SamplingParams
     except ImportError as e:
         raise PlannerError(f"the live engine needs the engine extra (pip install 'planner[engine]'): {e}") from e
+    from planner.results import build_summary
 
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise PlannerError(
+            f"--temperature {args.temperature} --top-p {args.top_p}: temperature must be >= 0 and top-p in (0, 1]"
+        )
     scenario = _load(args)
-    summary, recorder = run_scenario(scenario, device=args.device, model_path=args.model_path)
-    _emit(args, summary, recorder, f"{scenario.name} (measured on {summary.get('device_name', args.device)})")
+    try:
+        result = run_scenario(scenario, args.device, args.model_path, SamplingParams(args.temperature, args.top_p))
+    except EngineError as e:
+        raise PlannerError(str(e)) from e
+    wl = result.workload
+    summary = build_summary(
+        "measured", scenario, result.recorder, result.memory, wl.num_rejected, wl.num_truncated, result.extra
+    )
+    _emit(args, summary, result.recorder, f"{scenario.name} (measured on {result.extra['device_name']})")
     return 0
 
 

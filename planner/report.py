@@ -8,7 +8,11 @@ LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E l
 
 
 def _gib(n: float) -> str:
-    return f"{n / GIB:,.2f} GiB"
+    """Bytes in the largest binary unit that keeps the figure >= 1 (tiny CPU models are a few MiB)."""
+    for unit, size in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,.0f} B"
 
 
 def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_tokens: float) -> list[str]:
@@ -66,7 +70,7 @@ def summary_lines(s: dict) -> list[str]:
     lines += [
         "",
         (
-            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}, KV pool {_gib(max(mem['kv_cache_bytes'], 0))}"
+            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}, KV pool {_gib(mem['num_gpu_blocks'] * mem['block_bytes'])}"
             f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens"
         ),
         (
@@ -74,6 +78,19 @@ def summary_lines(s: dict) -> list[str]:
             f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
         ),
     ]
+    if "memory_predicted" in s:
+        predicted = s["memory_predicted"]
+        lines.append(
+            f"Memory, measured vs the memory model's prediction (peak allocated {_gib(s['peak_memory_bytes'])}):"
+        )
+        for key, label in (
+            ("weights_bytes", "weights"),
+            ("activation_bytes", "activation peak"),
+            ("kv_cache_bytes", "memory for KV"),
+            ("num_gpu_blocks", "num_gpu_blocks"),
+        ):
+            fmt = (lambda v: f"{v:,}") if key == "num_gpu_blocks" else _gib
+            lines.append(f"  {label:<17}{fmt(mem[key]):>14}{fmt(predicted[key]):>14}")
     if "floors" in s:
         f = s["floors"]
         lines.append(
@@ -131,8 +148,8 @@ def compare_lines(a: dict, b: dict, name_a: str, name_b: str) -> list[str]:
 
     head_a = f"{name_a} ({a.get('mode', '?')})"
     head_b = f"{name_b} ({b.get('mode', '?')})"
-    lines = [f"{'':<26}{head_a:>24}{head_b:>24}{'diff':>10}"]
+    lines = [f"{'':<26}{head_a:>24}{head_b:>24}{'diff':>12}"]
     for row in compare_rows(a, b):
         diff = "-" if row["diff_percent"] is None else f"{row['diff_percent']:+.1f}%"
-        lines.append(f"{row['label']:<26}{fmt(row['a']):>24}{fmt(row['b']):>24}{diff:>10}")
+        lines.append(f"{row['label']:<26}{fmt(row['a']):>24}{fmt(row['b']):>24}{diff:>12}")
     return lines

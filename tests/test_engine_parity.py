@@ -9,7 +9,7 @@ import torch
 from sim_helpers import make_scenario
 from test_engine_runner import TINY, hf_greedy, tiny_hf
 
-from gpu_engine.engine import _drain
+from gpu_engine.engine import drain
 from gpu_engine.runner import ModelRunner, SamplingParams
 from sim.driver import build_scheduler
 from sim.metrics import Recorder
@@ -53,7 +53,7 @@ def test_scheduler_driven_generation_matches_transformers(tmp_path, model_type, 
     requests = [Request(i, 0.0, len(p), MAX_NEW_TOKENS, prompt_token_ids=p) for i, p in enumerate(prompts)]
     for request in requests:
         scheduler.add_request(request)
-    _drain(scheduler, runner, lambda: 0.0, recorder)
+    drain(scheduler, runner, lambda: 0.0, recorder)
 
     assert recorder.num_preemptions > 0, "the pool was meant to force preemption"
     assert recorder.steps.view()["num_prefill_tokens"].max() <= 16  # chunked within the token budget

@@ -1,0 +1,419 @@
+"""Live engine benchmark: `python -m gpu_engine.bench` (issue 4, section 7).
+
+On a CUDA device, with a random-initialised real-size model (llama-3.1-8b by default, bf16), three figures:
+1. decode: one request's decode step (a few hundred tokens of context) against the weights-read floor,
+   the bytes of weights a step must stream / the device's measured copy bandwidth. Target: <= 1.3x.
+2. throughput: output tokens/s of the engine (sim's continuous scheduler driving the runner) against
+   transformers' `generate` with static batches of the same seeded requests, all arriving at t=0.
+   Target: >= 2x. A static batch runs until its longest reply, but only each request's own output counts.
+3. memory: what the engine's start-up profiling measures (weights, activation peak, KV pool, blocks)
+   beside the memory model's prediction for the same scenario on the catalog GPU of this device.
+
+`--device cpu --tiny` runs the same three sections with catalog `tiny-llama` in float32 and small workloads,
+so that the script stays tested on machines without a GPU; its timings say nothing about a GPU, so the
+targets are shown there without a verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+
+from gpu_engine.engine import EngineError, drain, live_request, warm_up
+from gpu_engine.model import Transformer
+from gpu_engine.profiling import profile_num_blocks
+from gpu_engine.runner import ModelRunner, torch_dtype
+from kernels.bench import copy_bandwidth_gbs
+from planner.catalog import load_gpu_catalog
+from planner.scenario import validate_mapping
+from sim.config import ModelSpec, Scenario
+from sim.driver import build_scheduler
+from sim.kv_manager import cdiv
+from sim.memory import memory_breakdown
+from sim.metrics import Recorder
+from sim.request import Request
+from sim.workload import Workload, generate_workload, prompt_token_ids
+
+DECODE_TARGET_RATIO = 1.3  # decode step time / weights-read floor, at most
+THROUGHPUT_TARGET_RATIO = 2.0  # engine / static output tokens per second, at least
+MIB = 1 << 20
+# Rows of the memory table: key shared by profile_num_blocks' dict and MemoryBreakdown -> label.
+MEMORY_ROWS = {
+    "total_bytes": "total",
+    "usable_bytes": "usable (x util)",
+    "weights_bytes": "weights",
+    "activation_bytes": "activation peak",
+    "non_torch_bytes": "non-torch",
+    "kv_cache_bytes": "KV pool",
+    "num_gpu_blocks": "num_gpu_blocks",
+}
+
+
+@dataclass(frozen=True)
+class BenchSize:
+    """How big each section is: a real model on a GPU, or a tiny one on a CPU within a test's time."""
+
+    model: str
+    dtype: str
+    num_requests: int
+    prompt_tokens: tuple[int, int]  # uniform, inclusive
+    output_tokens: tuple[int, int]  # uniform, inclusive
+    decode_context_tokens: int
+    decode_warmup_steps: int
+    decode_timed_steps: int
+    static_batch_size: int  # transformers' batch
+    engine: dict  # scenario engine settings over vLLM's defaults
+
+
+FULL = BenchSize("llama-3.1-8b", "bfloat16", 128, (64, 512), (16, 512), 300, 10, 50, 32, {})
+# A smaller token budget and batch: profiling on CPU runs the reference attention one sequence at a time.
+TINY = BenchSize(
+    "tiny-llama", "float32", 16, (8, 64), (4, 32), 64, 3, 10, 4, {"max_num_batched_tokens": 256, "max_num_seqs": 16}
+)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m gpu_engine.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--model", help=f"catalog model (default {FULL.model}; {TINY.model} with --tiny)")
+    p.add_argument("--tiny", action="store_true", help=f"{TINY.model} in {TINY.dtype}, small workloads (CPU mode)")
+    p.add_argument("--num-requests", type=int, help="requests of the throughput section")
+    p.add_argument("--json", type=Path, help="also write the figures to this file")
+    return p.parse_args(argv)
+
+
+# --- the scenario: the same one the memory model predicts and the engine runs -----------------------------
+
+
+def catalog_gpu(device_name: str, total_bytes: int) -> str | None:
+    """The catalog GPU this device is: the key's first word must be a word of the device name ("a100" in
+    "NVIDIA A100-SXM4-80GB", never "a10"); more matching words ("80gb", "pcie"), then the nearer memory size,
+    decide between variants. None when the catalog has no such GPU."""
+    words = set(re.split(r"[^a-z0-9]+", device_name.lower()))
+    candidates = [
+        (sum(w in words for w in key.split("-")), -abs(spec.memory_bytes - total_bytes), key)
+        for key, spec in load_gpu_catalog().items()
+        if key.split("-")[0] in words
+    ]
+    return max(candidates)[2] if candidates else None
+
+
+def this_gpu(device: torch.device) -> str | dict:
+    """The scenario's hardware.gpu: a catalog key, or an inline GPU of the device's own memory size."""
+    if device.type == "cpu":
+        return "cpu"
+    name, total_bytes = torch.cuda.get_device_name(device), torch.cuda.mem_get_info(device)[1]
+    # Only memory_bytes reaches the memory model; the other two required fields are placeholders.
+    return catalog_gpu(name, total_bytes) or {
+        "name": name,
+        "memory_bytes": total_bytes,
+        "bf16_tflops": 1.0,
+        "memory_bandwidth_gbps": 1.0,
+    }
+
+
+def bench_scenario(size: BenchSize, model: str, gpu: str | dict, num_requests: int) -> Scenario:
+    """A closed loop with every request in flight: all arrive at t=0."""
+    return validate_mapping({
+        "name": f"bench-{model}",
+        "model": model,
+        "dtype": size.dtype,
+        "hardware": {"gpu": gpu},
+        # max_model_len: no request is rejected as too long
+        "engine": {"max_model_len": size.prompt_tokens[1] + size.output_tokens[1], **size.engine},
+        "workload": {
+            "num_requests": num_requests,
+            "seed": 0,
+            "arrival": {"process": "closed", "concurrency": num_requests},
+            "prompt_tokens": {"dist": "uniform", "low": size.prompt_tokens[0], "high": size.prompt_tokens[1]},
+            "output_tokens": {"dist": "uniform", "low": size.output_tokens[0], "high": size.output_tokens[1]},
+        },
+    }, "<gpu_engine.bench>", Path.cwd())  # fmt: skip
+
+
+# --- timing -----------------------------------------------------------------------------------------------
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def weights_read_bytes(model: Transformer) -> int:
+    """Parameter bytes one decode step streams: all of them but an untied embedding table, of which the
+    step only gathers one row per token (a tied one is read whole as the LM head)."""
+    total = sum(p.nbytes for p in model.parameters())
+    return total if model.lm_head is None else total - model.embed_tokens.weight.nbytes
+
+
+def decode_step_s(scenario: Scenario, runner: ModelRunner, num_blocks: int, size: BenchSize) -> float:
+    """Median wall time of one request's decode steps after the warm-up ones (the runner's sampled-id
+    `.tolist()` waits for the device, so each recorded step ends when the GPU is done)."""
+    context = size.decode_context_tokens
+    num_output = 1 + size.decode_warmup_steps + size.decode_timed_steps  # the prefill step samples the first
+    recorder = Recorder(num_blocks, scenario.engine.block_size)
+    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    scheduler.add_request(Request(0, 0.0, context, num_output, prompt_token_ids=[0] * context))
+    drain(scheduler, runner, time.perf_counter, recorder)
+    steps = recorder.steps.view()
+    decode_s = steps["duration_s"][steps["num_prefill_tokens"] == 0]
+    return float(np.median(decode_s[size.decode_warmup_steps :]))
+
+
+def engine_run(scenario: Scenario, runner: ModelRunner, num_blocks: int, workload: Workload) -> dict:
+    """Every request of the workload at t=0 through sim's scheduler and the runner, on the wall clock."""
+    recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps=False)
+    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    for index in range(len(workload)):
+        scheduler.add_request(live_request(workload, index, 0.0))
+    start = time.perf_counter()
+    drain(scheduler, runner, lambda: time.perf_counter() - start, recorder)
+    elapsed_s = time.perf_counter() - start
+    return {
+        "elapsed_s": elapsed_s,
+        "output_tokens_per_s": int(workload.output_tokens.sum()) / elapsed_s,
+        "num_steps": recorder.num_steps,
+        "num_preemptions": recorder.num_preemptions,
+    }
+
+
+def pool_blocks(scenario: Scenario, workload: Workload, measured_blocks: int) -> int:
+    """The profiled pool, capped at what every request needs at once: a larger pool changes no step, and
+    zeroing ~100 GB of cache would only cost start-up time."""
+    block_size = scenario.engine.block_size
+    needed = sum(cdiv(int(p + o), block_size) for p, o in zip(workload.prompt_tokens, workload.output_tokens))
+    longest = cdiv(int(max(workload.prompt_tokens + workload.output_tokens)), block_size)
+    if measured_blocks < longest:
+        raise EngineError(
+            f"the profiled KV pool holds {measured_blocks} blocks, less than the longest request"
+            f" ({longest} blocks of {block_size})"
+        )
+    return min(measured_blocks, needed)
+
+
+def engine_sections(scenario: Scenario, device: torch.device, workload: Workload, size: BenchSize) -> dict:
+    """Profile, then time decode and the throughput workload; the runner is freed on return."""
+    e = scenario.engine
+    runner = ModelRunner(scenario.model, scenario.dtype, device, None, e.block_size, seed=scenario.workload.seed)
+    total_bytes = None if device.type == "cuda" else scenario.hardware.gpu.memory_bytes  # CPU: the catalog's
+    measured = profile_num_blocks(
+        runner, e.max_num_batched_tokens, e.max_num_seqs, e.gpu_memory_utilization, total_bytes
+    )
+    num_blocks = pool_blocks(scenario, workload, measured["num_gpu_blocks"])
+    runner.allocate(num_blocks)
+    warm_up(scenario, runner, workload, num_blocks)
+    return {
+        "memory_measured": measured,
+        "pool_blocks_allocated": num_blocks,
+        "weights_read_bytes": weights_read_bytes(runner.model),
+        "decode_step_s": decode_step_s(scenario, runner, num_blocks, size),
+        "throughput": engine_run(scenario, runner, num_blocks, workload),
+    }
+
+
+def hf_config(spec: ModelSpec) -> transformers.PretrainedConfig:
+    """transformers' config for the architecture; checked before the engine runs, so a model without a
+    built-in transformers class (Qwen-7B's remote code) fails at once."""
+    try:
+        return transformers.AutoConfig.for_model(
+            spec.model_type, hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+            num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim, vocab_size=spec.vocab_size,
+            max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=spec.tie_word_embeddings,
+            attention_bias=spec.attention_bias, rope_theta=spec.rope_theta, rms_norm_eps=spec.rms_norm_eps,
+        )  # fmt: skip
+    except ValueError as err:
+        raise EngineError(
+            f"{spec.name}: transformers has no built-in class for model_type "
+            f"{spec.model_type!r}, the static baseline needs one"
+        ) from err
+
+
+def hf_model(config: transformers.PretrainedConfig, dtype: str, device: torch.device) -> transformers.PreTrainedModel:
+    """Randomly initialised on the device (values do not change timings), with SDPA attention."""
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(
+            config, dtype=torch_dtype(dtype), attn_implementation="sdpa"
+        )
+    return model.eval()
+
+
+def left_padded(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask), each [batch, longest prompt], padded on the left as generate expects."""
+    width = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.int64)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def generate_s(
+    model: transformers.PreTrainedModel, prompts: list[list[int]], num_new_tokens: int, device: torch.device
+) -> float:
+    """Wall time of one static batch: greedy, exactly num_new_tokens for every row (EOS cannot end it)."""
+    ids, mask = left_padded(prompts, device)
+    synchronize(device)
+    start = time.perf_counter()
+    model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        do_sample=False,
+        min_new_tokens=num_new_tokens,
+        max_new_tokens=num_new_tokens,
+        pad_token_id=0,
+    )
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+@torch.inference_mode()
+def static_run(
+    config: transformers.PretrainedConfig, dtype: str, device: torch.device, workload: Workload, batch_size: int
+) -> dict:
+    """transformers' generate over consecutive batches of the workload (arrival order), each run to its
+    longest reply; throughput counts each request's own output only."""
+    model = hf_model(config, dtype, device)
+    prompts = [prompt_token_ids(workload, i) for i in range(len(workload))]
+    generate_s(model, prompts[:batch_size], 2, device)  # warm-up: kernels, cuBLAS handles, allocator
+    elapsed_s = 0.0
+    for start in range(0, len(workload), batch_size):
+        outputs = workload.output_tokens[start : start + batch_size]
+        elapsed_s += generate_s(model, prompts[start : start + batch_size], int(outputs.max()), device)
+    return {
+        "elapsed_s": elapsed_s,
+        "output_tokens_per_s": int(workload.output_tokens.sum()) / elapsed_s,
+        "batch_size": batch_size,
+    }
+
+
+# --- figures and report ---------------------------------------------------------------------------------
+
+
+def verdict(ok: bool, device: torch.device) -> str:
+    if device.type != "cuda":
+        return "n/a (CPU timings say nothing about a GPU)"
+    return "PASS" if ok else "MISS"
+
+
+def decode_figures(engine: dict, copy_gbs: float, size: BenchSize, device: torch.device) -> dict:
+    floor_s = engine["weights_read_bytes"] / (copy_gbs * 1e9)
+    ratio = engine["decode_step_s"] / floor_s
+    return {
+        "context_tokens": size.decode_context_tokens,
+        "timed_steps": size.decode_timed_steps,
+        "step_ms": engine["decode_step_s"] * 1e3,
+        "weights_read_bytes": engine["weights_read_bytes"],
+        "copy_bandwidth_gbs": copy_gbs,
+        "copy_bandwidth_device": device.type,
+        "floor_ms": floor_s * 1e3,
+        "ratio": ratio,
+        "target_max_ratio": DECODE_TARGET_RATIO,
+        "verdict": verdict(ratio <= DECODE_TARGET_RATIO, device),
+    }
+
+
+def throughput_figures(
+    scenario: Scenario, engine: dict, static: dict, workload: Workload, device: torch.device
+) -> dict:
+    ratio = engine["throughput"]["output_tokens_per_s"] / static["output_tokens_per_s"]
+    e = scenario.engine
+    settings = {"max_num_seqs": e.max_num_seqs, "max_num_batched_tokens": e.max_num_batched_tokens}
+    return {
+        "num_requests": len(workload),
+        "output_tokens": int(workload.output_tokens.sum()),
+        "engine": engine["throughput"] | settings,
+        "static": static,
+        "ratio": ratio,
+        "target_min_ratio": THROUGHPUT_TARGET_RATIO,
+        "verdict": verdict(ratio >= THROUGHPUT_TARGET_RATIO, device),
+    }
+
+
+def memory_figures(scenario: Scenario, engine: dict) -> dict:
+    predicted = memory_breakdown(scenario).to_dict()
+    return {
+        "gpu": scenario.hardware.gpu.name,
+        "measured": {k: engine["memory_measured"][k] for k in MEMORY_ROWS},
+        "predicted": {k: predicted[k] for k in MEMORY_ROWS},
+        "pool_blocks_allocated": engine["pool_blocks_allocated"],
+    }
+
+
+def memory_cell(key: str, value: int) -> str:
+    return f"{value:>14,}" if key == "num_gpu_blocks" else f"{value / MIB:>14,.1f}"
+
+
+def print_report(figures: dict) -> None:
+    d, t, m = figures["decode"], figures["throughput"], figures["memory"]
+    print(f"device: {figures['device_name']}; model {figures['model']} ({figures['dtype']}, random weights)")
+    print(f"\n1. decode, batch 1, {d['context_tokens']} tokens of context, median of {d['timed_steps']} steps")
+    print(f"   copy bandwidth ({d['copy_bandwidth_device']})  {d['copy_bandwidth_gbs']:10.1f} GB/s")
+    print(f"   weights read per step     {d['weights_read_bytes'] / MIB:10.1f} MiB")
+    print(f"   floor (weights / copy bw) {d['floor_ms']:10.3f} ms")
+    print(f"   decode step               {d['step_ms']:10.3f} ms")
+    print(f"   ratio                     {d['ratio']:10.2f} x   target <= {d['target_max_ratio']}: {d['verdict']}")
+    e, s = t["engine"], t["static"]
+    print(f"\n2. throughput, {t['num_requests']} requests at t=0, {t['output_tokens']} output tokens")
+    print(
+        f"   engine (continuous, max_num_seqs {e['max_num_seqs']})  {e['output_tokens_per_s']:10.1f} tok/s"
+        f"  ({e['elapsed_s']:.2f} s, {e['num_steps']} steps, {e['num_preemptions']} preemptions)"
+    )
+    print(
+        f"   transformers generate (static, batch {s['batch_size']})  {s['output_tokens_per_s']:10.1f} tok/s"
+        f"  ({s['elapsed_s']:.2f} s)"
+    )
+    print(f"   ratio  {t['ratio']:.2f} x   target >= {t['target_min_ratio']}: {t['verdict']}")
+    print(f"\n3. memory: engine profiling vs memory model on catalog GPU {m['gpu']!r}")
+    print(f"   {'MiB, except blocks':<22}{'measured':>14}{'predicted':>14}{'diff':>9}")
+    for key, label in MEMORY_ROWS.items():
+        measured, predicted = m["measured"][key], m["predicted"][key]
+        diff = f"{(predicted - measured) / measured:+9.1%}" if measured else f"{'-':>9}"
+        print(f"   {label:<22}{memory_cell(key, measured)}{memory_cell(key, predicted)}{diff}")
+    print(f"   (the runs above used {m['pool_blocks_allocated']} blocks: the pool capped at what the workload needs)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise EngineError("--device cuda: no CUDA device is visible to torch (use --device cpu --tiny)")
+    device = torch.device(args.device)
+    size = TINY if args.tiny else FULL
+    model = args.model or size.model
+    scenario = bench_scenario(size, model, this_gpu(device), args.num_requests or size.num_requests)
+    workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
+    config = hf_config(scenario.model)
+    copy_gbs = copy_bandwidth_gbs(str(device))  # before the model is built: its 2 GiB of buffers are freed by then
+    engine = engine_sections(scenario, device, workload, size)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # hand the engine's memory to transformers
+    static = static_run(config, scenario.dtype, device, workload, min(size.static_batch_size, len(workload)))
+    figures = {
+        "device": device.type,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "model": model,
+        "dtype": size.dtype,
+        "decode": decode_figures(engine, copy_gbs, size, device),
+        "throughput": throughput_figures(scenario, engine, static, workload, device),
+        "memory": memory_figures(scenario, engine),
+    }
+    print_report(figures)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except EngineError as err:  # a message, not a traceback, for a wrong flag or a model that cannot run
+        raise SystemExit(f"error: {err}") from None
