@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("triton")
 
 from gpu_engine.bench import MEMORY_ROWS, catalog_gpu, main
-from planner.catalog import load_gpu_catalog
 from gpu_engine.engine import EngineError
+from planner.catalog import load_gpu_catalog
 
 NUM_REQUESTS = 6
 
