@@ -116,7 +116,7 @@ COMPARE_ROWS = [
     ],
     ("memory.weights_bytes", "weights (bytes)"),
     ("memory.activation_bytes", "activation peak (bytes)"),
-    ("memory.kv_cache_bytes", "KV pool (bytes)"),
+    ("memory.kv_cache_bytes", "memory for KV (bytes)"),
     ("memory.num_gpu_blocks", "num_gpu_blocks"),
     ("peak_memory_bytes", "peak memory (bytes)"),
 ]

@@ -126,25 +126,43 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
     )
 
 
+def tensor_parallel_that_fits(mem: MemoryBreakdown, tensor_parallel_size: int) -> int | None:
+    """The smallest power-of-two tensor parallel size (up to 16) whose per-GPU share of the weights, plus
+    NCCL's buffers, leaves room for one request of max_model_len. The activation peak is kept as it is
+    (its MLP part shrinks with more GPUs, so this errs towards more GPUs)."""
+    weights_total = mem.weights_bytes * tensor_parallel_size
+    kv_total = mem.kv_bytes_per_token * tensor_parallel_size * mem.max_model_len
+    fixed = mem.activation_bytes + non_torch_bytes(2)
+    for tp in (2, 4, 8, 16):
+        if tp > tensor_parallel_size and (weights_total + kv_total) / tp + fixed < mem.usable_bytes:
+            return tp
+    return None
+
+
+def _more_gpus(mem: MemoryBreakdown, tensor_parallel_size: int) -> str:
+    tp = tensor_parallel_that_fits(mem, tensor_parallel_size)
+    return "more than 16 GPUs of this kind" if tp is None else f"hardware.tensor_parallel_size {tp}"
+
+
 def fit_problems(mem: MemoryBreakdown, tensor_parallel_size: int) -> list[str]:
     """Why a deployment cannot start, with the numbers that prove it and what to change (empty: fits)."""
     if mem.kv_cache_bytes <= 0 or mem.num_gpu_blocks == 0:
         short = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes - mem.usable_bytes
         return [
             (
-                f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f}"
-                f" GiB) and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable "
-                f"{mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no"
-                f" KV blocks; use a larger GPU, tensor_parallel_size {tensor_parallel_size * 2}, a higher "
-                "gpu_memory_utilization or a lower max_num_batched_tokens"
+                f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f} GiB)"
+                f" and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable"
+                f" {mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no KV"
+                f" blocks; use a larger GPU or {_more_gpus(mem, tensor_parallel_size)} (or a higher"
+                " engine.gpu_memory_utilization or a lower engine.max_num_batched_tokens, if that is enough)"
             )
         ]
     if mem.max_kv_tokens < mem.max_model_len:
         return [
             (
                 f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_gpu_blocks} blocks"
-                f" x {mem.block_size} = {mem.max_kv_tokens} tokens); set engine.max_model_len <= "
-                f"{mem.max_kv_tokens}, or use tensor_parallel_size {tensor_parallel_size * 2} or a larger GPU"
+                f" x {mem.block_size} = {mem.max_kv_tokens} tokens); set engine.max_model_len <="
+                f" {mem.max_kv_tokens}, or use {_more_gpus(mem, tensor_parallel_size)} or a larger GPU"
             )
         ]
     return []

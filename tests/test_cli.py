@@ -67,7 +67,11 @@ def test_a_model_that_does_not_fit_is_refused_with_numbers(capsys):
     code = main(["memory", "scenarios/a10_qwen7b.yaml", "--set", "model=llama-2-70b"])
     out = capsys.readouterr().out
     assert code == 2
-    assert "cannot run" in out and "GiB" in out and "tensor_parallel_size 2" in out
+    assert "cannot run" in out and "128.48 GiB" in out and "hardware.tensor_parallel_size 8" in out
+    # The suggestion is a real fix: at the suggested size the same deployment fits.
+    args = ["memory", "scenarios/a10_qwen7b.yaml", "--set", "model=llama-2-70b"]
+    assert main([*args, "--set", "hardware.tensor_parallel_size=8"]) == 0
+    assert main([*args, "--set", "hardware.tensor_parallel_size=4"]) == 2
 
 
 def test_simulate_writes_every_output_and_is_deterministic(tmp_path):

@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from planner.plots import _output_tokens_from_requests, write_plots
+from planner.plots import write_plots
+from planner.plots.binning import output_tokens_from_requests
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -147,6 +148,6 @@ def test_two_million_steps(tmp_path):
 def test_tokens_from_requests_conserves_total():
     requests, _, _, _ = synthetic_run(300, 10)
     edges = np.linspace(0, float(requests["finished_s"].max()) + 1e-6, 101)
-    per_bin = _output_tokens_from_requests(requests, edges)
+    per_bin = output_tokens_from_requests(requests, edges)
     assert per_bin.sum() == pytest.approx(float(requests["output_tokens"].sum()), rel=1e-9)
     assert (per_bin >= 0).all()

@@ -1,0 +1,113 @@
+"""The scenario rules that involve more than one field: vLLM's rules for tensor parallel, max_model_len and
+the token budget; what each distribution and arrival process needs; the trace columns they read."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import typing
+from typing import Any
+
+from planner.errors import NO_VALUE, ScenarioError
+from planner.rules import ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
+from sim.config import Distribution, Scenario, WorkloadConfig
+
+
+def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
+    def fail(key_path: str, value: Any, allowed: str) -> typing.NoReturn:
+        raise ScenarioError(ctx.file, key_path, value, allowed)
+
+    m, hw, eng, wl = s.model, s.hardware, s.engine, s.workload
+
+    # Tensor parallel, as vLLM's QKVParallelLinear: query heads are split evenly; KV heads are split when
+    # there are at least tp of them, else each is replicated on tp/num_kv_heads GPUs.
+    tp = hw.tensor_parallel_size
+    if m.num_attention_heads % tp:
+        fail(
+            "hardware.tensor_parallel_size",
+            tp,
+            f"must divide the model's num_attention_heads ({m.num_attention_heads})",
+        )
+    kv = m.num_key_value_heads
+    if (kv % tp if tp < kv else tp % kv) != 0:
+        fail(
+            "hardware.tensor_parallel_size", tp,
+            f"must divide the model's num_key_value_heads ({kv}) or be a multiple of it (KV heads are replicated)",
+        )  # fmt: skip
+
+    # max_model_len: the model's limit by default; above it is an error, as in vLLM.
+    limit = m.max_position_embeddings
+    max_len = eng.max_model_len or limit
+    if max_len > limit:
+        fail("engine.max_model_len", max_len, f"must be <= the model's max_position_embeddings ({limit})")
+    # vLLM's default token budget without chunked prefill is max(max_model_len, 2048): a whole prompt per step.
+    budget = eng.max_num_batched_tokens
+    if not eng.enable_chunked_prefill and "max_num_batched_tokens" not in (raw.get("engine") or {}):
+        budget = max(max_len, budget)
+    if not eng.enable_chunked_prefill and budget < max_len:
+        fail(
+            "engine.max_num_batched_tokens", budget,
+            f"is smaller than max_model_len ({max_len}) with enable_chunked_prefill false, so longer prompts could "
+            "never be scheduled; raise max_num_batched_tokens, lower max_model_len or enable chunked prefill",
+        )  # fmt: skip
+    if budget < eng.max_num_seqs:  # vLLM's SchedulerConfig raises this too
+        fail("engine.max_num_batched_tokens", budget, f"must be >= max_num_seqs ({eng.max_num_seqs})")
+    eng = dataclasses.replace(eng, max_model_len=max_len, max_num_batched_tokens=budget)
+
+    # What each distribution and arrival process needs.
+    for field_name in ("prompt_tokens", "output_tokens"):
+        d: Distribution = getattr(wl, field_name)
+        where = f"workload.{field_name}"
+        for p in DIST_PARAMS:
+            given = getattr(d, p) is not None
+            if p in DISTS[d.dist] and not given:
+                fail(f"{where}.{p}", NO_VALUE, f"missing; dist {d.dist} needs {', '.join(DISTS[d.dist])}")
+            if p not in DISTS[d.dist] and given:
+                uses = ", ".join(DISTS[d.dist]) or "no parameters (lengths come from workload.trace)"
+                fail(f"{where}.{p}", getattr(d, p), f"not used by dist {d.dist}, which takes {uses}")
+        if d.dist == "uniform" and d.low > d.high:
+            fail(f"{where}.low", d.low, f"must be <= high ({d.high})")
+        if d.max is not None and d.min > d.max:
+            fail(f"{where}.min", d.min, f"must be <= max ({d.max})")
+        if d.dist == "trace" and wl.trace is None:
+            fail(f"{where}.dist", d.dist, "needs workload.trace (path and columns of a CSV trace)")
+    a = wl.arrival
+    for p in PROCESSES[a.process]:
+        if getattr(a, p) is None:
+            fail(f"workload.arrival.{p}", NO_VALUE, f"missing; process {a.process} needs {p} ({ARRIVAL_UNITS[p]})")
+    if a.process == "trace" and wl.trace is None:
+        fail("workload.arrival.process", a.process, "needs workload.trace (path and columns of a CSV trace)")
+    if a.process == "trace" and wl.trace.arrival_column is None:
+        fail("workload.trace.arrival_column", None, "process trace needs the column of arrival times")
+    if wl.trace is not None:
+        _check_trace_columns(wl, ctx)
+    return dataclasses.replace(s, engine=eng)
+
+
+def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
+    """The columns the workload will read exist in the CSV's header (cheap, and a typo is likely)."""
+    t = wl.trace
+    used = {
+        "prompt_column": wl.prompt_tokens.dist == "trace",
+        "output_column": wl.output_tokens.dist == "trace",
+        "arrival_column": wl.arrival.process == "trace",
+    }
+    if not any(used.values()):
+        raise ScenarioError(
+            ctx.file, "workload.trace", NO_VALUE,
+            "is set but unused: set prompt_tokens.dist, output_tokens.dist and/or arrival.process to trace",
+        )  # fmt: skip
+    if not t.path.lower().endswith(".csv"):
+        return  # another format: the workload reader checks it
+    with open(t.path, newline="", encoding="utf-8") as f:
+        header = [name.strip() for name in next(csv.reader(f), [])]  # as sim/workload.py reads it
+    for key, is_used in used.items():
+        column = getattr(t, key)
+        if is_used and column not in header:
+            hint = did_you_mean(column, header)
+            raise ScenarioError(
+                ctx.file,
+                f"workload.trace.{key}",
+                column,
+                f"no such column in {t.path}{hint}; columns: {', '.join(header)}",
+            )

@@ -1,0 +1,69 @@
+"""The three PNG plots of a run (the same for `planner simulate` and `planner run`).
+
+    latency_cdf.png  CDFs of TTFT, TPOT, ITL and E2E latency with p50/p90/p99 (and SLO bounds) marked
+    throughput.png   output tokens/s, requests arriving and completing per second, queue and batch over time
+    kv_cache.png     KV-cache blocks in use (% of the pool) and batch size over time, preemptions marked
+
+Figures are built with `matplotlib.figure.Figure` on an Agg canvas, never through pyplot, so writing plots
+changes no global matplotlib state (backend, open figures, rcParams) of a caller's session. Anything missing
+(no requests, no multi-token request, no step records, no ITL) leaves its panel with a note instead of failing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from planner.plots.context import Context
+from planner.plots.kv_cache import kv_cache_figure
+from planner.plots.latency import latency_figure
+from planner.plots.style import DPI, FIGSIZE
+from planner.plots.throughput import throughput_figure
+
+
+def write_plots(
+    out_dir: Path,
+    requests: dict[str, np.ndarray],
+    steps: dict[str, np.ndarray],
+    summary: dict,
+    title: str,
+    itl_ms: np.ndarray | None = None,
+    num_gpu_blocks: int | None = None,
+) -> list[Path]:
+    """Write latency_cdf.png, throughput.png and kv_cache.png into out_dir; return their paths.
+
+    requests: REQUEST_COLUMNS of sim.metrics (one row per completed request); steps: STEP_COLUMNS (may be
+    empty; unknown columns are ignored); summary: the run's summary (used for the scenario name, SLO bounds,
+    replica count and, when num_gpu_blocks is None, summary["memory"]["num_gpu_blocks"]); title: what run
+    this is, e.g. "a10_qwen7b (simulated)"; itl_ms: every inter-token gap in ms, if recorded.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    requests = {k: np.asarray(v) for k, v in (requests or {}).items()}
+    steps = {k: np.asarray(v) for k, v in (steps or {}).items()}
+    summary = summary or {}
+    if num_gpu_blocks is None:
+        memory = summary.get("memory")
+        num_gpu_blocks = memory.get("num_gpu_blocks") if isinstance(memory, dict) else None
+    ctx = Context(requests, steps, summary, title)
+    written = []
+    for name, draw in (
+        ("latency_cdf.png", latency_figure),
+        ("throughput.png", throughput_figure),
+        ("kv_cache.png", kv_cache_figure),
+    ):
+        fig = Figure(figsize=FIGSIZE, dpi=DPI)
+        FigureCanvasAgg(fig)
+        if name == "latency_cdf.png":
+            draw(fig, ctx, itl_ms)
+        elif name == "kv_cache.png":
+            draw(fig, ctx, num_gpu_blocks)
+        else:
+            draw(fig, ctx)
+        path = out_dir / name
+        fig.savefig(path, dpi=DPI)
+        written.append(path)
+    return written

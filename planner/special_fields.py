@@ -1,0 +1,101 @@
+"""The three fields resolved specially, from catalog names, local files or inline mappings: `model`,
+`hardware.gpu` and `workload.trace.path`. `SPECIAL` maps each to its resolver and its help text."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from planner.errors import NO_VALUE, ScenarioError
+from planner.rules import Ctx, did_you_mean
+from sim.config import GpuSpec, HardwareConfig, ModelSpec, Scenario, TraceConfig
+
+
+def _catalog():
+    # Imported late: the catalog reads its YAML on use, and `planner.scenario` must import without it.
+    from planner import catalog
+
+    return catalog
+
+
+def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
+    catalog = _catalog()
+    if isinstance(value, dict):  # inline HF config.json fields
+        config = dict(value)
+        name = str(config.pop("name", "inline"))
+        try:
+            return catalog.model_spec_from_hf_config(config, name)
+        except (ValueError, TypeError, KeyError) as e:
+            raise ScenarioError(ctx.file, key_path, NO_VALUE, _reason(e)) from None
+    if not isinstance(value, str) or not value:
+        raise ScenarioError(ctx.file, key_path, value, "expected " + _model_help())
+    models = catalog.load_model_catalog()
+    if value in models:
+        return models[value]
+    path = _resolve_path(value, ctx)
+    if path.exists():
+        try:
+            return catalog.load_model_config_path(path)
+        except (ValueError, TypeError, KeyError, OSError) as e:
+            raise ScenarioError(ctx.file, key_path, value, f"cannot read model config {path}: {_reason(e)}") from None
+    hint = did_you_mean(value, list(models))
+    raise ScenarioError(
+        ctx.file, key_path, value,
+        f"not a catalog model{hint} and no such file or folder {path}; catalog models: {', '.join(sorted(models))}",
+    )  # fmt: skip
+
+
+def _model_help() -> str:
+    names = ", ".join(sorted(_catalog().load_model_catalog()))
+    return f"a catalog model ({names}), a path to an HF config.json or model folder, or a mapping of HF config fields"
+
+
+def _resolve_gpu(value: Any, key_path: str, ctx: Ctx) -> GpuSpec:
+    catalog = _catalog()
+    if isinstance(value, dict):  # inline spec: the GpuSpec fields
+        spec = dict(value)
+        name = str(spec.pop("name", "inline"))
+        try:
+            return catalog.gpu_spec_from_mapping(spec, name)
+        except (ValueError, TypeError, KeyError) as e:
+            raise ScenarioError(ctx.file, key_path, NO_VALUE, _reason(e)) from None
+    gpus = catalog.load_gpu_catalog()
+    if isinstance(value, str) and value in gpus:
+        return gpus[value]
+    hint = did_you_mean(value, list(gpus)) if isinstance(value, str) else ""
+    raise ScenarioError(ctx.file, key_path, value, f"unknown GPU{hint}; " + _gpu_help())
+
+
+def _gpu_help() -> str:
+    names = ", ".join(sorted(_catalog().load_gpu_catalog()))
+    gpu_keys = ", ".join(f.name for f in dataclasses.fields(GpuSpec) if f.name != "name")
+    return f"a catalog GPU ({names}) or a mapping with the fields {gpu_keys}"
+
+
+def _resolve_trace_path(value: Any, key_path: str, ctx: Ctx) -> str:
+    if not isinstance(value, str) or not value:
+        raise ScenarioError(
+            ctx.file, key_path, value, "expected a path to a CSV trace (relative to the scenario's folder)"
+        )
+    path = _resolve_path(value, ctx)
+    if not path.is_file():
+        raise ScenarioError(ctx.file, key_path, value, f"no such file: {path}")
+    return str(path)  # absolute: nothing below planner/ knows the scenario's folder
+
+
+def _resolve_path(value: str, ctx: Ctx) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (ctx.base_dir / path).resolve()
+
+
+def _reason(e: BaseException) -> str:
+    return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+
+
+SPECIAL: dict[tuple[type, str], tuple[Callable[[Any, str, Ctx], Any], Callable[[], str]]] = {
+    (Scenario, "model"): (_resolve_model, _model_help),
+    (HardwareConfig, "gpu"): (_resolve_gpu, _gpu_help),
+    (TraceConfig, "path"): (_resolve_trace_path, lambda: "a path to a CSV trace (relative to the scenario's folder)"),
+}
