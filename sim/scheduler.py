@@ -8,6 +8,7 @@ Both the simulator and the live engine call exactly this code.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -51,7 +52,7 @@ class SchedulerOutput:
             self.num_prefill_tokens += num_new_tokens
 
 
-class Scheduler:
+class Scheduler(ABC):
     """State and bookkeeping shared by both policies; subclasses decide the batch."""
 
     def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder) -> None:
@@ -68,8 +69,9 @@ class Scheduler:
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
 
+    @abstractmethod
     def schedule(self, now_s: float) -> SchedulerOutput:
-        raise NotImplementedError  # each policy defines it
+        """The next step's batch; admission, block allocation and preemption happen here."""
 
     def update(self, output: SchedulerOutput, now_s: float, sampled: dict[int, int] | None = None) -> list[Request]:
         """Advance the scheduled requests after their step ended at now_s; returns those that finished.
