@@ -76,7 +76,9 @@ def test_every_claim_has_a_check_or_a_reason():
     for claim in CLAIMS:
         parts = gen.parts_of(claim)
         counted = [p for p in parts if "verdict" in p]
-        assert counted or claim.get("not_checkable"), f"{claim['id']}: no counted planner part and no not_checkable reason"
+        assert counted or claim.get("not_checkable"), (
+            f"{claim['id']}: no counted planner part and no not_checkable reason"
+        )
         for part in parts:
             for key in ("command", "key", "label"):
                 assert part.get(key), f"{claim['id']}: a planner part lacks {key!r}"
