@@ -162,7 +162,7 @@ def decode_step_s(scenario: Scenario, runner: ModelRunner, num_blocks: int, size
     recorder = Recorder(num_blocks, scenario.engine.block_size)
     scheduler = build_scheduler(scenario, num_blocks, recorder)
     scheduler.add_request(Request(0, 0.0, context, num_output, prompt_token_ids=[0] * context))
-    drain(scheduler, runner, time.perf_counter, recorder)
+    drain(scheduler, runner, time.perf_counter)
     steps = recorder.steps.view()
     decode_s = steps["duration_s"][steps["num_prefill_tokens"] == 0]
     return float(np.median(decode_s[size.decode_warmup_steps :]))
@@ -175,7 +175,7 @@ def engine_run(scenario: Scenario, runner: ModelRunner, num_blocks: int, workloa
     for index in range(len(workload)):
         scheduler.add_request(live_request(workload, index, 0.0))
     start = time.perf_counter()
-    drain(scheduler, runner, lambda: time.perf_counter() - start, recorder)
+    drain(scheduler, runner, lambda: time.perf_counter() - start)
     elapsed_s = time.perf_counter() - start
     return {
         "elapsed_s": elapsed_s,

@@ -67,21 +67,20 @@ def drain(
     scheduler: Scheduler,
     runner: ModelRunner,
     clock: Callable[[], float],
-    recorder: Recorder | None,
     on_finished: Callable[[Request], None] = lambda r: None,
 ) -> None:
     """Step until no request is waiting or running."""
     while scheduler.num_unfinished:
-        step(scheduler, runner, clock, recorder, on_finished)
+        step(scheduler, runner, clock, on_finished)
 
 
 def step(
     scheduler: Scheduler,
     runner: ModelRunner,
     clock: Callable[[], float],
-    recorder: Recorder | None,
     on_finished: Callable[[Request], None],
 ) -> None:
+    """One schedule -> execute -> update round, recorded in the scheduler's recorder."""
     out = scheduler.schedule(clock())
     if not out.scheduled:
         raise RuntimeError(f"no request can be scheduled with {scheduler.kv.pool.num_free_blocks} free blocks")
@@ -89,21 +88,7 @@ def step(
     sampled = runner.execute(out.scheduled)
     end = clock()
     finished = scheduler.update(out, end, sampled)
-    if recorder is not None:
-        recorder.step(
-            start,
-            end - start,
-            len(scheduler.running),
-            len(scheduler.waiting),
-            out.num_prefill_tokens,
-            out.num_decode_requests,
-            out.num_sampled,
-            out.sum_context_tokens,
-            out.attention_pairs,
-            blocks_in_use,
-            out.num_preempted,
-            out.tokens_held,
-        )
+    scheduler.record_step(out, start, end - start, blocks_in_use)
     for request in finished:
         on_finished(request)
 
@@ -114,7 +99,7 @@ def warm_up(scenario: Scenario, runner: ModelRunner, workload: Workload, num_blo
         request = live_request(workload, index, 0.0)
         request.max_output_tokens = min(request.max_output_tokens, 4)
         scheduler.add_request(request)
-    drain(scheduler, runner, time.perf_counter, None)
+    drain(scheduler, runner, time.perf_counter)
 
 
 class Arrivals:
@@ -199,7 +184,7 @@ def run_scenario(
         if not scheduler.num_unfinished:
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             continue
-        step(scheduler, runner, clock, recorder, lambda r: arrivals.reply_done(r.finished_s))
+        step(scheduler, runner, clock, lambda r: arrivals.reply_done(r.finished_s))
 
     measured["block_size"] = e.block_size
     measured["num_gpu_blocks"] = num_blocks

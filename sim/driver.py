@@ -106,20 +106,7 @@ class Replica:
             )
             yield env.timeout(duration)
             finished = sched.update(out, env.now)
-            self.recorder.step(
-                start,
-                duration,
-                len(sched.running),
-                len(sched.waiting),
-                out.num_prefill_tokens,
-                out.num_decode_requests,
-                out.num_sampled,
-                out.sum_context_tokens,
-                out.attention_pairs,
-                blocks_in_use,
-                out.num_preempted,
-                out.tokens_held,
-            )
+            sched.record_step(out, start, duration, blocks_in_use)
             for request in finished:
                 self.on_finished(request)
 

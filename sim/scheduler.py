@@ -96,6 +96,23 @@ class Scheduler(ABC):
                 finished.append(request)
         return self._retire(finished, now_s)
 
+    def record_step(self, out: SchedulerOutput, start_s: float, duration_s: float, blocks_in_use: int) -> None:
+        """One step's row, after update(): queue lengths as they are now, blocks as they were during it."""
+        self.recorder.step(
+            start_s,
+            duration_s,
+            len(self.running),
+            len(self.waiting),
+            out.num_prefill_tokens,
+            out.num_decode_requests,
+            out.num_sampled,
+            out.sum_context_tokens,
+            out.attention_pairs,
+            blocks_in_use,
+            out.num_preempted,
+            out.tokens_held,
+        )
+
     def _retire(self, done: list[Request], now_s: float) -> list[Request]:
         for request in done:
             self._finish(request, now_s)

@@ -53,7 +53,7 @@ def test_scheduler_driven_generation_matches_transformers(tmp_path, model_type, 
     requests = [Request(i, 0.0, len(p), MAX_NEW_TOKENS, prompt_token_ids=p) for i, p in enumerate(prompts)]
     for request in requests:
         scheduler.add_request(request)
-    drain(scheduler, runner, lambda: 0.0, recorder)
+    drain(scheduler, runner, lambda: 0.0)
 
     assert recorder.num_preemptions > 0, "the pool was meant to force preemption"
     assert recorder.steps.view()["num_prefill_tokens"].max() <= 16  # chunked within the token budget

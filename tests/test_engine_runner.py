@@ -8,40 +8,23 @@ requests exactly as the real scheduler's update does, which the runner never doe
 from math import ceil
 
 import pytest
+import test_engine_model
 import torch
-import transformers
 
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner, SamplingParams, kv_block_bytes
 from planner.catalog import model_spec_from_hf_config
 from sim.request import Request, Status
 
-TINY = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "vocab_size": 512,
-    "max_position_embeddings": 256,
-    "initializer_range": 0.2,  # larger than HF's 0.02, so the context (and a wrong slot) changes the argmax
-}
-HF_CLASSES = {
-    "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
-    "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
-}
+# A larger init than HF's 0.02, so the context (and a wrong slot) changes the argmax.
+TINY = test_engine_model.TINY | {"initializer_range": 0.2}
 BLOCK_SIZE = 4
 PROMPT_LENGTHS = [5, 13, 1, 22]
 MAX_NEW_TOKENS = 9
 
 
 def tiny_hf(model_type: str, path, **overrides):
-    config_cls, model_cls = HF_CLASSES[model_type]
-    config = config_cls(**TINY | overrides)
-    torch.manual_seed(0)
-    hf = model_cls(config).eval()
-    hf.save_pretrained(path)
-    return hf, model_spec_from_hf_config(config.to_dict(), f"tiny-{model_type}")
+    return test_engine_model.tiny_hf(model_type, path, **({"initializer_range": 0.2} | overrides))
 
 
 def prompts(vocab_size: int) -> list[list[int]]:
