@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import transformers
 
-from gpu_engine.engine import EngineError, drain, live_request, warm_up
+from gpu_engine.engine import EngineError, drain, warm_up
 from gpu_engine.model import Transformer
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner, torch_dtype
@@ -35,12 +35,12 @@ from kernels.bench import copy_bandwidth_gbs
 from planner.catalog import load_gpu_catalog
 from planner.scenario import validate_mapping
 from sim.config import ModelSpec, Scenario
-from sim.driver import build_scheduler
 from sim.kv_manager import cdiv
 from sim.memory import memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
-from sim.workload import Workload, generate_workload, prompt_token_ids
+from sim.scheduler import build_scheduler
+from sim.workload import Workload, generate_workload, make_request, prompt_token_ids
 
 DECODE_TARGET_RATIO = 1.3  # decode step time / weights-read floor, at most
 THROUGHPUT_TARGET_RATIO = 2.0  # engine / static output tokens per second, at least
@@ -173,7 +173,7 @@ def engine_run(scenario: Scenario, runner: ModelRunner, num_blocks: int, workloa
     recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps=False)
     scheduler = build_scheduler(scenario, num_blocks, recorder)
     for index in range(len(workload)):
-        scheduler.add_request(live_request(workload, index, 0.0))
+        scheduler.add_request(make_request(workload, index, 0.0, with_token_ids=True))
     start = time.perf_counter()
     drain(scheduler, runner, lambda: time.perf_counter() - start)
     elapsed_s = time.perf_counter() - start

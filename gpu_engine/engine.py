@@ -23,12 +23,11 @@ from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner, SamplingParams
 from gpu_engine.weights import WeightLoadError
 from sim.config import Scenario
-from sim.driver import build_scheduler
 from sim.memory import memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
-from sim.scheduler import Scheduler
-from sim.workload import Workload, generate_workload, prompt_token_ids
+from sim.scheduler import Scheduler, build_scheduler
+from sim.workload import Workload, generate_workload, make_request
 
 WARMUP_REQUESTS = 2  # short requests run to completion before the clock starts (kernels, allocator)
 
@@ -43,18 +42,6 @@ class LiveResult:
     recorder: Recorder
     memory: dict  # measured at start-up, the memory model's keys: weights_bytes, activation_bytes, ...
     extra: dict  # device, device_name, peak_memory_bytes, memory_predicted, weights, sampling
-
-
-def live_request(workload: Workload, index: int, arrival_s: float) -> Request:
-    return Request(
-        request_id=index,
-        arrival_s=arrival_s,
-        num_prompt_tokens=int(workload.prompt_tokens[index]),
-        max_output_tokens=int(workload.output_tokens[index]),
-        prompt_token_ids=prompt_token_ids(workload, index),
-        prefix_group=int(workload.prefix_group[index]),
-        prefix_tokens=int(workload.prefix_tokens[index]),
-    )
 
 
 def _device(name: str) -> torch.device:
@@ -96,7 +83,7 @@ def step(
 def warm_up(scenario: Scenario, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
     scheduler = build_scheduler(scenario, num_blocks, Recorder(num_blocks, scenario.engine.block_size, False))
     for index in range(min(WARMUP_REQUESTS, len(workload))):
-        request = live_request(workload, index, 0.0)
+        request = make_request(workload, index, 0.0, with_token_ids=True)
         request.max_output_tokens = min(request.max_output_tokens, 4)
         scheduler.add_request(request)
     drain(scheduler, runner, time.perf_counter)
@@ -180,7 +167,7 @@ def run_scenario(
     clock = lambda: time.perf_counter() - t0
     while scheduler.num_unfinished or arrivals.due:
         for arrival_s, index in arrivals.pop_due(clock()):
-            scheduler.add_request(live_request(workload, index, arrival_s))
+            scheduler.add_request(make_request(workload, index, arrival_s, with_token_ids=True))
         if not scheduler.num_unfinished:
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             continue

@@ -19,12 +19,11 @@ import simpy
 
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
-from sim.kv_manager import KVCacheManager
 from sim.memory import MemoryBreakdown, memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
-from sim.scheduler import ContinuousScheduler, Scheduler, make_scheduler
-from sim.workload import Workload, generate_workload
+from sim.scheduler import ContinuousScheduler, Scheduler, build_scheduler
+from sim.workload import Workload, generate_workload, make_request
 
 
 @dataclass
@@ -34,25 +33,6 @@ class SimResult:
     workload: Workload
     recorder: Recorder
     cost_model: CostModel
-
-
-def build_scheduler(scenario: Scenario, num_gpu_blocks: int, recorder: Recorder) -> Scheduler:
-    """The scheduler and KV manager a scenario asks for; the live engine builds its own the same way."""
-    e = scenario.engine
-    contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
-    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous)
-    return make_scheduler(e, kv, recorder)
-
-
-def make_request(workload: Workload, index: int, arrival_s: float) -> Request:
-    return Request(
-        request_id=index,
-        arrival_s=arrival_s,
-        num_prompt_tokens=int(workload.prompt_tokens[index]),
-        max_output_tokens=int(workload.output_tokens[index]),
-        prefix_group=int(workload.prefix_group[index]),
-        prefix_tokens=int(workload.prefix_tokens[index]),
-    )
 
 
 class Replica:

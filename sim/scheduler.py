@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.config import EngineConfig
+from sim.config import EngineConfig, Scenario
 from sim.kv_manager import KVCacheManager, cdiv
 from sim.metrics import Recorder
 from sim.request import Request, Status
@@ -298,5 +298,9 @@ class StaticScheduler(Scheduler):
         return super()._retire(list(self.running), now_s)
 
 
-def make_scheduler(engine: EngineConfig, kv: KVCacheManager, recorder: Recorder) -> Scheduler:
-    return {"continuous": ContinuousScheduler, "static": StaticScheduler}[engine.scheduler](engine, kv, recorder)
+def build_scheduler(scenario: Scenario, num_gpu_blocks: int, recorder: Recorder) -> Scheduler:
+    """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes)."""
+    e = scenario.engine
+    contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
+    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous)
+    return {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler](e, kv, recorder)

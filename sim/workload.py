@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
+from sim.request import Request
 
 # Children of SeedSequence(cfg.seed): fixed numbers, so adding a source never moves an existing stream.
 ARRIVAL_STREAM, PROMPT_STREAM, OUTPUT_STREAM, TRACE_ROW_STREAM, TOKEN_STREAM = range(5)
@@ -268,3 +269,16 @@ def _read_only(values: np.ndarray | None) -> np.ndarray | None:
     if values is not None:
         values.setflags(write=False)
     return values
+
+
+def make_request(workload: Workload, index: int, arrival_s: float, with_token_ids: bool = False) -> Request:
+    """Request `index` of the workload, arriving at arrival_s; the live engine also needs its token ids."""
+    return Request(
+        request_id=index,
+        arrival_s=arrival_s,
+        num_prompt_tokens=int(workload.prompt_tokens[index]),
+        max_output_tokens=int(workload.output_tokens[index]),
+        prompt_token_ids=prompt_token_ids(workload, index) if with_token_ids else None,
+        prefix_group=int(workload.prefix_group[index]),
+        prefix_tokens=int(workload.prefix_tokens[index]),
+    )

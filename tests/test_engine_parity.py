@@ -11,9 +11,9 @@ from test_engine_runner import TINY, hf_greedy, tiny_hf
 
 from gpu_engine.engine import drain
 from gpu_engine.runner import ModelRunner, SamplingParams
-from sim.driver import build_scheduler
 from sim.metrics import Recorder
 from sim.request import Request
+from sim.scheduler import build_scheduler
 
 MAX_NEW_TOKENS = 9  # hf_greedy's length
 PROMPT_LENGTHS = [5, 13, 1, 22, 40, 7, 31, 18]

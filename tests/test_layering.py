@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 SHARED = [
     "sim.config",
     "sim.request",
@@ -21,5 +23,12 @@ def test_shared_serving_model_imports_neither_torch_nor_simpy():
         f"import sys; import {', '.join(SHARED)}; "
         "bad = [m for m in ('torch', 'simpy', 'gpu_engine', 'planner') if m in sys.modules]; print(bad)"
     )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_live_engine_imports_neither_the_simulator_driver_nor_the_cli():
+    pytest.importorskip("torch")
+    code = "import sys, gpu_engine.engine; print([m for m in ('simpy', 'sim.driver', 'planner') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
