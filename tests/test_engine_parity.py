@@ -9,6 +9,7 @@ import torch
 from sim_helpers import make_scenario
 from test_engine_runner import TINY, hf_greedy, tiny_hf
 
+import gpu_engine.attention
 from gpu_engine.engine import drain
 from gpu_engine.runner import ModelRunner, SamplingParams
 from sim.metrics import Recorder
@@ -20,9 +21,37 @@ PROMPT_LENGTHS = [5, 13, 1, 22, 40, 7, 31, 18]
 BLOCK_SIZE = 4
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2"])
-@pytest.mark.parametrize("prefix_caching", [False, True])
-def test_scheduler_driven_generation_matches_transformers(tmp_path, model_type, prefix_caching):
+def triton_on_cpu(monkeypatch) -> list:
+    """Route the engine's attention through the Triton kernels (the CUDA path) on CPU tensors, run by
+    Triton's interpreter: the kernels' wiring into the engine is checked here, without a GPU."""
+    kernels = pytest.importorskip("kernels")
+    if not kernels.triton_available():
+        pytest.skip("needs triton and a CUDA device or TRITON_INTERPRET=1 (set by tests/conftest.py)")
+    from kernels.paged_attention import paged_attention
+    from kernels.store_kv import store_kv
+
+    calls = []
+
+    def counted_paged_attention(*args, **kwargs):
+        calls.append(1)
+        return paged_attention(*args, **kwargs)
+
+    monkeypatch.setattr(gpu_engine.attention, "_triton_ops", lambda device_type: (counted_paged_attention, store_kv))
+    return calls
+
+
+@pytest.mark.parametrize(
+    "model_type, prefix_caching, backend",
+    [
+        ("llama", False, "torch"),
+        ("llama", True, "torch"),
+        ("qwen2", False, "torch"),
+        ("qwen2", True, "torch"),
+        ("llama", True, "triton"),
+    ],
+)
+def test_scheduler_driven_generation_matches_transformers(tmp_path, monkeypatch, model_type, prefix_caching, backend):
+    triton_calls = triton_on_cpu(monkeypatch) if backend == "triton" else None
     hf, spec = tiny_hf(model_type, tmp_path)
     g = torch.Generator().manual_seed(3)
     shared = torch.randint(0, TINY["vocab_size"], (12,), generator=g).tolist()
@@ -60,3 +89,5 @@ def test_scheduler_driven_generation_matches_transformers(tmp_path, model_type, 
     for request, prompt in zip(requests, prompts):
         assert request.output_token_ids == hf_greedy(hf, prompt), f"request {request.request_id}"
     assert scheduler.kv.pool.num_free_blocks == num_blocks
+    if triton_calls is not None:
+        assert len(triton_calls) == recorder.num_steps * spec.num_hidden_layers  # every layer of every step
