@@ -186,3 +186,12 @@ def test_prefix_caching_skips_the_shared_prompt():
     _, cached = run(make_scenario(engine={"enable_prefix_caching": True}, workload=shared))
     _, uncached = run(make_scenario(engine={"enable_prefix_caching": False}, workload=shared))
     assert cached["mean_ttft_ms"] < 0.7 * uncached["mean_ttft_ms"]
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding"])
+def test_two_replicas_behind_a_router_nearly_double_saturated_throughput(router):
+    saturated = {"num_requests": 400, "arrival": {"process": "poisson", "rate": 400.0}}
+    _, one = run(make_scenario(workload=saturated))
+    _, two = run(make_scenario(workload=saturated, hardware={"replicas": 2, "router": router}))
+    # Not quite 2x: the drain at the end, when batches empty out, is as long on each replica.
+    assert 1.7 * one["request_throughput"] <= two["request_throughput"] <= 2.05 * one["request_throughput"]
