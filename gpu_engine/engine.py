@@ -123,8 +123,10 @@ def run_scenario(
     device: str = "cuda",
     model_path: Path | None = None,
     sampling: SamplingParams | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> LiveResult:
-    """Run the scenario for real (greedy unless `sampling` says otherwise)."""
+    """Run the scenario for real (greedy unless `sampling` says otherwise); `progress(done, total)` is
+    called as requests finish."""
     sampling = sampling or SamplingParams()
     if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
         raise EngineError(
@@ -163,6 +165,15 @@ def run_scenario(
     recorder = Recorder(num_blocks, e.block_size, record_steps=True)
     scheduler = build_scheduler(scenario, num_blocks, recorder)
     arrivals = Arrivals(workload)
+    finished_count = 0
+
+    def on_finished(request: Request) -> None:
+        nonlocal finished_count
+        finished_count += 1
+        arrivals.reply_done(request.finished_s)
+        if progress is not None:
+            progress(finished_count, len(workload))
+
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0
     while scheduler.num_unfinished or arrivals.due:
@@ -171,7 +182,7 @@ def run_scenario(
         if not scheduler.num_unfinished:
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             continue
-        step(scheduler, runner, clock, lambda r: arrivals.reply_done(r.finished_s))
+        step(scheduler, runner, clock, on_finished)
 
     measured["block_size"] = e.block_size
     measured["num_gpu_blocks"] = num_blocks

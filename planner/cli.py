@@ -289,10 +289,14 @@ def cmd_run(args) -> int:
             f"--temperature {args.temperature} --top-p {args.top_p}: temperature must be >= 0 and top-p in (0, 1]"
         )
     scenario = _load(args)
+    progress = Progress(f"running on {args.device}")
     try:
-        result = run_scenario(scenario, args.device, args.model_path, SamplingParams(args.temperature, args.top_p))
+        sampling = SamplingParams(args.temperature, args.top_p)
+        result = run_scenario(scenario, args.device, args.model_path, sampling, progress)
     except EngineError as e:
         raise PlannerError(str(e)) from e
+    finally:
+        progress.close()
     wl = result.workload
     summary = build_summary(
         "measured", scenario, result.recorder, result.memory, wl.num_rejected, wl.num_truncated, result.extra
