@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from planner.errors import PlannerError
+from sim.workload import WorkloadError
 
 EXIT_USAGE = 2
 
@@ -70,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlannerError as e:
         print(f"planner: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except WorkloadError as e:  # a trace file that cannot supply the requests (it names the file)
+        print(f"planner: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # the reader (head, less) went away: not an error of ours
@@ -79,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_validate(args) -> int:
     from planner.scenario import load_scenario
-    from sim.memory import fit_problems, memory_breakdown
 
     status = 0
     for path in args.files:
@@ -89,7 +92,7 @@ def cmd_validate(args) -> int:
             print(f"planner: error: {e}", file=sys.stderr)
             status = EXIT_USAGE
             continue
-        problems = fit_problems(memory_breakdown(scenario), scenario.hardware.tensor_parallel_size)
+        problems = _run_problems(scenario)
         for problem in problems:
             print(f"planner: error: {path}: cannot run: {problem}", file=sys.stderr)
             status = EXIT_USAGE
@@ -175,7 +178,7 @@ def cmd_memory(args) -> int:
     scenario = _load(args)
     mem = memory_breakdown(scenario)
     mean_tokens = _mean_request_tokens(scenario)
-    problems = fit_problems(mem, scenario.hardware.tensor_parallel_size)
+    problems = fit_problems(scenario, mem)
     if args.json:
         print(
             json.dumps(
@@ -227,10 +230,28 @@ class Progress:
             print(file=sys.stderr)
 
 
-def _refuse_if_it_cannot_run(scenario) -> None:
+def _workload_problems(scenario) -> list[str]:
+    from sim.workload import generate_workload
+
+    workload = generate_workload(scenario.workload, scenario.max_model_len)
+    if len(workload):
+        return []
+    return [
+        (
+            f"all {workload.num_rejected} requests are longer than max_model_len {scenario.max_model_len} and were"
+            " rejected; raise engine.max_model_len or set workload.too_long: truncate"
+        )
+    ]
+
+
+def _run_problems(scenario) -> list[str]:
+    """Why the simulated deployment cannot run: it does not fit, or its workload keeps no request."""
     from sim.memory import fit_problems, memory_breakdown
 
-    problems = fit_problems(memory_breakdown(scenario), scenario.hardware.tensor_parallel_size)
+    return fit_problems(scenario, memory_breakdown(scenario)) + _workload_problems(scenario)
+
+
+def _refuse(scenario, problems: list[str]) -> None:
     if problems:
         raise PlannerError(f"{scenario.source}: cannot run: " + "; ".join(problems))
 
@@ -254,7 +275,7 @@ def cmd_simulate(args) -> int:
     from sim.driver import simulate
 
     scenario = _load(args)
-    _refuse_if_it_cannot_run(scenario)
+    _refuse(scenario, _run_problems(scenario))
     progress = Progress("simulating")
     result = simulate(scenario, record_steps=args.out is not None, progress=progress)
     progress.close()
@@ -289,6 +310,7 @@ def cmd_run(args) -> int:
             f"--temperature {args.temperature} --top-p {args.top_p}: temperature must be >= 0 and top-p in (0, 1]"
         )
     scenario = _load(args)
+    _refuse(scenario, _workload_problems(scenario))  # the fit is measured by the engine itself
     progress = Progress(f"running on {args.device}")
     try:
         sampling = SamplingParams(args.temperature, args.top_p)

@@ -9,8 +9,9 @@ import typing
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
+from planner.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
 from sim.config import Distribution, Scenario, WorkloadConfig
+from sim.memory import tensor_parallel_sizes
 
 
 def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
@@ -22,17 +23,13 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
     # Tensor parallel, as vLLM's QKVParallelLinear: query heads are split evenly; KV heads are split when
     # there are at least tp of them, else each is replicated on tp/num_kv_heads GPUs.
     tp = hw.tensor_parallel_size
-    if m.num_attention_heads % tp:
-        fail(
-            "hardware.tensor_parallel_size",
-            tp,
-            f"must divide the model's num_attention_heads ({m.num_attention_heads})",
-        )
-    kv = m.num_key_value_heads
-    if (kv % tp if tp < kv else tp % kv) != 0:
+    if tp not in tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads, limit=tp):
+        valid = ", ".join(map(str, tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads, limit=64)))
         fail(
             "hardware.tensor_parallel_size", tp,
-            f"must divide the model's num_key_value_heads ({kv}) or be a multiple of it (KV heads are replicated)",
+            f"must divide the model's num_attention_heads ({m.num_attention_heads}) and divide its"
+            f" num_key_value_heads ({m.num_key_value_heads}) or be a multiple of them (KV heads are then"
+            f" replicated), as vLLM requires; valid sizes for {m.name}: {valid}",
         )  # fmt: skip
 
     # max_model_len: the model's limit by default; above it is an error, as in vLLM.
@@ -72,6 +69,13 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
         if d.dist == "trace" and wl.trace is None:
             fail(f"{where}.dist", d.dist, "needs workload.trace (path and columns of a CSV trace)")
     a = wl.arrival
+    raw_arrival = ((raw.get("workload") or {}).get("arrival")) or {}
+    for p in raw_arrival:
+        if p != "process" and p not in ARRIVAL_TAKES[a.process]:
+            fail(
+                f"workload.arrival.{p}", raw_arrival[p],
+                f"not used by process {a.process}, which takes {', '.join(ARRIVAL_TAKES[a.process])}",
+            )  # fmt: skip
     for p in PROCESSES[a.process]:
         if getattr(a, p) is None:
             fail(f"workload.arrival.{p}", NO_VALUE, f"missing; process {a.process} needs {p} ({ARRIVAL_UNITS[p]})")

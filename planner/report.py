@@ -98,7 +98,7 @@ def summary_lines(s: dict) -> list[str]:
             f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
         )
     for check in s["slo"]["checks"]:
-        verdict = "met" if check["met"] else "MISSED"
+        verdict = {True: "met", False: "MISSED", None: "n/a (no value)"}[check["met"]]
         lines.append(
             f"SLO {check['metric']} {check['stat']} <= {check['bound_ms']:g}: {_ms(check['value_ms'])} ms, {verdict}"
         )

@@ -58,6 +58,8 @@ def write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) 
     order = np.argsort(requests["request_id"], kind="stable")
     requests = {name: column[order] for name, column in requests.items()}
     steps = recorder.steps.view()
+    by_start = np.argsort(steps["start_s"], kind="stable")  # replicas' rows interleaved in time
+    steps = {name: column[by_start] for name, column in steps.items()}
     written = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
     written[0].write_text(summary_json(summary))
     _write_csv(written[1], requests)

@@ -64,6 +64,13 @@ PROCESSES = {  # process -> what it needs (sim/workload.py divides by the rate: 
     "closed": ("concurrency",),
     "trace": (),  # rate optional: rescales the recorded arrivals
 }
+ARRIVAL_TAKES = {  # process -> every parameter it uses; any other one set is a mistake worth naming
+    "poisson": ("rate",),
+    "gamma": ("rate", "burstiness"),
+    "constant": ("rate",),
+    "closed": ("concurrency", "think_time_s"),
+    "trace": ("rate",),
+}
 
 RULES: dict[tuple[type, str], Rule] = {
     (Scenario, "name"): Rule(lambda v: v.strip() != "", "must not be empty"),

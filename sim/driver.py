@@ -68,9 +68,9 @@ class Replica:
                 yield self.idle
                 continue
             if self.fast_forward and (bound := sched.decode_window_bound()):
-                durations = self._window_durations(bound)
+                durations, context = self._window(bound)
                 if len(durations) >= 2:
-                    yield from self._decode_window(durations)
+                    yield from self._decode_window(durations, context)
                     continue
             out = sched.schedule(env.now)
             if not out.scheduled:
@@ -89,25 +89,36 @@ class Replica:
             sched.record_step(out, start, duration, blocks_in_use)
             for request in finished:
                 self.on_finished(request)
+            if finished:
+                # Let the users whose replies just completed send their next request (or start thinking)
+                # before this engine plans its next step, as they would between two real steps.
+                yield env.timeout(0)
 
-    def _window_durations(self, bound: int) -> np.ndarray:
-        """Durations of the next steps of a decode window, cut before the first step that would start at or
-        after the next arrival anywhere (that arrival changes the batch)."""
+    def _window(self, bound: int) -> tuple[np.ndarray, np.ndarray]:
+        """(durations, context tokens after each step) of the next steps of a decode window, cut before
+        the first step that would start at or after the next arrival anywhere (it changes the batch)."""
         rows = len(self.scheduler.running)
         context = sum(r.num_computed_tokens for r in self.scheduler.running) + rows * np.arange(1, bound + 1)
         durations = np.asarray(self.cost.step_time_s(rows, rows, rows, context, context), dtype=np.float64)
-        ends = np.cumsum(durations)
-        num_steps = int(np.searchsorted(ends - durations, self.next_arrival_s() - self.env.now, side="left"))
-        return durations[:num_steps]
+        starts = np.cumsum(durations) - durations
+        num_steps = int(np.searchsorted(starts, self.next_arrival_s() - self.env.now, side="left"))
+        return durations[:num_steps], context[:num_steps]
 
-    def _decode_window(self, durations: np.ndarray):
-        sched, rows, num_steps = self.scheduler, len(self.scheduler.running), len(durations)
+    def _decode_window(self, durations: np.ndarray, context: np.ndarray):
+        sched = self.scheduler
         ends = self.env.now + np.cumsum(durations)
-        context = sum(r.num_computed_tokens for r in sched.running) + rows * np.arange(1, num_steps + 1)
-        blocks = sched.window_blocks_used(num_steps)
+        blocks = sched.window_blocks_used(len(durations))
         yield self.env.timeout(float(ends[-1]) - self.env.now)
         sched.apply_decode_window(ends)
-        self.recorder.decode_window(ends - durations, durations, rows, context, blocks, context)
+        self.recorder.decode_window(
+            replica=sched.replica,
+            start_s=ends - durations,
+            duration_s=durations,
+            num_running=len(sched.running),
+            num_waiting_after=len(sched.waiting),
+            sum_context_tokens=context,
+            kv_blocks_used=blocks,
+        )
 
 
 class Simulation:
@@ -133,17 +144,21 @@ class Simulation:
         self.thinking_until: list[float] = []  # closed loop: heap of users' next request times
         self.done_events: dict[int, simpy.Event] = {}
         self.round_robin = itertools.count()
+        # A closed loop over several replicas: a reply finishing on one replica sends a request to another,
+        # which may be in the middle of a decode window; windows are not interrupted, so step there.
+        closed_loop = self.workload.arrival_s is None
+        fast_forward = fast_forward and not (closed_loop and scenario.hardware.replicas > 1)
         self.replicas = [
             Replica(
                 self.env,
-                build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder),
+                build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder, replica=index),
                 self.cost,
                 self.recorder,
                 self.next_arrival_s,
                 self.on_finished,
                 fast_forward,
             )
-            for _ in range(scenario.hardware.replicas)
+            for index in range(scenario.hardware.replicas)
         ]
 
     def next_arrival_s(self) -> float:

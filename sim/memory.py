@@ -126,26 +126,48 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
     )
 
 
-def tensor_parallel_that_fits(mem: MemoryBreakdown, tensor_parallel_size: int) -> int | None:
-    """The smallest power-of-two tensor parallel size (up to 16) whose per-GPU share of the weights, plus
-    NCCL's buffers, leaves room for one request of max_model_len. The activation peak is kept as it is
-    (its MLP part shrinks with more GPUs, so this errs towards more GPUs)."""
-    weights_total = mem.weights_bytes * tensor_parallel_size
-    kv_total = mem.kv_bytes_per_token * tensor_parallel_size * mem.max_model_len
+def tensor_parallel_sizes(num_heads: int, num_kv_heads: int, limit: int = 16) -> list[int]:
+    """Sizes vLLM accepts for this model: they divide the attention heads, and either divide the KV heads
+    or are a multiple of them (the KV heads are then replicated)."""
+    return [
+        tp for tp in range(1, limit + 1) if num_heads % tp == 0 and (num_kv_heads % tp == 0 or tp % num_kv_heads == 0)
+    ]
+
+
+def tensor_parallel_that_fits(scenario: Scenario, mem: MemoryBreakdown) -> int | None:
+    """The smallest valid tensor parallel size (up to 16) whose per-GPU share of the weights and of one
+    request of max_model_len, plus NCCL's buffers, fits. The activation peak is kept as it is (its MLP part
+    shrinks with more GPUs, so this errs towards more GPUs)."""
+    tp_now, m = scenario.hardware.tensor_parallel_size, scenario.model
+    weights_total = mem.weights_bytes * tp_now
+    kv_total = mem.kv_bytes_per_token * tp_now * mem.max_model_len
     fixed = mem.activation_bytes + non_torch_bytes(2)
-    for tp in (2, 4, 8, 16):
-        if tp > tensor_parallel_size and (weights_total + kv_total) / tp + fixed < mem.usable_bytes:
+    for tp in tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads):
+        if tp > tp_now and (weights_total + kv_total) / tp + fixed < mem.usable_bytes:
             return tp
     return None
 
 
-def _more_gpus(mem: MemoryBreakdown, tensor_parallel_size: int) -> str:
-    tp = tensor_parallel_that_fits(mem, tensor_parallel_size)
-    return "more than 16 GPUs of this kind" if tp is None else f"hardware.tensor_parallel_size {tp}"
+def _more_gpus(scenario: Scenario, mem: MemoryBreakdown) -> str:
+    tp = tensor_parallel_that_fits(scenario, mem)
+    if tp is not None:
+        return f"hardware.tensor_parallel_size {tp}"
+    sizes = tensor_parallel_sizes(scenario.model.num_attention_heads, scenario.model.num_key_value_heads)
+    return f"more GPUs than the tensor parallel sizes up to 16 that this model allows ({', '.join(map(str, sizes))})"
 
 
-def fit_problems(mem: MemoryBreakdown, tensor_parallel_size: int) -> list[str]:
+def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
     """Why a deployment cannot start, with the numbers that prove it and what to change (empty: fits)."""
+    if scenario.engine.num_gpu_blocks_override is not None:
+        if mem.max_kv_tokens < mem.max_model_len:
+            return [
+                (
+                    f"engine.num_gpu_blocks_override {mem.num_gpu_blocks} x {mem.block_size} = {mem.max_kv_tokens}"
+                    f" tokens cannot hold one request of max_model_len {mem.max_model_len}; raise it to at least"
+                    f" {-(-mem.max_model_len // mem.block_size)} or lower engine.max_model_len"
+                )
+            ]
+        return []
     if mem.kv_cache_bytes <= 0 or mem.num_gpu_blocks == 0:
         short = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes - mem.usable_bytes
         return [
@@ -153,7 +175,7 @@ def fit_problems(mem: MemoryBreakdown, tensor_parallel_size: int) -> list[str]:
                 f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f} GiB)"
                 f" and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable"
                 f" {mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no KV"
-                f" blocks; use a larger GPU or {_more_gpus(mem, tensor_parallel_size)} (or a higher"
+                f" blocks; use a larger GPU or {_more_gpus(scenario, mem)} (or a higher"
                 " engine.gpu_memory_utilization or a lower engine.max_num_batched_tokens, if that is enough)"
             )
         ]
@@ -162,7 +184,7 @@ def fit_problems(mem: MemoryBreakdown, tensor_parallel_size: int) -> list[str]:
             (
                 f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_gpu_blocks} blocks"
                 f" x {mem.block_size} = {mem.max_kv_tokens} tokens); set engine.max_model_len <="
-                f" {mem.max_kv_tokens}, or use {_more_gpus(mem, tensor_parallel_size)} or a larger GPU"
+                f" {mem.max_kv_tokens}, or use {_more_gpus(scenario, mem)} or a larger GPU"
             )
         ]
     return []

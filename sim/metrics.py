@@ -27,6 +27,7 @@ STEP_COLUMNS = {
     "attention_pairs": np.int64,  # (query, key) pairs under the causal mask
     "kv_blocks_used": np.int32,
     "num_preemptions": np.int32,
+    "replica": np.int32,  # which engine, when hardware.replicas > 1
 }
 REQUEST_COLUMNS = {
     "request_id": np.int64,
@@ -93,6 +94,8 @@ class Recorder:
 
     def step(
         self,
+        *,
+        replica: int,
         start_s: float,
         duration_s: float,
         num_running: int,
@@ -115,6 +118,7 @@ class Recorder:
         self.num_preemptions += num_preemptions
         if self.record_steps:
             self.steps.append(
+                replica=replica,
                 start_s=start_s,
                 duration_s=duration_s,
                 num_running=num_running,
@@ -130,25 +134,33 @@ class Recorder:
 
     def decode_window(
         self,
+        *,
+        replica: int,
         start_s: np.ndarray,
         duration_s: np.ndarray,
         num_running: int,
+        num_waiting_after: int,
         sum_context_tokens: np.ndarray,
         kv_blocks_used: np.ndarray,
-        tokens_held: np.ndarray,
     ) -> None:
-        """k identical-shape decode steps at once (every running request decodes one token each)."""
+        """k pure-decode steps at once: every running request decodes one token in each. For a decode
+        token the context it attends over is its whole context, so attention pairs = context tokens, and
+        the tokens held are the context. Only the last step can see an arrival (it ends the window), so
+        the queue is empty after every step but the last."""
         self.num_steps += len(duration_s)
         self.busy_s += float(duration_s.sum())
         self.block_seconds += float((kv_blocks_used * duration_s).sum())
-        self.slot_seconds += float((tokens_held / (kv_blocks_used * self.block_size) * duration_s).sum())
+        self.slot_seconds += float((sum_context_tokens / (kv_blocks_used * self.block_size) * duration_s).sum())
         self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used.max()))
         if self.record_steps:
+            num_waiting = np.zeros(len(duration_s), dtype=np.int32)
+            num_waiting[-1] = num_waiting_after
             self.steps.extend(
+                replica=replica,
                 start_s=start_s,
                 duration_s=duration_s,
                 num_running=num_running,
-                num_waiting=0,
+                num_waiting=num_waiting,
                 num_prefill_tokens=0,
                 num_decode_requests=num_running,
                 num_sampled=num_running,
@@ -217,9 +229,9 @@ def slo_report(lat: dict[str, np.ndarray], itl_ms: np.ndarray, slo: SloConfig, d
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
         for key, bound in getattr(slo, metric).items():
             value = _percentile(series[metric], key)
-            checks.append(
-                {"metric": metric, "stat": key, "bound_ms": bound, "value_ms": value, "met": bool(value <= bound)}
-            )
+            # No value (e.g. TPOT when every reply is one token): the bound can be neither met nor missed.
+            met = None if np.isnan(value) else bool(value <= bound)
+            checks.append({"metric": metric, "stat": key, "bound_ms": bound, "value_ms": value, "met": met})
     good = np.ones(len(lat["ttft"]), dtype=bool)
     for metric in ("ttft_ms", "e2el_ms"):
         for bound in getattr(slo, metric).values():
@@ -231,7 +243,7 @@ def slo_report(lat: dict[str, np.ndarray], itl_ms: np.ndarray, slo: SloConfig, d
             good &= tpot_full <= bound
     has_slo = any(getattr(slo, m) for m in ("ttft_ms", "tpot_ms", "e2el_ms"))
     goodput = float(good.sum() / duration_s) if has_slo and duration_s > 0 else None
-    return {"checks": checks, "goodput": goodput, "all_met": all(c["met"] for c in checks)}
+    return {"checks": checks, "goodput": goodput, "all_met": all(c["met"] is not False for c in checks)}
 
 
 def summarize(rec: Recorder, slo: SloConfig) -> dict:

@@ -55,10 +55,11 @@ class SchedulerOutput:
 class Scheduler(ABC):
     """State and bookkeeping shared by both policies; subclasses decide the batch."""
 
-    def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder) -> None:
+    def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder, replica: int = 0) -> None:
         self.config = engine
         self.kv = kv
         self.recorder = recorder
+        self.replica = replica  # for the step rows, when several engines share one recorder
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
 
@@ -81,6 +82,7 @@ class Scheduler(ABC):
         finished = []
         for request, num_new_tokens in output.scheduled:
             request.num_computed_tokens += num_new_tokens
+            self.kv.cache_full_blocks(request)  # full blocks are computed now: later prompts may hit them
             if request.num_computed_tokens < request.num_tokens:
                 continue  # mid-prompt chunk: nothing sampled
             if sampled is not None:
@@ -91,7 +93,6 @@ class Scheduler(ABC):
             else:
                 self.recorder.token_gap(now_s - request.last_token_s)
             request.last_token_s = now_s
-            self.kv.cache_full_blocks(request)
             if request.num_output_tokens >= request.max_output_tokens:
                 finished.append(request)
         return self._retire(finished, now_s)
@@ -99,18 +100,19 @@ class Scheduler(ABC):
     def record_step(self, out: SchedulerOutput, start_s: float, duration_s: float, blocks_in_use: int) -> None:
         """One step's row, after update(): queue lengths as they are now, blocks as they were during it."""
         self.recorder.step(
-            start_s,
-            duration_s,
-            len(self.running),
-            len(self.waiting),
-            out.num_prefill_tokens,
-            out.num_decode_requests,
-            out.num_sampled,
-            out.sum_context_tokens,
-            out.attention_pairs,
-            blocks_in_use,
-            out.num_preempted,
-            out.tokens_held,
+            replica=self.replica,
+            start_s=start_s,
+            duration_s=duration_s,
+            num_running=len(self.running),
+            num_waiting=len(self.waiting),
+            num_prefill_tokens=out.num_prefill_tokens,
+            num_decode_requests=out.num_decode_requests,
+            num_sampled=out.num_sampled,
+            sum_context_tokens=out.sum_context_tokens,
+            attention_pairs=out.attention_pairs,
+            kv_blocks_used=blocks_in_use,
+            num_preemptions=out.num_preempted,
+            tokens_held=out.tokens_held,
         )
 
     def _retire(self, done: list[Request], now_s: float) -> list[Request]:
@@ -121,9 +123,13 @@ class Scheduler(ABC):
         return done
 
     def _finish(self, request: Request, now_s: float) -> None:
+        self._complete(request, now_s)
+        self.kv.free(request)
+
+    def _complete(self, request: Request, now_s: float) -> None:
+        """The reply is complete: the request's metrics are final (its KV may outlive it, in static)."""
         request.status = Status.FINISHED
         request.finished_s = now_s
-        self.kv.free(request)
         self.recorder.finished(request)
 
     def _admit(self, request: Request, now_s: float) -> None:
@@ -244,11 +250,12 @@ class ContinuousScheduler(Scheduler):
 
 class StaticScheduler(Scheduler):
     """Request-level batching (HF generate): a batch of up to max_num_seqs is prefilled together, padded
-    to its longest prompt, and decoded until its longest reply is done; members that finish early keep
-    their row idle, and every reply is returned when the batch ends. The token budget does not apply."""
+    to its longest prompt, and decoded until its longest reply is done. A member's reply is complete at
+    its own last token (streamed), but its row and KV stay held, idle, until the batch ends; only then is
+    the next batch formed. The token budget does not apply."""
 
-    def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder) -> None:
-        super().__init__(engine, kv, recorder)
+    def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder, replica: int = 0) -> None:
+        super().__init__(engine, kv, recorder, replica)
         self.padded_len = 0  # the batch's longest prompt: every row is this long after the prefill
         self.steps_done = 0
 
@@ -269,18 +276,20 @@ class StaticScheduler(Scheduler):
         return out
 
     def _form_batch(self, now_s: float) -> None:
+        """First come first served while the padded rectangle (rows x (longest prompt + longest reply))
+        fits in the free blocks."""
         batch: list[Request] = []
-        longest_prompt = longest_total = 0
+        longest_prompt = longest_output = 0
         for request in self.waiting:
             prompt = max(longest_prompt, request.num_prompt_tokens)
-            total = max(longest_total, prompt + max(r.max_output_tokens for r in [*batch, request]))
-            blocks = (len(batch) + 1) * self._blocks_per_row(total)
+            output = max(longest_output, request.max_output_tokens)
+            blocks = (len(batch) + 1) * self._blocks_per_row(prompt + output)
             if len(batch) == self.config.max_num_seqs or blocks > self.kv.pool.num_free_blocks:
                 break
             batch.append(request)
-            longest_prompt, longest_total = prompt, total
+            longest_prompt, longest_output = prompt, output
         for request in batch:
-            self.kv.allocate_slots(request, request.num_tokens, reserve_tokens=longest_total)
+            self.kv.allocate_slots(request, request.num_tokens, reserve_tokens=longest_prompt + longest_output)
             self._admit(request, now_s)
         self.padded_len, self.steps_done = longest_prompt, 0
 
@@ -292,15 +301,19 @@ class StaticScheduler(Scheduler):
         return super().update(output, now_s, sampled)
 
     def _retire(self, done: list[Request], now_s: float) -> list[Request]:
-        """Members finish together when the longest reply is done: generate() returns the batch at once."""
-        if any(r.num_output_tokens < r.max_output_tokens for r in self.running):
-            return []
-        return super()._retire(list(self.running), now_s)
+        for request in done:
+            self._complete(request, now_s)
+        if all(r.is_finished for r in self.running):  # the longest reply is done: the rows are released
+            for request in self.running:
+                self.kv.free(request)
+            self.running = []
+        return done
 
 
-def build_scheduler(scenario: Scenario, num_gpu_blocks: int, recorder: Recorder) -> Scheduler:
+def build_scheduler(scenario: Scenario, num_gpu_blocks: int, recorder: Recorder, replica: int = 0) -> Scheduler:
     """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes)."""
     e = scenario.engine
     contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
     kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous)
-    return {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler](e, kv, recorder)
+    policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
+    return policy(e, kv, recorder, replica)

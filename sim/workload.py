@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import json
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,9 +156,11 @@ def _read_csv(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
         header = [name.strip() for name in next(csv.reader(f), [])]
     _check_columns(path, columns, header)
     try:  # numpy's C parser: a 30k-row trace in milliseconds
-        table = np.loadtxt(
-            path, delimiter=",", skiprows=1, usecols=[header.index(c) for c in columns], ndmin=2, quotechar='"'
-        )
+        with warnings.catch_warnings():  # an empty file is reported below as an error, not as a warning
+            warnings.simplefilter("ignore", UserWarning)
+            table = np.loadtxt(
+                path, delimiter=",", skiprows=1, usecols=[header.index(c) for c in columns], ndmin=2, quotechar='"'
+            )
     except ValueError as e:
         raise WorkloadError(f"trace file {path}: {e}") from e
     return {c: table[:, i] for i, c in enumerate(columns)}

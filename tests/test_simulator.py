@@ -67,17 +67,54 @@ def test_tpot_never_beats_reading_the_weights(name):
     assert tpot_ms.min() >= floor_ms
 
 
+def assert_same_run(fast, slow, scenario) -> None:
+    fast_summary, slow_summary = summarize(fast.recorder, scenario.slo), summarize(slow.recorder, scenario.slo)
+    assert fast.recorder.num_steps == slow.recorder.num_steps
+    for key, value in fast_summary.items():
+        if isinstance(value, float):
+            assert value == pytest.approx(slow_summary[key], rel=1e-9, nan_ok=True), key
+    fast_steps, slow_steps = fast.recorder.steps.view(), slow.recorder.steps.view()
+    fast_order = np.lexsort((fast_steps["start_s"], fast_steps["replica"]))
+    slow_order = np.lexsort((slow_steps["start_s"], slow_steps["replica"]))
+    for column in fast_steps:
+        a, b = fast_steps[column][fast_order], slow_steps[column][slow_order]
+        if column in ("start_s", "duration_s"):
+            np.testing.assert_allclose(a, b, rtol=1e-9, err_msg=column)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=column)
+
+
 def test_fast_forward_matches_stepping_one_by_one():
     scenario = make_scenario(workload={"arrival": {"process": "poisson", "rate": 4.0}})
-    fast, fast_summary = run(scenario)
-    slow, slow_summary = run(scenario, fast_forward=False)
-    assert fast.recorder.num_steps == slow.recorder.num_steps
-    for key in ("mean_ttft_ms", "p99_tpot_ms", "p99_itl_ms", "duration_s", "kv_slot_utilization"):
-        assert fast_summary[key] == pytest.approx(slow_summary[key], rel=1e-9)
-    fast_steps, slow_steps = fast.recorder.steps.view(), slow.recorder.steps.view()
-    for column in ("kv_blocks_used", "num_running", "sum_context_tokens"):
-        np.testing.assert_array_equal(fast_steps[column], slow_steps[column])
-    np.testing.assert_allclose(fast_steps["duration_s"], slow_steps["duration_s"], rtol=1e-12)
+    assert_same_run(simulate(scenario), simulate(scenario, fast_forward=False), scenario)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    arrival=st.sampled_from(
+        [
+            {"process": "poisson", "rate": 10.0},
+            {"process": "gamma", "rate": 20.0, "burstiness": 0.3},
+            {"process": "closed", "concurrency": 3, "think_time_s": 0.0},
+            {"process": "closed", "concurrency": 4, "think_time_s": 0.05},
+        ]
+    ),
+    prefix_caching=st.booleans(),
+    kv_cache=st.sampled_from(["paged", "contiguous"]),
+    replicas=st.integers(1, 2),
+    seed=st.integers(0, 1000),
+)
+def test_fast_forward_matches_stepping_over_random_scenarios(arrival, prefix_caching, kv_cache, replicas, seed):
+    scenario = make_scenario(
+        hardware={"replicas": replicas},
+        engine={"enable_prefix_caching": prefix_caching, "kv_cache": kv_cache, "max_model_len": 512,
+                "max_num_seqs": 8, "num_gpu_blocks_override": 200},
+        workload={"num_requests": 30, "seed": seed, "arrival": arrival,
+                  "prompt_tokens": {"dist": "uniform", "low": 1, "high": 200},
+                  "output_tokens": {"dist": "uniform", "low": 1, "high": 250},
+                  "shared_prefix": {"tokens": 64, "group_size": 3}},
+    )  # fmt: skip
+    assert_same_run(simulate(scenario), simulate(scenario, fast_forward=False), scenario)
 
 
 def test_same_seed_gives_identical_results_and_another_seed_does_not():
