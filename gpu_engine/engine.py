@@ -133,6 +133,11 @@ def run_scenario(
             f"{scenario.source}: the live engine runs one GPU: tensor_parallel_size and replicas "
             "must be 1 (simulate larger deployments with `planner simulate`)"
         )
+    if scenario.kv_dtype != scenario.dtype:
+        raise EngineError(
+            f"{scenario.source}: engine.kv_cache_dtype {scenario.engine.kv_cache_dtype}: the live engine keeps the"
+            f" KV cache in the model dtype ({scenario.dtype}); set kv_cache_dtype: auto to run this scenario"
+        )
     e = scenario.engine
     torch_device = _device(device)
     workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
