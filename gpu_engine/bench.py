@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import transformers
 
+import gpu_engine.attention
 from gpu_engine.engine import EngineError, drain, warm_up
 from gpu_engine.model import Transformer
 from gpu_engine.profiling import profile_num_blocks
@@ -229,6 +230,7 @@ def hf_config(spec: ModelSpec) -> transformers.PretrainedConfig:
             num_key_value_heads=spec.num_key_value_heads, head_dim=spec.head_dim, vocab_size=spec.vocab_size,
             max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=spec.tie_word_embeddings,
             attention_bias=spec.attention_bias, rope_theta=spec.rope_theta, rms_norm_eps=spec.rms_norm_eps,
+            rope_scaling=spec.rope_scaling,
         )  # fmt: skip
     except ValueError as err:
         raise EngineError(
@@ -386,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise EngineError("--device cuda: no CUDA device is visible to torch (use --device cpu --tiny)")
+    if args.device == "cuda" and gpu_engine.attention._triton_ops("cuda") is None:
+        raise EngineError("--device cuda: triton does not import, so the engine would time its torch fallback")
     device = torch.device(args.device)
     size = TINY if args.tiny else FULL
     model = args.model or size.model

@@ -7,7 +7,12 @@ gate and up into `gate_up_proj`.
 
 The forward takes a flat packed batch (no padding, no batch dimension): the new tokens of every request
 of the step, their positions, the step's AttentionMetadata and one (k_cache, v_cache) per layer.
-RMSNorm, RoPE and softmax are computed in float32 whatever the weights' dtype.
+As in vLLM, each layer takes and returns (hidden, residual): the residual add is fused into the next
+RMSNorm, RoPE rotates q and k in place inside the fused qkv output, and silu(gate) * up is one kernel, so a
+decode layer on CUDA is ten launches (norm, qkv, rotary, store_kv, attention, o_proj, norm, gate_up,
+silu_and_mul, down; one more to merge KV splits). The kernels come from attention.kernel_ops: Triton on
+CUDA, the torch references of kernels/reference.py elsewhere. Both round as transformers does (RMSNorm's
+variance and softmax in float32; the weight multiply, RoPE and SwiGLU in the model's dtype).
 
 Not modelled: sliding-window attention (Mistral-7B-v0.1's 4096-token window; ModelSpec has no field for
 it) and Qwen-7B's dynamic-NTK / logn scaling, which only act beyond its 8192-token training length.
@@ -21,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpu_engine.attention import AttentionMetadata, attention
-from kernels.reference import rms_norm_ref
+from gpu_engine.attention import AttentionMetadata, KernelOps, attention, kernel_ops
+from kernels.reference import rope_cos_sin_cache
 from sim.config import ModelSpec
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # k, v: [num_blocks, block_size, num_kv_heads, head_dim]
@@ -34,22 +39,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(size))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., size]
-        return rms_norm_ref(x, self.weight, self.eps)
-
-
-def rope_cos_sin(head_dim: int, max_positions: int, theta: float) -> torch.Tensor:
-    """[max_positions, head_dim] float32: cos of every position's angles, then sin (HF Llama's angles)."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim
-    inv_freq = 1.0 / theta**exponents  # [head_dim // 2]
-    angles = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq  # [max_pos, head_dim // 2]
-    return torch.cat((angles.cos(), angles.sin()), dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Neox style: rotate the two halves of each head. x: [T, heads, head_dim]; cos, sin: [T, 1, head_dim // 2]."""
-    x1, x2 = x.float().chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+    def forward(self, x: torch.Tensor, ops: KernelOps, residual: torch.Tensor | None = None):
+        """x: [T, size] -> normed, or with residual (x + residual) -> (normed, new residual)."""
+        return ops.rms_norm(x, self.weight, self.eps, residual)
 
 
 class Attention(nn.Module):
@@ -70,20 +62,22 @@ class Attention(nn.Module):
 
     def forward(
         self,
+        positions: torch.Tensor,  # [T]
         x: torch.Tensor,  # [T, hidden]
-        cos: torch.Tensor,  # [T, 1, head_dim // 2] float32
-        sin: torch.Tensor,
         kv_cache: KVCache,
         attn: AttentionMetadata,
+        cos_sin_cache: torch.Tensor,  # [max_positions, head_dim]
+        ops: KernelOps,
     ) -> torch.Tensor:  # [T, hidden]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)  # [T, H, D]
+        q = q.view(-1, self.num_heads, self.head_dim)  # [T, H, D], a view into the qkv output
         k = k.view(-1, self.num_kv_heads, self.head_dim)  # [T, KVH, D]
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        o = attention(q, k, v, kv_cache, attn, self.scale)  # [T, H, D]
+        if self.q_norm is not None:  # per head: rows of head_dim
+            q = self.q_norm(q.reshape(-1, self.head_dim), ops).view(-1, self.num_heads, self.head_dim)
+            k = self.k_norm(k.reshape(-1, self.head_dim), ops).view(-1, self.num_kv_heads, self.head_dim)
+        ops.rotary(positions, q, k, cos_sin_cache)  # in place
+        o = attention(q, k, v, kv_cache, attn, self.scale, ops)  # [T, H, D]
         return self.o_proj(o.flatten(1))
 
 
@@ -93,9 +87,8 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(spec.hidden_size, 2 * spec.intermediate_size, bias=False)
         self.down_proj = nn.Linear(spec.intermediate_size, spec.hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [T, hidden]
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [T, intermediate] each
-        return self.down_proj(F.silu(gate) * up)
+    def forward(self, x: torch.Tensor, ops: KernelOps) -> torch.Tensor:  # x: [T, hidden]
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))  # [T, 2 * intermediate] -> [T, hidden]
 
 
 class DecoderLayer(nn.Module):
@@ -106,10 +99,23 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = MLP(spec)
 
-    def forward(self, x, cos, sin, kv_cache: KVCache, attn: AttentionMetadata) -> torch.Tensor:
-        # x: [T, hidden]
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin, kv_cache, attn)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(
+        self,
+        positions: torch.Tensor,  # [T]
+        x: torch.Tensor,  # [T, hidden]: the previous layer's output, not yet added to the residual
+        residual: torch.Tensor | None,  # [T, hidden]; None before the first layer
+        kv_cache: KVCache,
+        attn: AttentionMetadata,
+        cos_sin_cache: torch.Tensor,
+        ops: KernelOps,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # (x, residual): the layer's output is their sum
+        if residual is None:
+            x, residual = self.input_layernorm(x, ops), x
+        else:
+            x, residual = self.input_layernorm(x, ops, residual)
+        x = self.self_attn(positions, x, kv_cache, attn, cos_sin_cache, ops)
+        x, residual = self.post_attention_layernorm(x, ops, residual)
+        return self.mlp(x, ops), residual
 
 
 class Transformer(nn.Module):
@@ -122,21 +128,25 @@ class Transformer(nn.Module):
         # tied: the logits reuse embed_tokens.weight, and there is no lm_head parameter at all
         tied = spec.tie_word_embeddings
         self.lm_head = None if tied else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
-        cos_sin = rope_cos_sin(spec.head_dim, spec.max_position_embeddings, spec.rope_theta)
-        self.register_buffer("rope_cos_sin", cos_sin, persistent=False)  # float32 even in a bf16 model
+        # in the model's dtype (computed in float32, then cast, as HF casts cos and sin)
+        cos_sin = rope_cos_sin_cache(
+            spec.head_dim, spec.max_position_embeddings, spec.rope_theta, spec.rope_scaling, torch.get_default_dtype()
+        )
+        self.register_buffer("cos_sin_cache", cos_sin, persistent=False)
 
     def forward(
         self,
-        input_ids: torch.Tensor,  # [T] int64
-        positions: torch.Tensor,  # [T] int64
+        input_ids: torch.Tensor,  # [T] int32 or int64
+        positions: torch.Tensor,  # [T] int32 or int64
         attn: AttentionMetadata,
         kv_caches: list[KVCache],  # one per layer
     ) -> torch.Tensor:  # [len(attn.logits_indices), vocab] in the model's dtype
-        x = self.embed_tokens(input_ids)  # [T, hidden]
-        cos, sin = self.rope_cos_sin[positions].float().unsqueeze(1).chunk(2, dim=-1)  # [T, 1, head_dim // 2]
+        ops = kernel_ops(input_ids.device.type)
+        x, residual = self.embed_tokens(input_ids), None  # [T, hidden]
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            x = layer(x, cos, sin, kv_cache, attn)
-        x = self.norm(x[attn.logits_indices])  # [R, hidden]: the norm is per row, so only sampled rows
+            x, residual = layer(positions, x, residual, kv_cache, attn, self.cos_sin_cache, ops)
+        rows = attn.logits_indices  # the norm is per row, so only the sampled rows
+        x, _ = self.norm(x[rows], ops, residual[rows])  # [R, hidden]
         return F.linear(x, self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight)
 
 
@@ -151,10 +161,9 @@ def _default_dtype(dtype: torch.dtype):
 
 
 def build_model(spec: ModelSpec, dtype: torch.dtype, device: torch.device | str) -> Transformer:
-    """Parameters allocated directly on `device` in `dtype` (the RoPE table stays float32).
+    """Parameters and the RoPE table allocated directly on `device` in `dtype`.
 
     Their values are torch's default init; call weights.init_random_weights or weights.load_weights.
-    Do not `.to(dtype)` the result: that would round the float32 RoPE table too.
     """
     with torch.device(device), _default_dtype(dtype):
         return Transformer(spec).eval()

@@ -18,11 +18,12 @@ def triton_available() -> bool:
 
 
 if HAS_TRITON:
+    from kernels.activation import silu_and_mul
     from kernels.paged_attention import paged_attention
     from kernels.rms_norm import rms_norm
     from kernels.rotary import rotary
     from kernels.store_kv import store_kv
 
-    __all__ = ["paged_attention", "rms_norm", "rotary", "store_kv", "triton_available"]
+    __all__ = ["paged_attention", "rms_norm", "rotary", "silu_and_mul", "store_kv", "triton_available"]
 else:
     __all__ = ["triton_available"]

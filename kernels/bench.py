@@ -5,8 +5,13 @@ the kernels run under TRITON_INTERPRET=1 with tiny shapes so that this file stay
 the torch reference and, where comparable, torch's scaled_dot_product_attention on dense K/V.
 Bandwidth = bytes the kernel must move / time, shown as a share of the device's measured
 device-to-device copy bandwidth (read + write of a large tensor copy).
+
+`--sweep` also times the decode attention kernel under each launch config (TILE_N x num_stages x
+num_warps) and prints the best, to be copied into paged_attention.DECODE_CONFIG.
 """
 
+import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -16,7 +21,7 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from kernels.paged_attention import paged_attention
+from kernels.paged_attention import DECODE_CONFIG, LaunchConfig, _choose_num_splits, _launch, paged_attention
 from kernels.reference import paged_attention_ref, rms_norm_ref, store_kv_ref
 from kernels.rms_norm import rms_norm
 from kernels.store_kv import store_kv
@@ -24,6 +29,9 @@ from kernels.store_kv import store_kv
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GPU = DEVICE == "cuda"
 TARGETS = {"decode attention": 0.70, "store_kv": 0.60}  # share of copy bandwidth (issue 5)
+DECODE_SHAPE = {"num_seqs": 64, "q_len": 1, "context_len": 4096}  # 32 / 8 heads, head_dim 128: Llama-3.1-8B
+DECODE_SHAPE_TINY = {"num_seqs": 2, "q_len": 1, "context_len": 64, "num_heads": 4, "num_kv_heads": 2, "head_dim": 32}
+SWEEP = {"tile_n": (16, 32, 64), "num_stages": (1, 2, 3), "num_warps": (2, 4)}
 
 
 def median_ms(fn, gpu: bool = GPU) -> float:
@@ -104,21 +112,46 @@ def bench_rms_norm(num_tokens, hidden):
     }  # fmt: skip
 
 
-def main() -> None:
+def sweep_decode_attention(shape: dict, copy_gbs: float) -> LaunchConfig:
+    """Time every launch config of SWEEP on the decode case (its own split count each); print and return
+    the fastest."""
+    _, num_bytes, _ = bench_attention("decode attention", **shape)
+    args = paged_inputs(shape["num_seqs"], 1, shape["context_len"], shape.get("num_heads", 32),
+                        shape.get("num_kv_heads", 8), shape.get("head_dim", 128), 16, torch.bfloat16)  # fmt: skip
+    query, k_cache, block_tables, num_seqs = args[0], args[1], args[3], shape["num_seqs"]
+    print(f"\ndecode attention sweep (current {DECODE_CONFIG}):")
+    print(f"{'tile_n':>7}{'stages':>7}{'warps':>6}{'splits':>7}{'median ms':>11}{'% copy':>8}")
+    results = []
+    for tile_n, num_stages, num_warps in itertools.product(*SWEEP.values()):
+        config = LaunchConfig(DECODE_CONFIG.block_m, tile_n, num_warps, num_stages)
+        splits = _choose_num_splits(query, k_cache, block_tables, num_seqs, True, tile_n)
+        ms = median_ms(lambda: _launch(*args, num_splits=splits, config=config))  # noqa: B023 (called at once)
+        results.append((ms, config))
+        print(f"{tile_n:>7}{num_stages:>7}{num_warps:>6}{splits:>7}{ms:>11.3f}{num_bytes / ms / 1e6 / copy_gbs:>8.0%}")
+    ms, best = min(results, key=lambda r: r[0])
+    print(f"best: {best} at {ms:.3f} ms ({num_bytes / ms / 1e6 / copy_gbs:.0%} of copy bandwidth)")
+    return best
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", action="store_true", help="also sweep the decode attention launch config")
+    opts = parser.parse_args(argv)
     if not GPU and os.environ.get("TRITON_INTERPRET") != "1":
         # the kernels were decorated for a GPU when kernels/ was imported: restart interpreted
         os.execve(sys.executable, [sys.executable, "-m", "kernels.bench", *sys.argv[1:]],
                   {**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
+    decode = DECODE_SHAPE if GPU else DECODE_SHAPE_TINY
     if GPU:
         cases = [
-            bench_attention("decode attention", num_seqs=64, q_len=1, context_len=4096),
+            bench_attention("decode attention", **decode),
             bench_attention("prefill attention", num_seqs=4, q_len=2048, context_len=2048),
             bench_store_kv(num_tokens=65536),
             bench_rms_norm(num_tokens=16384, hidden=4096),
         ]
     else:
         cases = [
-            bench_attention("decode attention", 2, 1, 64, num_heads=4, num_kv_heads=2, head_dim=32),
+            bench_attention("decode attention", **decode),
             bench_attention("prefill attention", 1, 32, 32, num_heads=4, num_kv_heads=2, head_dim=32),
             bench_store_kv(num_tokens=64, num_kv_heads=2, head_dim=32),
             bench_rms_norm(num_tokens=8, hidden=256),
@@ -134,6 +167,8 @@ def main() -> None:
             target = TARGETS.get(name) if impl == "triton" and GPU else None
             verdict = "" if target is None else f">= {target:.0%} {'met' if gbs / copy_gbs >= target else 'MISSED'}"
             print(f"{name:<22}{impl:<12}{ms:>11.3f}{gbs:>9.1f}{gbs / copy_gbs:>8.0%}  {verdict}")
+    if opts.sweep:
+        sweep_decode_attention(decode, copy_gbs)
 
 
 if __name__ == "__main__":

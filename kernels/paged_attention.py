@@ -10,17 +10,39 @@ each token's block up in the block table, so tiles may span cache blocks of any 
 Grid: (query blocks, KV heads, KV splits). Query blocks are numbered without a host sync: sequence
 i's first block is query_start_loc[i] // BLOCK_Q + i, so num_tokens // BLOCK_Q + num_seqs blocks
 cover every sequence; a program finds its sequence by binary search and surplus programs exit.
-Decode batches too small to fill the GPU split each context into NUM_SPLITS ranges (flash-decoding);
+Decode batches too small to fill the GPU split each context into num_splits ranges (flash-decoding);
 each split writes an unnormalised partial (acc, max, sum) and a second kernel merges them.
+
+No recompilation once a run is warm: the ints that change from step to step (num_seqs, the block
+table's width, num_splits) are not specialised on, the cache block size is a constexpr (fixed per
+run), and a launch picks one of three compiled variants: decode, decode with splits, prefill (a
+larger BLOCK_M, so a long chunk's K/V is read far fewer times).
 """
 
+import functools
 import os
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 LOG2_E = 1.4426950408889634
+MAX_SPLITS = 16  # KV splits of a decode batch, at most: the merge kernel's compile-time width
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    block_m: int  # query rows per program (tokens x the query heads of one KV head), at least
+    tile_n: int  # context tokens per KV-loop iteration
+    num_warps: int
+    num_stages: int
+
+
+# Untuned first guesses: python -m kernels.bench --sweep times the decode alternatives on a GPU.
+DECODE_CONFIG = LaunchConfig(block_m=16, tile_n=64, num_warps=4, num_stages=3)
+PREFILL_CONFIG = LaunchConfig(block_m=64, tile_n=64, num_warps=4, num_stages=2)
+INTERPRETER_TILE_N = 16  # under TRITON_INTERPRET: small tiles keep the CPU tests quick
 
 
 @triton.jit
@@ -43,11 +65,11 @@ def _find_seq_idx(
     return left - 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_seqs", "num_splits", "stride_bt"])  # they change every step
 def _paged_attention_kernel(
-    out_ptr,  # [num_tokens, num_heads, head_dim], or [num_tokens, num_heads, NUM_SPLITS, head_dim] fp32
-    m_ptr,  # [num_tokens, num_heads, NUM_SPLITS] fp32, running max (log2 domain); split path only
-    l_ptr,  # [num_tokens, num_heads, NUM_SPLITS] fp32, running sum of exponentials; split path only
+    out_ptr,  # [num_tokens, num_heads, head_dim], or [num_tokens, num_heads, num_splits, head_dim] fp32
+    m_ptr,  # [num_tokens, num_heads, num_splits] fp32, running max (log2 domain); split path only
+    l_ptr,  # [num_tokens, num_heads, num_splits] fp32, running sum of exponentials; split path only
     query_ptr,  # [num_tokens, num_heads, head_dim]
     k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
     v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
@@ -56,7 +78,7 @@ def _paged_attention_kernel(
     query_start_loc_ptr,  # [num_seqs + 1]
     qk_scale,  # softmax scale * log2(e): the kernel works with exp2
     num_seqs,
-    block_size,
+    num_splits,  # programs along grid axis 2, each over a contiguous range of KV tiles
     stride_qt,
     stride_qh,
     stride_ot,
@@ -65,13 +87,14 @@ def _paged_attention_kernel(
     stride_ct,
     stride_ch,
     stride_bt,
+    BLOCK_SIZE: tl.constexpr,  # cache block size, fixed per run: the division becomes a shift
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,  # next power of two >= max(HEAD_DIM, 16)
     NUM_QUERIES_PER_KV: tl.constexpr,
     BLOCK_Q: tl.constexpr,  # query tokens per program
     BLOCK_M: tl.constexpr,  # rows per program, power of two >= BLOCK_Q * NUM_QUERIES_PER_KV
     TILE_N: tl.constexpr,  # context tokens per KV-loop iteration
-    NUM_SPLITS: tl.constexpr,
+    SPLIT: tl.constexpr,  # write partials for _merge_splits_kernel (num_splits > 1)
     FP32_DOT: tl.constexpr,  # dots in full fp32 (fp32 inputs: not tf32; see _fp32_dot)
 ):
     q_block = tl.program_id(0)
@@ -102,7 +125,7 @@ def _paged_attention_kernel(
 
     kv_end = context_len + tl.minimum(q_first + BLOCK_Q, q_len)  # positions any row may see
     num_tiles = tl.cdiv(kv_end, TILE_N)
-    tiles_per_split = tl.cdiv(num_tiles, NUM_SPLITS)
+    tiles_per_split = tl.cdiv(num_tiles, num_splits)
     tile_lo = split * tiles_per_split
     tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
 
@@ -115,8 +138,8 @@ def _paged_attention_kernel(
         kv_pos = tile * TILE_N + n
         kv_ok = kv_pos < kv_end
         # int64: block * stride_cb overflows int32 once the cache passes 2^31 elements
-        block = tl.load(block_table_ptr + kv_pos // block_size, mask=kv_ok, other=0).to(tl.int64)
-        slot = block * stride_cb + (kv_pos % block_size) * stride_ct + kv_head * stride_ch
+        block = tl.load(block_table_ptr + kv_pos // BLOCK_SIZE, mask=kv_ok, other=0).to(tl.int64)
+        slot = block * stride_cb + (kv_pos % BLOCK_SIZE) * stride_ct + kv_head * stride_ch
         k = tl.load(
             k_cache_ptr + slot[None, :] + d[:, None],
             mask=kv_ok[None, :] & d_ok[:, None],
@@ -143,35 +166,35 @@ def _paged_attention_kernel(
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         M = m_new
 
-    if NUM_SPLITS == 1:
+    if not SPLIT:
         out_offs = token[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
         out = acc / L[:, None]
         tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
     else:
-        part = (token * (tl.num_programs(1) * NUM_QUERIES_PER_KV) + head) * NUM_SPLITS + split
+        part = (token * (tl.num_programs(1) * NUM_QUERIES_PER_KV) + head) * num_splits + split
         tl.store(m_ptr + part, M, mask=row_ok)
         tl.store(l_ptr + part, L, mask=row_ok)
         tl.store(out_ptr + part[:, None] * HEAD_DIM + d[None, :], acc, mask=row_ok[:, None] & d_ok[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_splits"])
 def _merge_splits_kernel(
     out_ptr,  # [num_tokens, num_heads, head_dim]
-    acc_ptr,  # [num_tokens, num_heads, NUM_SPLITS, head_dim] fp32
-    m_ptr,  # [num_tokens, num_heads, NUM_SPLITS] fp32
-    l_ptr,  # [num_tokens, num_heads, NUM_SPLITS] fp32
+    acc_ptr,  # [num_tokens, num_heads, num_splits, head_dim] fp32
+    m_ptr,  # [num_tokens, num_heads, num_splits] fp32
+    l_ptr,  # [num_tokens, num_heads, num_splits] fp32
+    num_splits,
     stride_ot,
     stride_oh,
     HEAD_DIM: tl.constexpr,
     HEAD_DIM_PADDED: tl.constexpr,
-    NUM_SPLITS: tl.constexpr,
-    NUM_SPLITS_PADDED: tl.constexpr,
+    MAX_SPLITS: tl.constexpr,  # power of two >= num_splits
 ):
     token = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
-    splits = tl.arange(0, NUM_SPLITS_PADDED)
-    part = (token * tl.num_programs(1) + head) * NUM_SPLITS + splits
-    split_ok = splits < NUM_SPLITS
+    splits = tl.arange(0, MAX_SPLITS)
+    part = (token * tl.num_programs(1) + head) * num_splits + splits
+    split_ok = splits < num_splits
     sums = tl.load(l_ptr + part, mask=split_ok, other=0.0)
     maxes = tl.load(m_ptr + part, mask=split_ok, other=float("-inf"))
     maxes = tl.where(sums > 0.0, maxes, float("-inf"))  # a split that saw nothing has no weight
@@ -226,14 +249,16 @@ def _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_l
         raise ValueError(f"all inputs must be on one device, got {devices}")
 
 
-def _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, tile_n):
+def _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, config):
     num_tokens, num_heads, head_dim = query.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     num_seqs = seq_lens.shape[0]
     queries_per_kv = num_heads // num_kv_heads
-    block_m = max(16, triton.next_power_of_2(queries_per_kv))  # tl.dot wants >= 16 rows
+    block_m = max(16, config.block_m, triton.next_power_of_2(queries_per_kv))  # tl.dot wants >= 16 rows
     block_q = block_m // queries_per_kv
     head_dim_padded = max(16, triton.next_power_of_2(head_dim))
+    if not 1 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits={num_splits}: want 1..{MAX_SPLITS}")
     out = torch.empty_like(query)
     if num_tokens == 0 or num_seqs == 0:
         return out
@@ -248,21 +273,25 @@ def _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, sc
     grid = (num_tokens // block_q + num_seqs, num_kv_heads, num_splits)
     _paged_attention_kernel[grid](
         part_acc, part_m, part_l, query, k_cache, v_cache, block_tables, seq_lens, query_start_loc,
-        scale * LOG2_E, num_seqs, block_size,
+        scale * LOG2_E, num_seqs, num_splits,
         query.stride(0), query.stride(1), stride_ot, stride_oh,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
-        HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, NUM_QUERIES_PER_KV=queries_per_kv,
-        BLOCK_Q=block_q, BLOCK_M=block_m, TILE_N=tile_n, NUM_SPLITS=num_splits,
-        FP32_DOT=_fp32_dot(query.dtype),
-        num_warps=4, num_stages=3,
+        BLOCK_SIZE=block_size, HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
+        NUM_QUERIES_PER_KV=queries_per_kv, BLOCK_Q=block_q, BLOCK_M=block_m, TILE_N=config.tile_n,
+        SPLIT=num_splits > 1, FP32_DOT=_fp32_dot(query.dtype),
+        num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:
         _merge_splits_kernel[(num_tokens, num_heads)](
-            out, part_acc, part_m, part_l, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, NUM_SPLITS=num_splits,
-            NUM_SPLITS_PADDED=triton.next_power_of_2(num_splits), num_warps=4,
+            out, part_acc, part_m, part_l, num_splits, out.stride(0), out.stride(1),
+            HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded, MAX_SPLITS=MAX_SPLITS, num_warps=4,
         )  # fmt: skip
     return out
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _choose_num_splits(query, k_cache, block_tables, num_seqs, decode: bool, tile_n: int) -> int:
@@ -273,10 +302,19 @@ def _choose_num_splits(query, k_cache, block_tables, num_seqs, decode: bool, til
     """
     if not decode or query.device.type != "cuda":
         return 1
-    num_sms = torch.cuda.get_device_properties(query.device).multi_processor_count
     programs = num_seqs * k_cache.shape[2]
     max_tiles = triton.cdiv(block_tables.shape[1] * k_cache.shape[1], tile_n)
-    return max(1, min(triton.cdiv(4 * num_sms, programs), max_tiles // 8, 16))
+    return max(1, min(triton.cdiv(4 * _num_sms(query.device), programs), max_tiles // 8, MAX_SPLITS))
+
+
+def compile_split_path(num_heads: int, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """Launch the split-context decode variant and the merge kernel once (one query over cache block 0,
+    writing nothing to the cache), so that they compile at start-up rather than in the middle of a timed
+    run, when the first long-context decode batch asks for splits. Warm-up's short requests never do."""
+    ints = {"dtype": torch.int32, "device": k_cache.device}
+    query = torch.zeros(1, num_heads, k_cache.shape[3], dtype=k_cache.dtype, device=k_cache.device)
+    block_tables, seq_lens, query_start_loc = torch.zeros(1, 1, **ints), torch.ones(1, **ints), torch.arange(2, **ints)
+    _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, 1.0, num_splits=2, config=DECODE_CONFIG)
 
 
 def paged_attention(
@@ -291,13 +329,15 @@ def paged_attention(
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Same semantics as reference.paged_attention_ref; no host sync.
 
-    max_query_len is only a performance hint (1 selects the split-context decode path); when None,
-    a batch with one token per sequence is taken as decode. Output rows of tokens past
-    query_start_loc[-1] (padding) are left undefined.
+    max_query_len is only a performance hint (1 selects the decode config and its split-context path,
+    more the prefill config); when None, a batch with one token per sequence is taken as decode.
+    Output rows of tokens past query_start_loc[-1] (padding) are left undefined.
     """
     _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
-    tile_n = 64 if query.is_cuda else 16
     num_seqs = seq_lens.shape[0]
     decode = max_query_len == 1 if max_query_len is not None else query.shape[0] == num_seqs
-    num_splits = _choose_num_splits(query, k_cache, block_tables, num_seqs, decode, tile_n)
-    return _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, tile_n)
+    config = DECODE_CONFIG if decode else PREFILL_CONFIG
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        config = LaunchConfig(config.block_m, INTERPRETER_TILE_N, config.num_warps, config.num_stages)
+    num_splits = _choose_num_splits(query, k_cache, block_tables, num_seqs, decode, config.tile_n)
+    return _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, config)

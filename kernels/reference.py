@@ -8,6 +8,8 @@ KV cache layout, per layer: k_cache and v_cache are each
 offset s % block_size.
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -79,39 +81,74 @@ def rms_norm_ref(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """RMSNorm, optionally fused with the residual add before it (vLLM's fused_add_rms_norm).
 
-    Without residual: returns normed. With residual: new_residual = x + residual (rounded to x's
-    dtype, as the engine stores it) and returns (rms_norm(new_residual), new_residual).
-    Out of place. Normalisation and the weight multiply are done in float32, then cast to x's dtype.
+    Without residual: returns normed. With residual: new_residual = x + residual (in x's dtype, as HF
+    adds it) and returns (rms_norm(new_residual), new_residual). Out of place. Rounded as HF's
+    LlamaRMSNorm: normalised in float32, cast to x's dtype, then multiplied by the weight (the product
+    in x's dtype too), so a bf16 model matches transformers bit for bit.
     """
     if residual is not None:
-        x = (x.float() + residual.float()).to(x.dtype)
-        residual = x
+        x = residual = x + residual
     xf = x.float()
-    normed = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float()
+    normed = (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)).to(x.dtype) * weight
     normed = normed.to(x.dtype)
     return normed if residual is None else (normed, residual)
 
 
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None = None) -> torch.Tensor:
+    """[head_dim // 2] float32 rotary frequencies, HF's formula (and its llama3 rescaling when scaling
+    is {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    "original_max_position_embeddings"}, as sim.config.ModelSpec.rope_scaling holds it)."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)
+    if scaling is None:
+        return inv_freq
+    if scaling.get("rope_type") != "llama3":
+        raise ValueError(f"rope_scaling type {scaling.get('rope_type')!r}: only llama3 is implemented")
+    # transformers' _compute_llama3_parameters, op for op: frequencies below the original context's
+    # lowest one are divided by factor, those above the high band kept, the band between interpolated
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context_len = scaling["original_max_position_embeddings"]
+    low_freq_wavelen, high_freq_wavelen = old_context_len / low, old_context_len / high
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def rope_cos_sin_cache(
+    head_dim: int, max_positions: int, theta: float, scaling: dict | None = None, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:  # [max_positions, head_dim]: cos of each position's head_dim // 2 angles, then sin
+    """The rotary table every implementation reads (this reference, the model, the Triton kernel).
+
+    Angles and cos/sin in float32, then cast to dtype: HF casts them to the model's dtype too.
+    """
+    angles = torch.arange(max_positions, dtype=torch.float32)[:, None] * rope_inv_freq(head_dim, theta, scaling)
+    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(dtype)
+
+
 def rotary_ref(
     positions: torch.Tensor,  # [num_tokens] int
-    q: torch.Tensor,  # [num_tokens, num_heads, head_dim]
-    k: torch.Tensor,  # [num_tokens, num_kv_heads, head_dim]
-    head_dim: int,
-    rope_theta: float,
+    q: torch.Tensor,  # [num_tokens, num_heads, >= rot_dim]
+    k: torch.Tensor,  # [num_tokens, num_kv_heads, >= rot_dim]
+    cos_sin_cache: torch.Tensor,  # [max_positions, rot_dim], from rope_cos_sin_cache
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Neox-style rotary embedding (rotate halves), as in HF Llama. Returns new (q, k).
+    """Neox-style rotary embedding (rotate halves), in place on q and k (views are fine); returns (q, k).
 
-    Rotates the first head_dim features (all of them unless the model uses partial rotary);
-    angles and products in float32, results cast to q/k's dtype.
+    Rotates the first rot_dim features. Each product and sum is rounded to q's dtype, as HF's
+    apply_rotary_pos_emb computes with cos/sin cast to the model's dtype.
     """
-    half = head_dim // 2
-    inv_freq = 1.0 / rope_theta ** (torch.arange(0, head_dim, 2, device=q.device, dtype=torch.int64).float() / head_dim)
-    angles = positions.float()[:, None] * inv_freq  # [num_tokens, head_dim // 2]
-    cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
+    half = cos_sin_cache.shape[1] // 2
+    cos, sin = cos_sin_cache[positions].to(q.dtype).unsqueeze(1).chunk(2, dim=-1)  # [T, 1, half] each
+    for x in (q, k):
+        x1, x2 = x[..., :half], x[..., half : 2 * half]
+        rotated1 = x1 * cos - x2 * sin
+        x2.mul_(cos).add_(x1 * sin)
+        x1.copy_(rotated1)
+    return q, k
 
-    def rotate(x: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x[..., :half].float(), x[..., half:head_dim].float()
-        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-        return torch.cat((rotated.to(x.dtype), x[..., head_dim:]), dim=-1)
 
-    return rotate(q), rotate(k)
+def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:  # x: [num_tokens, 2 * d] -> [num_tokens, d]
+    """SwiGLU's activation on the fused gate_up output: silu(gate) * up, in x's dtype as HF computes it."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up

@@ -1,4 +1,6 @@
-"""RMSNorm with the residual add before it fused in (vLLM's fused_add_rms_norm): one program per row."""
+"""RMSNorm with the residual add before it fused in (vLLM's fused_add_rms_norm): one program per row.
+
+Rounded as reference.rms_norm_ref (HF's LlamaRMSNorm). The weight has x's dtype in the engine."""
 
 import torch
 import triton
@@ -30,7 +32,9 @@ def _rms_norm_kernel(
     x = x.to(tl.float32)
     rstd = tl.rsqrt(tl.sum(x * x, axis=0) / hidden + eps)
     weight = tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * hidden + cols, (x * rstd * weight).to(out_ptr.dtype.element_ty), mask=mask)
+    # rounded to the model's dtype before the weight multiply, as HF's LlamaRMSNorm
+    normed = (x * rstd).to(out_ptr.dtype.element_ty).to(tl.float32)
+    tl.store(out_ptr + row * hidden + cols, (normed * weight).to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def rms_norm(

@@ -12,7 +12,6 @@ def _store_kv_kernel(
     k_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
     v_cache_ptr,  # [num_blocks, block_size, num_kv_heads, head_dim]
     slot_mapping_ptr,  # [num_tokens]
-    block_size,
     stride_kt,
     stride_kh,
     stride_vt,
@@ -20,6 +19,7 @@ def _store_kv_kernel(
     stride_cb,
     stride_ct,
     stride_ch,
+    BLOCK_SIZE: tl.constexpr,  # cache block size, fixed per run: the division becomes a shift
     NUM_KV_HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     HEADS_PADDED: tl.constexpr,  # next power of two >= NUM_KV_HEADS
@@ -32,7 +32,7 @@ def _store_kv_kernel(
     h = tl.arange(0, HEADS_PADDED)[:, None]
     d = tl.arange(0, HEAD_DIM_PADDED)[None, :]
     mask = (h < NUM_KV_HEADS) & (d < HEAD_DIM)
-    cache_offs = (slot // block_size) * stride_cb + (slot % block_size) * stride_ct + h * stride_ch + d
+    cache_offs = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_ct + h * stride_ch + d
     k = tl.load(key_ptr + token * stride_kt + h * stride_kh + d, mask=mask)
     v = tl.load(value_ptr + token * stride_vt + h * stride_vh + d, mask=mask)
     tl.store(k_cache_ptr + cache_offs, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
@@ -66,10 +66,10 @@ def store_kv(
     if num_tokens == 0:
         return
     _store_kv_kernel[(num_tokens,)](
-        key, value, k_cache, v_cache, slot_mapping, k_cache.shape[1],
+        key, value, k_cache, v_cache, slot_mapping,
         key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
+        BLOCK_SIZE=k_cache.shape[1], NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
         HEADS_PADDED=triton.next_power_of_2(num_kv_heads),
         HEAD_DIM_PADDED=triton.next_power_of_2(head_dim),
         num_warps=4,

@@ -34,6 +34,10 @@ class ModelSpec:
     qk_norm: bool = False  # RMSNorm on each head of q and k (Qwen3)
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
+    # RoPE frequency rescaling, as config.json's rope_scaling: None, or Llama-3.1's {"rope_type": "llama3",
+    # "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}. It changes the
+    # live engine's rotary angles, not sizes or costs. Not hashed: a dict (the catalog validates it).
+    rope_scaling: dict | None = field(default=None, hash=False)
     published_params: int | None = None  # the model card's count, for the catalog test only
 
     @property

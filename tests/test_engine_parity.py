@@ -1,8 +1,13 @@
 """The live engine on sim/'s own scheduler and block pool: greedy tokens under continuous batching, with
 chunked prefill, mixed prompt lengths and a pool small enough to preempt, equal transformers' generate()
-of each prompt alone (tiny random Llama and Qwen2, float32, CPU)."""
+of each prompt alone (tiny random Llama and Qwen2, float32; CPU, and the Triton kernels on CUDA or, without
+a GPU, through Triton's interpreter)."""
 
 from __future__ import annotations
+
+import collections
+import dataclasses
+import os
 
 import pytest
 import torch
@@ -21,23 +26,27 @@ PROMPT_LENGTHS = [5, 13, 1, 22, 40, 7, 31, 18]
 BLOCK_SIZE = 4
 
 
-def triton_on_cpu(monkeypatch) -> list:
-    """Route the engine's attention through the Triton kernels (the CUDA path) on CPU tensors, run by
-    Triton's interpreter: the kernels' wiring into the engine is checked here, without a GPU."""
-    kernels = pytest.importorskip("kernels")
-    if not kernels.triton_available():
-        pytest.skip("needs triton and a CUDA device or TRITON_INTERPRET=1 (set by tests/conftest.py)")
-    from kernels.paged_attention import paged_attention
-    from kernels.store_kv import store_kv
+def count_triton_calls(monkeypatch) -> tuple[str, collections.Counter]:
+    """Route every kernel of the forward through Triton and count the calls. With a CUDA device the runner
+    runs there (the real path); without one, on CPU tensors through Triton's interpreter, so the kernels'
+    wiring into the engine is checked on any machine. Returns (device, call counts)."""
+    pytest.importorskip("triton")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("without CUDA the Triton path needs TRITON_INTERPRET=1 (tests/conftest.py sets it)")
+    ops = gpu_engine.attention.triton_ops()
+    calls = collections.Counter()
 
-    calls = []
+    def counted(name):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return getattr(ops, name)(*args, **kwargs)
 
-    def counted_paged_attention(*args, **kwargs):
-        calls.append(1)
-        return paged_attention(*args, **kwargs)
+        return call
 
-    monkeypatch.setattr(gpu_engine.attention, "_triton_ops", lambda device_type: (counted_paged_attention, store_kv))
-    return calls
+    counted_ops = gpu_engine.attention.KernelOps(**{f.name: counted(f.name) for f in dataclasses.fields(ops)})
+    monkeypatch.setattr(gpu_engine.attention, "_triton_ops", lambda device_type: counted_ops)
+    return device, calls
 
 
 @pytest.mark.parametrize(
@@ -51,7 +60,7 @@ def triton_on_cpu(monkeypatch) -> list:
     ],
 )
 def test_scheduler_driven_generation_matches_transformers(tmp_path, monkeypatch, model_type, prefix_caching, backend):
-    triton_calls = triton_on_cpu(monkeypatch) if backend == "triton" else None
+    device, triton_calls = count_triton_calls(monkeypatch) if backend == "triton" else ("cpu", None)
     hf, spec = tiny_hf(model_type, tmp_path)
     g = torch.Generator().manual_seed(3)
     shared = torch.randint(0, TINY["vocab_size"], (12,), generator=g).tolist()
@@ -75,7 +84,7 @@ def test_scheduler_driven_generation_matches_transformers(tmp_path, monkeypatch,
         },
     )
     runner = ModelRunner(
-        spec, "float32", "cpu", num_blocks, BLOCK_SIZE, sampling=SamplingParams(), weights_path=str(tmp_path)
+        spec, "float32", device, num_blocks, BLOCK_SIZE, sampling=SamplingParams(), weights_path=str(tmp_path)
     )
     recorder = Recorder(num_blocks, BLOCK_SIZE)
     scheduler = build_scheduler(scenario, num_blocks, recorder)
@@ -90,4 +99,11 @@ def test_scheduler_driven_generation_matches_transformers(tmp_path, monkeypatch,
         assert request.output_token_ids == hf_greedy(hf, prompt), f"request {request.request_id}"
     assert scheduler.kv.pool.num_free_blocks == num_blocks
     if triton_calls is not None:
-        assert len(triton_calls) == recorder.num_steps * spec.num_hidden_layers  # every layer of every step
+        layer_calls = recorder.num_steps * spec.num_hidden_layers  # every layer of every step
+        assert triton_calls == {
+            "paged_attention": layer_calls,
+            "store_kv": layer_calls,
+            "rotary": layer_calls,
+            "silu_and_mul": layer_calls,
+            "rms_norm": 2 * layer_calls + recorder.num_steps,  # two per layer, and the final norm
+        }

@@ -12,7 +12,7 @@ import test_engine_model
 import torch
 
 from gpu_engine.profiling import profile_num_blocks
-from gpu_engine.runner import ModelRunner, SamplingParams, kv_block_bytes
+from gpu_engine.runner import BlockTableRows, ModelRunner, SamplingParams, build_batch, kv_block_bytes
 from planner.catalog import model_spec_from_hf_config
 from sim.request import Request, Status
 
@@ -145,3 +145,37 @@ def test_profile_on_cpu_needs_a_total():
     runner = ModelRunner(spec, "float32", "cpu", num_blocks=None, block_size=16)
     with pytest.raises(ValueError, match="total_memory_bytes"):
         profile_num_blocks(runner, 64, 8, 0.9)
+
+
+def test_build_batch_packs_one_aligned_buffer():
+    prefill = Request(0, 0.0, 10, 1, prompt_token_ids=list(range(100, 110)))
+    prefill.num_computed_tokens, prefill.block_ids = 4, [6, 2, 9]  # a chunk of 5 after 4 cached tokens
+    decode = Request(1, 0.0, 3, 2, prompt_token_ids=[7, 8, 9])
+    decode.num_computed_tokens, decode.block_ids = 3, [4]
+    decode.output_token_ids, decode.num_output_tokens = [11], 1
+    batch = build_batch([(prefill, 5), (decode, 1)], 4, "cpu")
+    attn = batch.attn
+    assert batch.input_ids.tolist() == [104, 105, 106, 107, 108, 11]
+    assert batch.positions.tolist() == [4, 5, 6, 7, 8, 3]
+    assert attn.slot_mapping.tolist() == [8, 9, 10, 11, 36, 19]  # block 2 (id 2), block 3 (id 9); id 4
+    assert attn.block_tables.tolist() == [[6, 2, 9], [4, 0, 0]]
+    assert attn.seq_lens.tolist() == [9, 4] and attn.query_start_loc.tolist() == [0, 5, 6]
+    assert attn.logits_indices.tolist() == [5] and batch.sampled_request_ids == [1]  # the chunk stops short
+    assert attn.max_query_len == 5
+    tensors = (batch.input_ids, batch.positions, attn.slot_mapping, attn.block_tables, attn.seq_lens,
+               attn.query_start_loc, attn.logits_indices)  # fmt: skip
+    assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1  # one buffer, one copy to the device
+    assert all(t.data_ptr() % 64 == 0 for t in tensors)  # the same pointer alignment every step
+
+
+def test_block_table_rows_follow_appends_and_replaced_lists():
+    rows = BlockTableRows()
+    request = Request(0, 0.0, 9, 1, prompt_token_ids=list(range(9)))
+    request.block_ids = [3, 1]
+    assert rows.update([request])[0].tolist() == [3, 1]
+    request.block_ids += [7] * 40  # appended in place, past the row's capacity
+    assert rows.update([request])[0].tolist() == [3, 1] + [7] * 40
+    request.block_ids = [2]  # freed and allocated again (a preemption): a new list
+    assert rows.update([request])[0].tolist() == [2]
+    request.block_ids.append(5)
+    assert rows.update([request])[0].tolist() == [2, 5]

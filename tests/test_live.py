@@ -59,7 +59,7 @@ def test_cpu_tiny_runs_on_cuda_and_compares(tmp_path, capsys):
     [
         (["--model-path", "/nonexistent/dir"], ["--model-path", "/nonexistent/dir"]),
         (["--set", "hardware.replicas=2"], ["replicas"]),
-    (["--set", "engine.kv_cache_dtype=fp8"], ["kv_cache_dtype", "fp8", "auto"]),
+        (["--set", "engine.kv_cache_dtype=fp8"], ["kv_cache_dtype", "fp8", "auto"]),
     ],
 )
 def test_run_refuses_clearly(args, words):

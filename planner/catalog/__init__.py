@@ -85,11 +85,44 @@ def _rope_theta(config: Mapping[str, Any], key: str, name: str) -> float:
     return _float(config, key, 10000.0, name)
 
 
+LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+SUPPORTED_ROPE_TYPES = ("default", "llama3")
+
+
+def _rope_scaling(config: Mapping[str, Any], name: str) -> dict | None:
+    """None, or Llama-3.1's llama3 rescaling as {"rope_type": "llama3", <LLAMA3_ROPE_KEYS>: number}.
+
+    v4 configs (the published ones) spell it `rope_scaling` (older ones with `type`), transformers v5
+    writes `rope_parameters` (which also holds rope_theta, and rope_type "default" when unscaled).
+    Any other type would change the live engine's rotary angles in a way it does not model: an error.
+    """
+    scaling = config.get("rope_scaling")
+    if scaling is None:
+        scaling = config.get("rope_parameters")
+    if scaling is None:
+        return None
+    if not isinstance(scaling, Mapping):
+        raise CatalogError(f"model {name!r}: rope_scaling = {scaling!r}: must be a mapping or null")
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type == "default":
+        return None
+    if rope_type != "llama3":
+        raise CatalogError(
+            f"model {name!r}: rope_scaling type {rope_type!r} is not supported (supported: "
+            f"{', '.join(SUPPORTED_ROPE_TYPES)})"
+        )
+    missing = [key for key in LLAMA3_ROPE_KEYS if scaling.get(key) is None]
+    if missing:
+        raise CatalogError(f"model {name!r}: rope_scaling llama3 lacks {', '.join(missing)}")
+    return {"rope_type": "llama3", **{key: _float(scaling, key, 0.0, name) for key in LLAMA3_ROPE_KEYS}}
+
+
 def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
     """Normalise an HF config.json (as a dict) of model_type llama, mistral, qwen2, qwen3 or qwen.
 
-    Keys the planner does not model (rope_scaling, sliding_window, dropout, token ids...) are ignored;
-    `published_params` (a catalog-only key) is carried over when present.
+    Keys the planner does not model (sliding_window, dropout, token ids...) are ignored; rope_scaling is
+    carried for the live engine (llama3 only; another type is an error); `published_params` (a
+    catalog-only key) is carried over when present.
     """
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -160,6 +193,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec
         qk_norm=qk_norm,
         rope_theta=rope_theta,
         rms_norm_eps=eps,
+        rope_scaling=_rope_scaling(config, name),
         published_params=published,
     )
 

@@ -7,7 +7,7 @@ import torch
 from kernels_testutil import DEVICE, FULL, make_case, require_triton
 
 require_triton()
-from kernels.paged_attention import _launch, paged_attention
+from kernels.paged_attention import MAX_SPLITS, LaunchConfig, _launch, compile_split_path, paged_attention
 from kernels.reference import paged_attention_ref
 
 TOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
@@ -44,15 +44,30 @@ def test_head_dims(head_dim):
     check(make_case([(1, 20), (6, 30)], 4, 2, head_dim, 16, torch.float16, DEVICE), torch.float16)
 
 
-@pytest.mark.parametrize("num_splits", [2, 5])
+@pytest.mark.parametrize("num_splits", [2, 5, MAX_SPLITS])
 @pytest.mark.parametrize("lens", [DECODE, MIXED], ids=["decode", "mixed"])
 def test_split_context_path(num_splits, lens):
     # the flash-decoding path that CUDA picks for small decode batches, forced here; 5 splits leave
     # some splits of short sequences empty, which the merge must ignore
     case = make_case(lens, 8, 2, HEAD_DIM, 16, torch.bfloat16, DEVICE)
     scale = 1 / math.sqrt(HEAD_DIM)
-    out = _launch(*case.args(scale), num_splits=num_splits, tile_n=16)
+    out = _launch(*case.args(scale), num_splits=num_splits, config=LaunchConfig(16, 16, 4, 1))
     torch.testing.assert_close(out, paged_attention_ref(*case.args(scale)), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("block_m,tile_n", [(16, 32), (64, 16), (128, 16)])
+def test_launch_configs(block_m, tile_n):
+    # the prefill config's larger BLOCK_M: several query blocks per sequence, partial last blocks
+    case = make_case(MIXED, 8, 2, HEAD_DIM, 16, torch.float16, DEVICE)
+    scale = 1 / math.sqrt(HEAD_DIM)
+    out = _launch(*case.args(scale), num_splits=1, config=LaunchConfig(block_m, tile_n, 4, 2))
+    torch.testing.assert_close(out, paged_attention_ref(*case.args(scale)), atol=2e-3, rtol=2e-3)
+
+
+def test_num_splits_bounds():
+    case = make_case(DECODE, 8, 2, HEAD_DIM, 16, torch.float16, DEVICE)
+    with pytest.raises(ValueError, match="num_splits"):
+        _launch(*case.args(1.0), num_splits=MAX_SPLITS + 1, config=LaunchConfig(16, 16, 4, 1))
 
 
 def test_max_query_len_hint_does_not_change_result():
@@ -94,3 +109,10 @@ def test_rejects_bad_inputs():
                         case.query_start_loc, 1.0)  # fmt: skip
     with pytest.raises(TypeError, match="dtypes differ"):
         paged_attention(case.query.float(), *case.args(1.0)[1:])
+
+
+def test_compile_split_path_leaves_the_cache_alone():
+    k_cache, v_cache = torch.randn(2, 4, 16, 2, HEAD_DIM, device=DEVICE).bfloat16()
+    before = k_cache.clone(), v_cache.clone()
+    compile_split_path(8, k_cache, v_cache)
+    assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])

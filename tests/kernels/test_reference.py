@@ -6,7 +6,7 @@ import pytest
 import torch
 from kernels_testutil import DEVICE, dense_attention, make_case
 
-from kernels.reference import paged_attention_ref, rms_norm_ref, rotary_ref, store_kv_ref
+from kernels.reference import paged_attention_ref, rms_norm_ref, rope_cos_sin_cache, rotary_ref, store_kv_ref
 
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 
@@ -38,6 +38,14 @@ def test_store_kv_ref_matches_loop():
     assert torch.equal(v_cache.nan_to_num(7.0), expect_v.nan_to_num(7.0))
 
 
+def test_rms_norm_ref_rounds_as_hf():
+    # bf16: normalised in float32, rounded, then multiplied by the bf16 weight (LlamaRMSNorm's order)
+    x, weight = torch.randn(3, 40).bfloat16(), torch.randn(40).bfloat16()
+    xf = x.float()
+    expect = weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).bfloat16()
+    assert torch.equal(rms_norm_ref(x, weight, 1e-6), expect)
+
+
 def test_rms_norm_ref_matches_formula():
     x, residual, weight = torch.randn(3, 40), torch.randn(3, 40), torch.randn(40)
     expect = lambda h: h.double() / h.double().pow(2).mean(-1, keepdim=True).add(1e-6).sqrt() * weight.double()
@@ -51,7 +59,7 @@ def test_rotary_ref_matches_complex_rotation():
     # neox style pairs feature i with i + head_dim/2 and rotates the pair by position * theta^(-2i/d)
     positions = torch.tensor([0, 1, 7, 1000])
     q, k = torch.randn(4, 3, 16, dtype=torch.float64), torch.randn(4, 1, 16, dtype=torch.float64)
-    q_rot, k_rot = rotary_ref(positions, q.float(), k.float(), 16, 10000.0)
+    q_rot, k_rot = rotary_ref(positions, q.float(), k.float(), rope_cos_sin_cache(16, 1001, 10000.0))
     angles = positions[:, None, None].double() * 10000.0 ** (-torch.arange(0, 16, 2).double() / 16)
     for x, x_rot in ((q, q_rot), (k, k_rot)):
         z = torch.complex(x[..., :8], x[..., 8:]) * torch.polar(torch.ones_like(angles), angles)

@@ -1,12 +1,12 @@
-"""store_kv, rms_norm and rotary kernels against their torch references."""
+"""store_kv, rms_norm, rotary and silu_and_mul kernels against their torch references."""
 
 import pytest
 import torch
 from kernels_testutil import DEVICE, FULL, require_triton
 
 require_triton()
-from kernels import rms_norm, rotary, store_kv
-from kernels.reference import rms_norm_ref, rotary_ref, store_kv_ref
+from kernels import rms_norm, rotary, silu_and_mul, store_kv
+from kernels.reference import rms_norm_ref, rope_cos_sin_cache, rotary_ref, silu_and_mul_ref, store_kv_ref
 
 # bf16 under the interpreter rounds fp32 -> bf16 differently from torch: one ulp apart
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
@@ -75,17 +75,24 @@ def test_rms_norm(dtype, with_residual):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_rotary_in_place(dtype):
+@pytest.mark.parametrize("rot_dim", [HEAD_DIM, HEAD_DIM // 2])  # HEAD_DIM // 2: partial rotary
+def test_rotary_in_place(dtype, rot_dim):
     num_tokens, num_heads, num_kv_heads = 6, 6, 2
     positions = torch.tensor([0, 1, 17, 500, 4095, 30000], device=DEVICE)
+    cache = rope_cos_sin_cache(rot_dim, 30001, 500000.0, dtype=dtype).to(DEVICE)
     qkv = torch.randn(num_tokens, num_heads + 2 * num_kv_heads, HEAD_DIM, device=DEVICE).to(dtype)
+    expect = qkv.clone()
     q, k = qkv[:, :num_heads], qkv[:, num_heads : num_heads + num_kv_heads]  # strided views
-    q_expect, k_expect = rotary_ref(positions, q, k, HEAD_DIM, 500000.0)
-    v_before = qkv[:, num_heads + num_kv_heads :].clone()
-    q_out, k_out = rotary(positions, q, k, HEAD_DIM, 500000.0)
+    rotary_ref(positions, expect[:, :num_heads], expect[:, num_heads : num_heads + num_kv_heads], cache)
+    q_out, k_out = rotary(positions, q, k, cache)
     assert q_out.data_ptr() == q.data_ptr() and k_out.data_ptr() == k.data_ptr()
-    # fp32: angles up to 3e4 rad; GPU libdevice vs torch's CPU/GPU sin may differ by a few ulp of the angle
-    tol = 1e-4 if dtype == torch.float32 else TOL[dtype]
-    torch.testing.assert_close(q, q_expect, atol=tol, rtol=tol)
-    torch.testing.assert_close(k, k_expect, atol=tol, rtol=tol)
-    assert torch.equal(qkv[:, num_heads + num_kv_heads :], v_before)
+    torch.testing.assert_close(qkv, expect, atol=TOL[dtype], rtol=TOL[dtype])  # v and the unrotated tail too
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("d", [HEAD_DIM * 4, 1500])  # 1500: two column blocks, the second masked
+def test_silu_and_mul(dtype, d):
+    x = (3 * torch.randn(5, 2 * d, device=DEVICE)).to(dtype)
+    got = silu_and_mul(x)
+    assert got.dtype == dtype and got.shape == (5, d)
+    torch.testing.assert_close(got, silu_and_mul_ref(x), atol=TOL[dtype], rtol=TOL[dtype])
