@@ -68,7 +68,7 @@ def step(
     on_finished: Callable[[Request], None],
 ) -> None:
     """One schedule -> execute -> update round, recorded in the scheduler's recorder."""
-    out = scheduler.schedule(clock())
+    out = scheduler.schedule()
     if not out.scheduled:
         raise RuntimeError(f"no request can be scheduled with {scheduler.kv.pool.num_free_blocks} free blocks")
     start, blocks_in_use = clock(), scheduler.kv.pool.num_used_blocks

@@ -72,7 +72,7 @@ class Replica:
                 if len(durations) >= 2:
                     yield from self._decode_window(durations, context)
                     continue
-            out = sched.schedule(env.now)
+            out = sched.schedule()
             if not out.scheduled:
                 raise RuntimeError(
                     f"no request can be scheduled at t={env.now:.3f}s with "

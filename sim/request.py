@@ -36,7 +36,6 @@ class Request:
     num_cached_blocks: int = 0  # leading blocks already registered in the prefix cache
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of the full blocks
     num_preemptions: int = 0
-    admitted_s: float | None = None  # first scheduled (for the static batch and metrics)
     first_token_s: float | None = None
     last_token_s: float | None = None  # inter-token gaps go to the metrics as they happen, not kept here
     finished_s: float | None = None
@@ -49,11 +48,6 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
-
-    @property
-    def num_max_tokens(self) -> int:
-        """Length at completion; the last sampled token's K/V is never computed."""
-        return self.num_prompt_tokens + self.max_output_tokens
 
     def token_ids(self, start: int, stop: int) -> list[int]:
         """Token ids [start, stop) of prompt + output (live engine only)."""

@@ -71,7 +71,7 @@ class Scheduler(ABC):
         return len(self.waiting) + len(self.running)
 
     @abstractmethod
-    def schedule(self, now_s: float) -> SchedulerOutput:
+    def schedule(self) -> SchedulerOutput:
         """The next step's batch; admission, block allocation and preemption happen here."""
 
     def update(self, output: SchedulerOutput, now_s: float, sampled: dict[int, int] | None = None) -> list[Request]:
@@ -132,23 +132,21 @@ class Scheduler(ABC):
         request.finished_s = now_s
         self.recorder.finished(request)
 
-    def _admit(self, request: Request, now_s: float) -> None:
+    def _admit(self, request: Request) -> None:
         self.waiting.popleft()
         self.running.append(request)
         request.status = Status.RUNNING
-        if request.admitted_s is None:
-            request.admitted_s = now_s
 
 
 class ContinuousScheduler(Scheduler):
     """Iteration-level scheduling (Orca / vLLM): requests join and leave the batch at every step."""
 
-    def schedule(self, now_s: float) -> SchedulerOutput:
+    def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         if not self.config.enable_chunked_prefill:
             # vLLM v0 without chunked prefill: a step of whole prompts whenever one can be admitted,
             # decode steps otherwise.
-            self._schedule_waiting(out, now_s)
+            self._schedule_waiting(out)
             if out.scheduled:
                 return self._count_held(out, 0)
         budget = self.config.max_num_batched_tokens - out.num_tokens
@@ -162,7 +160,7 @@ class ContinuousScheduler(Scheduler):
             budget -= num_new
             i += 1
         if self.config.enable_chunked_prefill and not out.num_preempted:
-            self._schedule_waiting(out, now_s)
+            self._schedule_waiting(out)
         return self._count_held(out, i)
 
     def _count_held(self, out: SchedulerOutput, first_unscheduled: int) -> SchedulerOutput:
@@ -191,7 +189,7 @@ class ContinuousScheduler(Scheduler):
         request.num_preemptions += 1
         self.waiting.appendleft(request)
 
-    def _schedule_waiting(self, out: SchedulerOutput, now_s: float) -> None:
+    def _schedule_waiting(self, out: SchedulerOutput) -> None:
         budget = self.config.max_num_batched_tokens - out.num_tokens
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             request = self.waiting[0]
@@ -202,7 +200,7 @@ class ContinuousScheduler(Scheduler):
             num_new = min(num_new, budget)
             if not self.kv.allocate_slots(request, num_new, hits):
                 break
-            self._admit(request, now_s)
+            self._admit(request)
             out.add(request, num_new)
             budget -= num_new
 
@@ -259,9 +257,9 @@ class StaticScheduler(Scheduler):
         self.padded_len = 0  # the batch's longest prompt: every row is this long after the prefill
         self.steps_done = 0
 
-    def schedule(self, now_s: float) -> SchedulerOutput:
+    def schedule(self) -> SchedulerOutput:
         if not self.running:
-            self._form_batch(now_s)
+            self._form_batch()
         out = SchedulerOutput()
         for request in self.running:
             if request.num_output_tokens < request.max_output_tokens:
@@ -275,7 +273,7 @@ class StaticScheduler(Scheduler):
         out.attention_pairs = rows * (num_new * (context - num_new) + num_new * (num_new + 1) // 2)
         return out
 
-    def _form_batch(self, now_s: float) -> None:
+    def _form_batch(self) -> None:
         """First come first served while the padded rectangle (rows x (longest prompt + longest reply))
         fits in the free blocks."""
         batch: list[Request] = []
@@ -290,7 +288,7 @@ class StaticScheduler(Scheduler):
             longest_prompt, longest_output = prompt, output
         for request in batch:
             self.kv.allocate_slots(request, request.num_tokens, reserve_tokens=longest_prompt + longest_output)
-            self._admit(request, now_s)
+            self._admit(request)
         self.padded_len, self.steps_done = longest_prompt, 0
 
     def _blocks_per_row(self, tokens: int) -> int:
