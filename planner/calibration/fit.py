@@ -1,0 +1,82 @@
+"""Bounded least squares on relative error: the one fitter behind `planner calibrate` and the shipped
+profiles fitted to public operator timings.
+
+Relative error, not absolute: a planner is judged by the percentage it is off, and a 100 us decode step
+matters as much as a 2 s prefill. Bounds keep every coefficient physical (an efficiency in (0, 1], an
+overhead >= 0): a fit that runs into a bound says the cost model's form is wrong, and `at_bound` reports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FitResult:
+    names: tuple[str, ...]
+    values: np.ndarray
+    std: np.ndarray  # one standard deviation, from the Jacobian at the optimum and the residual spread
+    relative_errors: np.ndarray  # (predicted - measured) / measured, per row
+    at_bound: tuple[str, ...]  # coefficients the optimum pressed against a bound
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: float(v) for name, v in zip(self.names, self.values)}
+
+    def std_dict(self) -> dict[str, float]:
+        return {name: float(s) for name, s in zip(self.names, self.std)}
+
+    @property
+    def median_abs_error(self) -> float:
+        return float(np.median(np.abs(self.relative_errors)))
+
+    @property
+    def p90_abs_error(self) -> float:
+        return float(np.percentile(np.abs(self.relative_errors), 90))
+
+
+def fit_relative(
+    predict: Callable[[np.ndarray], np.ndarray],
+    measured: np.ndarray,
+    names: Sequence[str],
+    initial: Sequence[float],
+    lower: Sequence[float],
+    upper: Sequence[float],
+    scale: Sequence[float] | None = None,
+) -> FitResult:
+    """Coefficients minimising sum(((predict(c) - measured) / measured)^2) within [lower, upper].
+
+    `predict` maps a coefficient vector (in the order of `names`) to one predicted value per measured row.
+    `scale`: each coefficient's typical magnitude (efficiencies ~1, overheads ~1e-5 s), so the solver
+    steps all of them alike; defaults to the initial values.
+    """
+    from scipy.optimize import least_squares  # only calibration needs scipy: keep it off the CLI's start-up
+
+    measured = np.asarray(measured, dtype=np.float64)
+    if measured.ndim != 1 or len(measured) == 0 or not np.all(np.isfinite(measured)) or np.any(measured <= 0):
+        raise ValueError("measured times must be a non-empty vector of finite positive numbers")
+    lo, hi = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    x0 = np.clip(np.asarray(initial, dtype=np.float64), lo, hi)
+    x_scale = np.abs(np.asarray(scale if scale is not None else x0, dtype=np.float64))
+    x_scale[x_scale == 0] = 1.0
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return (np.asarray(predict(x), dtype=np.float64) - measured) / measured
+
+    solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale=x_scale, method="trf")
+    r = solution.fun
+    dof = max(len(r) - len(x0), 1)
+    jac = solution.jac
+    # Covariance from the Gauss-Newton approximation; a coefficient the data do not constrain (a term that
+    # never dominates any row) gets an infinite std rather than a made-up one.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cov = np.linalg.pinv(jac.T @ jac) * (r @ r / dof)
+        std = np.sqrt(np.clip(np.diag(cov), 0, None))
+    std[np.linalg.norm(jac, axis=0) == 0] = np.inf
+    span = hi - lo
+    at_bound = tuple(
+        n for n, v, a, b, s in zip(names, solution.x, lo, hi, span) if np.isfinite(s) and min(v - a, b - v) < 1e-6 * s
+    )
+    return FitResult(tuple(names), solution.x, std, r, at_bound)

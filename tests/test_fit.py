@@ -1,0 +1,34 @@
+import numpy as np
+import pytest
+
+from planner.calibration.fit import fit_relative
+
+
+def _roofline(x, tokens):
+    eff, overhead_s = x
+    return np.maximum(tokens * 2e9 / (1e12 * eff), 1e9 / (1e12 * 0.8)) + overhead_s
+
+
+def test_recovers_known_coefficients_from_noisy_rows():
+    rng = np.random.default_rng(0)
+    tokens = np.geomspace(1, 4096, 60)
+    truth = np.array([0.55, 3e-4])
+    measured = _roofline(truth, tokens) * (1 + 0.01 * rng.standard_normal(len(tokens)))
+    fit = fit_relative(lambda x: _roofline(x, tokens), measured, ["eff", "overhead_s"], [0.9, 1e-3], [0.01, 0], [1, 1])
+    assert fit.as_dict()["eff"] == pytest.approx(0.55, rel=0.02)
+    assert fit.as_dict()["overhead_s"] == pytest.approx(3e-4, rel=0.1)
+    assert fit.median_abs_error < 0.02
+    assert np.all(np.isfinite(fit.std)) and np.all(fit.std > 0)
+    assert fit.at_bound == ()
+
+
+def test_reports_a_coefficient_pressed_against_its_bound():
+    tokens = np.geomspace(1, 4096, 30)
+    measured = _roofline(np.array([0.5, 0.0]), tokens) * 0.5  # faster than any overhead >= 0 can explain
+    fit = fit_relative(lambda x: _roofline(x, tokens), measured, ["eff", "overhead_s"], [0.5, 1e-4], [0.01, 0], [1, 1])
+    assert "overhead_s" in fit.at_bound or "eff" in fit.at_bound
+
+
+def test_refuses_non_positive_measurements():
+    with pytest.raises(ValueError, match="positive"):
+        fit_relative(lambda x: x, np.array([1.0, 0.0]), ["a"], [1.0], [0.0], [2.0])
