@@ -11,6 +11,7 @@ from typing import Any
 from planner.errors import NO_VALUE, ScenarioError
 from planner.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
 from sim.config import Distribution, Scenario, WorkloadConfig
+from sim.defaults import resolve_batch_limits
 from sim.memory import tensor_parallel_sizes
 
 
@@ -37,19 +38,22 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
     max_len = eng.max_model_len or limit
     if max_len > limit:
         fail("engine.max_model_len", max_len, f"must be <= the model's max_position_embeddings ({limit})")
-    # vLLM's default token budget without chunked prefill is max(max_model_len, 2048): a whole prompt per step.
-    budget = eng.max_num_batched_tokens
-    if not eng.enable_chunked_prefill and "max_num_batched_tokens" not in (raw.get("engine") or {}):
-        budget = max(max_len, budget)
+    # Unset token budget and max_num_seqs: what `vllm serve` picks on this GPU (sim/defaults.py).
+    given = raw.get("engine") or {}
+    budget, seqs = resolve_batch_limits(
+        hw.gpu, tp, max_len, eng.enable_chunked_prefill,
+        eng.max_num_batched_tokens if "max_num_batched_tokens" in given else None,
+        eng.max_num_seqs if "max_num_seqs" in given else None,
+    )  # fmt: skip
     if not eng.enable_chunked_prefill and budget < max_len:
         fail(
             "engine.max_num_batched_tokens", budget,
             f"is smaller than max_model_len ({max_len}) with enable_chunked_prefill false, so longer prompts could "
             "never be scheduled; raise max_num_batched_tokens, lower max_model_len or enable chunked prefill",
         )  # fmt: skip
-    if budget < eng.max_num_seqs:  # vLLM's SchedulerConfig raises this too
-        fail("engine.max_num_batched_tokens", budget, f"must be >= max_num_seqs ({eng.max_num_seqs})")
-    eng = dataclasses.replace(eng, max_model_len=max_len, max_num_batched_tokens=budget)
+    if budget < seqs:  # vLLM's SchedulerConfig raises this too
+        fail("engine.max_num_batched_tokens", budget, f"must be >= max_num_seqs ({seqs})")
+    eng = dataclasses.replace(eng, max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=seqs)
 
     # What each distribution and arrival process needs.
     for field_name in ("prompt_tokens", "output_tokens"):

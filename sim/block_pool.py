@@ -12,15 +12,22 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
 
+NULL_BLOCK_ID = 0
+
+
 class BlockPool:
+    """num_blocks as vLLM's num_gpu_blocks: block 0 is the null block (vLLM v1's `BlockPool.__init__` takes it
+    off the free queue for padding and skipped slots; vllm/v1/core/block_pool.py, v0.11 to current main), so
+    requests get num_blocks - 1 of them."""
+
     def __init__(self, num_blocks: int, enable_caching: bool) -> None:
-        if num_blocks < 1:
-            raise ValueError(f"a block pool needs at least one block, got {num_blocks}")
+        if num_blocks < 2:
+            raise ValueError(f"a block pool needs the null block and at least one more, got {num_blocks} blocks")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.ref_cnt = [0] * num_blocks
         # OrderedDict as vLLM's doubly linked free list: O(1) append, pop-front and removal from the middle.
-        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(NULL_BLOCK_ID + 1, num_blocks))
         # (parent block hash, block content) -> block id. Keying on the content itself means a dict hit is
         # confirmed by comparing tokens, not only their hash.
         self.cached_blocks: dict[tuple[int, Hashable], int] = {}
@@ -31,8 +38,13 @@ class BlockPool:
         return len(self.free_block_queue)
 
     @property
+    def num_usable_blocks(self) -> int:
+        return self.num_blocks - 1  # all but the null block
+
+    @property
     def num_used_blocks(self) -> int:
-        return self.num_blocks - len(self.free_block_queue)
+        """Blocks held by requests (vLLM's KV usage leaves the null block out too)."""
+        return self.num_usable_blocks - len(self.free_block_queue)
 
     def get_new_blocks(self, n: int) -> list[int]:
         """Take n blocks from the front of the free queue (caller checks num_free_blocks first)."""

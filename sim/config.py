@@ -99,11 +99,17 @@ class EngineConfig:
     kv_cache: str = "paged"  # paged | contiguous
     block_size: int = 16  # tokens per KV block (vLLM default)
     gpu_memory_utilization: float = 0.9
+    # Left out of a scenario, these two are what `vllm serve` picks on the scenario's GPU (sim/defaults.py:
+    # 8192 / 1024 on >= 70 GiB GPUs other than A100s); validation fills them in. These values are vLLM's
+    # for smaller GPUs, what a Scenario built in code without validation gets.
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None  # None: the model's max_position_embeddings
+    # Off: vLLM v1's rule, decodes first, then only whole prompts that fit what is left of the budget.
     enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool = True  # on by default in vLLM v1
+    # vLLM's default False: CUDA graphs are captured, and their memory estimate is taken from the KV pool.
+    enforce_eager: bool = False
     kv_cache_dtype: str = "auto"  # auto (= the model dtype) | float16 | bfloat16 | float32 | fp8
     num_gpu_blocks_override: int | None = None  # as vLLM's flag: skip the memory model's pool size
 

@@ -56,29 +56,38 @@ class KVCacheManager:
     def allocate_slots(
         self, request: Request, num_new_tokens: int, hit_blocks: Sequence[int] = (), reserve_tokens: int = 0
     ) -> bool:
-        """Make room for num_new_tokens more; False (and nothing changed) when the pool is short."""
+        """Make room for num_new_tokens more; False (and nothing changed) when the pool is short.
+
+        As vLLM v1's `KVCacheManager.allocate_slots` (vllm/v1/core/kv_cache_manager.py, v0.11 to current
+        main), the full blocks the step will compute are registered in the prefix cache now, at allocation,
+        not once computed: a request admitted later in the same step can hit them (the step writes every
+        row's K/V before any row's attention reads it).
+        """
         pool = self.pool
         needed = self.blocks_needed(request, num_new_tokens, len(hit_blocks), reserve_tokens)
-        if needed <= 0 and not hit_blocks:
-            return True  # the common decode step: the last block still has room
-        # Hit blocks nobody references sit in the free queue: taking them shrinks what is free.
-        free = pool.num_free_blocks - sum(1 for b in hit_blocks if pool.ref_cnt[b] == 0)
-        if needed > free:
-            return False
-        if hit_blocks:
-            pool.touch(hit_blocks)
-            request.block_ids.extend(hit_blocks)
-            request.num_computed_tokens += len(hit_blocks) * self.block_size
-            self.cache_full_blocks(request)
-        if needed > 0:
-            request.block_ids.extend(pool.get_new_blocks(needed))
+        if needed > 0 or hit_blocks:  # else the common decode step: the last block still has room
+            # Hit blocks nobody references sit in the free queue: taking them shrinks what is free.
+            free = pool.num_free_blocks - sum(1 for b in hit_blocks if pool.ref_cnt[b] == 0)
+            if needed > free:
+                return False
+            if hit_blocks:
+                pool.touch(hit_blocks)
+                request.block_ids.extend(hit_blocks)
+                request.num_computed_tokens += len(hit_blocks) * self.block_size
+            if needed > 0:
+                request.block_ids.extend(pool.get_new_blocks(needed))
+        # vLLM caps this at num_tokens: tokens not sampled yet (a reservation, speculative slots) are unknown.
+        self.cache_full_blocks(request, min(request.num_computed_tokens + num_new_tokens, request.num_tokens))
         return True
 
-    def cache_full_blocks(self, request: Request) -> None:
-        """Register the request's full, computed blocks in the prefix cache (hits are already there)."""
+    def cache_full_blocks(self, request: Request, num_tokens: int | None = None) -> None:
+        """Register the full blocks among the request's first num_tokens tokens (default: its computed ones)
+        in the prefix cache; those already registered (hits among them) are skipped."""
         if not self.pool.enable_caching:
             return
-        num_full = min(request.num_computed_tokens // self.block_size, len(request.block_ids))
+        if num_tokens is None:
+            num_tokens = request.num_computed_tokens
+        num_full = min(num_tokens // self.block_size, len(request.block_ids))
         for i in range(request.num_cached_blocks, num_full):
             key = (request.block_hashes[i - 1] if i else ROOT_HASH, request.block_content_key(i, self.block_size))
             request.block_hashes.append(hash(key))

@@ -82,7 +82,6 @@ class Scheduler(ABC):
         finished = []
         for request, num_new_tokens in output.scheduled:
             request.num_computed_tokens += num_new_tokens
-            self.kv.cache_full_blocks(request)  # full blocks are computed now: later prompts may hit them
             if request.num_computed_tokens < request.num_tokens:
                 continue  # mid-prompt chunk: nothing sampled
             if sampled is not None:
@@ -142,14 +141,12 @@ class ContinuousScheduler(Scheduler):
     """Iteration-level scheduling (Orca / vLLM): requests join and leave the batch at every step."""
 
     def schedule(self) -> SchedulerOutput:
+        """vLLM v1's `Scheduler.schedule` (vllm/v1/core/sched/scheduler.py, v0.11 to current main): running
+        requests first, then waiting ones, unless this step preempted. With chunked prefill off the steps
+        stay mixed: a waiting prompt is admitted only whole, into what the running requests left of the
+        budget (v0's prefill-only steps are gone from vLLM since 0.11, and from here)."""
         out = SchedulerOutput()
-        if not self.config.enable_chunked_prefill:
-            # vLLM v0 without chunked prefill: a step of whole prompts whenever one can be admitted,
-            # decode steps otherwise.
-            self._schedule_waiting(out)
-            if out.scheduled:
-                return self._count_held(out, 0)
-        budget = self.config.max_num_batched_tokens - out.num_tokens
+        budget = self.config.max_num_batched_tokens
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
@@ -159,7 +156,7 @@ class ContinuousScheduler(Scheduler):
             out.add(request, num_new)
             budget -= num_new
             i += 1
-        if self.config.enable_chunked_prefill and not out.num_preempted:
+        if not out.num_preempted:
             self._schedule_waiting(out)
         return self._count_held(out, i)
 
@@ -196,7 +193,7 @@ class ContinuousScheduler(Scheduler):
             hits = self.kv.get_computed_blocks(request) if request.num_computed_tokens == 0 else []
             num_new = request.num_tokens - request.num_computed_tokens - len(hits) * self.kv.block_size
             if not self.config.enable_chunked_prefill and num_new > budget:
-                break
+                break  # v1 without chunked prefill: a prompt is scheduled whole or not at all
             num_new = min(num_new, budget)
             if not self.kv.allocate_slots(request, num_new, hits):
                 break
@@ -296,6 +293,8 @@ class StaticScheduler(Scheduler):
 
     def update(self, output: SchedulerOutput, now_s: float, sampled: dict[int, int] | None = None) -> list[Request]:
         self.steps_done += 1
+        for request, num_new in output.scheduled:  # blocks are allocated once per batch: register them as they fill
+            self.kv.cache_full_blocks(request, request.num_computed_tokens + num_new)
         return super().update(output, now_s, sampled)
 
     def _retire(self, done: list[Request], now_s: float) -> list[Request]:

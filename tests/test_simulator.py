@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sim_helpers import make_scenario
 
-from sim.block_pool import BlockPool
+from sim.block_pool import NULL_BLOCK_ID, BlockPool
 from sim.driver import simulate
 from sim.metrics import summarize
 
@@ -152,7 +152,7 @@ engine_configs = st.fixed_dictionaries(
 def test_conservation_over_random_workloads(engine, seed, closed, replicas, shared, monkeypatch_blocks):
     max_model_len = 256
     # A pool that holds at least one request of max_model_len (as fit checks guarantee for real runs).
-    min_blocks = -(-max_model_len // engine["block_size"])
+    min_blocks = -(-max_model_len // engine["block_size"]) + 1  # + vLLM's null block
     engine = {
         **engine,
         "max_model_len": max_model_len,
@@ -187,8 +187,8 @@ def test_conservation_over_random_workloads(engine, seed, closed, replicas, shar
     assert np.all(requests["first_token_s"] >= requests["arrival_s"])
     assert np.all(requests["finished_s"] >= requests["first_token_s"])
     for pool in monkeypatch_blocks:  # every pool of every replica ends with every block free, once
-        assert pool.num_free_blocks == pool.num_blocks
-        assert sorted(pool.free_block_queue) == list(range(pool.num_blocks))
+        assert pool.num_free_blocks == pool.num_blocks - 1 and pool.num_used_blocks == 0
+        assert sorted(pool.free_block_queue) == list(range(1, pool.num_blocks))  # all but the null block
         assert not any(pool.ref_cnt)
     monkeypatch_blocks.clear()
 
@@ -207,6 +207,7 @@ def monkeypatch_blocks(monkeypatch):
         ids = original_get(self, n)
         assert len(set(ids)) == len(ids), "a block handed out twice in one allocation"
         assert all(self.ref_cnt[i] == 1 for i in ids), "a block handed out while still referenced"
+        assert NULL_BLOCK_ID not in ids, "the null block handed out"
         return ids
 
     monkeypatch.setattr(BlockPool, "__init__", init)
