@@ -27,12 +27,13 @@ def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_t
             f"  (MLP {_gib(mem.activation_mlp_bytes)} + sampler {_gib(mem.activation_sampler_bytes)})"
         ),
         f"  non-torch                    {_gib(mem.non_torch_bytes)}",
+        f"  CUDA graphs (vLLM estimate)  {_gib(mem.cuda_graph_bytes) if mem.cuda_graph_bytes else '0 (enforce_eager)'}",
         f"  KV cache pool                {_gib(mem.kv_cache_bytes)}",
         (
             f"  KV per token                 {mem.kv_bytes_per_token:,} B   block ({mem.block_size} tokens) "
             f"{mem.block_bytes:,} B"
         ),
-        f"  num_gpu_blocks               {mem.num_gpu_blocks:,}",
+        f"  num_gpu_blocks               {mem.num_gpu_blocks:,}  (one is vLLM's null block)",
         f"  max KV tokens                {mem.max_kv_tokens:,}",
         (
             f"  requests at once             {mem.requests_that_fit(mean_request_tokens):,.1f} at the workload's mean"

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
-
 NULL_BLOCK_ID = 0
 
 

@@ -1,12 +1,16 @@
 """The memory model: what vLLM's start-up profiling finds, predicted from the architecture.
 
-vLLM v1 (gpu_worker.determine_available_memory) takes gpu_memory_utilization x the total memory the
-driver reports, subtracts the weights, the rise of torch's peak allocation during a profiling forward of
-max_num_batched_tokens tokens (plus a sampler run over max_num_seqs rows of logits) and the growth of
-non-torch memory during that run; what is left becomes KV blocks:
+vLLM v1 (`Worker.determine_available_memory`, vllm/v1/worker/gpu_worker.py, as in v0.21 and later) takes
+ceil(gpu_memory_utilization x the total memory the driver reports), subtracts the weights, the rise of
+torch's peak allocation during a profiling forward of max_num_batched_tokens tokens (plus a sampler run over
+max_num_seqs rows of logits), the growth of non-torch memory during that run and, unless enforce_eager, its
+estimate of the CUDA graphs' memory (`GPUModelRunner.profile_cudagraph_memory`; subtracted by default since
+v0.21, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); what is left becomes KV blocks:
     num_blocks = available // (2 * block_size * num_kv_heads * head_dim * bytes) // num_layers
-The CUDA context, created before the baseline is taken, is not subtracted. We model eager execution:
-no CUDA-graph memory (the live engine captures no graphs either).
+The CUDA context, created before the baseline is taken, is not subtracted. num_blocks counts vLLM's null
+block (block 0, never given to a request: sim/block_pool.py), as vLLM's "GPU KV cache size" does.
+The live engine is eager (it captures no graphs): its own profiling (gpu_engine/profiling.py) has no graph
+term, the same as this model with enforce_eager true.
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ NCCL_BYTES_PER_GPU = int(1.79 * GIB)
 # log-probabilities / a temperature-scaled copy) while it runs over max_num_seqs rows.
 SAMPLER_FP32_COPIES = 3
 
+# CUDA graphs (vLLM's default cudagraph_mode FULL_AND_PIECEWISE). `profile_cudagraph_memory` captures the two
+# largest sizes of each mode and estimates: first capture (the graph pool's activations at the largest size)
+# + (number of graphs - 1) x the second capture's cost, per mode, the first captures overlaid (max). The
+# per-graph cost is the driver's memory for the graph's nodes, a few MiB, so we model it per layer. Fitted to
+# the one start-up log that has every setting (docs/vllm-fidelity.md: Qwen3-8B, 84 graphs, 0.52 GiB
+# estimated): 0.16 MiB per layer per graph.
+CUDA_GRAPH_BYTES_PER_LAYER = int(0.16 * (1 << 20))
+MAX_CUDA_GRAPH_CAPTURE_SIZE = 512  # CompilationConfig: max_cudagraph_capture_size = min(2 x max_num_seqs, 512)
+
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
@@ -42,11 +55,16 @@ class MemoryBreakdown:
     activation_mlp_bytes: int  # the peak inside a layer: residual, normed input, gate_up, act output
     activation_sampler_bytes: int  # fp32 logits and temporaries over max_num_seqs rows
     non_torch_bytes: int
+    cuda_graph_bytes: int  # vLLM's estimate of the CUDA graphs' memory; 0 with enforce_eager
     kv_cache_bytes: int  # what is left for the KV pool (may be negative: the deployment does not fit)
-    num_gpu_blocks: int
+    num_gpu_blocks: int  # as vLLM's num_gpu_blocks: the null block included (requests get one fewer)
     max_kv_tokens: int
     max_model_len: int
     block_size: int
+
+    @property
+    def num_usable_blocks(self) -> int:
+        return max(0, self.num_gpu_blocks - 1)  # all but the null block
 
     @property
     def max_concurrency_at_max_len(self) -> float:
@@ -96,15 +114,41 @@ def non_torch_bytes(tensor_parallel_size: int) -> int:
     return NON_TORCH_BYTES_TP1 + (NCCL_BYTES_PER_GPU if tensor_parallel_size > 1 else 0)
 
 
+def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> list[int]:
+    """vLLM's default capture sizes (CompilationConfig): 1, 2, 4, then every 8 below 256, then every 16, up
+    to min(2 x max_num_seqs, 512, max_num_batched_tokens); largest first, as the dispatcher lists them."""
+    largest = min(2 * max_num_seqs, MAX_CUDA_GRAPH_CAPTURE_SIZE, max_num_batched_tokens)
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, MAX_CUDA_GRAPH_CAPTURE_SIZE + 1, 16)]
+    return sorted((n for n in sizes if n <= largest), reverse=True)
+
+
+def cuda_graph_bytes(scenario: Scenario) -> int:
+    """vLLM's estimate of the CUDA graphs' memory (`GPUModelRunner.profile_cudagraph_memory`, v0.21+), modelled:
+    PIECEWISE graphs at every capture size, FULL graphs of pure-decode batches up to max_num_seqs; the first
+    capture holds the forward's activations at the largest size (the MLP peak, no sampler), every further graph
+    costs CUDA_GRAPH_BYTES_PER_LAYER per layer."""
+    m, e, tp = scenario.model, scenario.engine, scenario.hardware.tensor_parallel_size
+    if e.enforce_eager:
+        return 0
+    piecewise = cudagraph_capture_sizes(e.max_num_seqs, e.max_num_batched_tokens)
+    full = [n for n in piecewise if n <= e.max_num_seqs]
+    if not piecewise:
+        return 0
+    first = piecewise[0] * DTYPE_BYTES[scenario.dtype] * (2 * m.hidden_size + 3 * m.intermediate_size // tp)
+    per_graph = CUDA_GRAPH_BYTES_PER_LAYER * m.num_hidden_layers
+    return first + per_graph * (len(piecewise) - 1 + max(len(full) - 1, 0))
+
+
 def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
     gpu, e = scenario.hardware.gpu, scenario.engine
-    usable = int(gpu.memory_bytes * e.gpu_memory_utilization)
+    usable = ceil(gpu.memory_bytes * e.gpu_memory_utilization)  # vLLM's request_memory rounds up
     weights = weights_bytes(scenario)
     mlp, sampler = activation_bytes(scenario)
     non_torch = non_torch_bytes(scenario.hardware.tensor_parallel_size)
+    graphs = cuda_graph_bytes(scenario)
     per_token = kv_bytes_per_token(scenario)
     block = per_token * e.block_size
-    kv_cache = usable - weights - mlp - sampler - non_torch
+    kv_cache = usable - weights - mlp - sampler - non_torch - graphs
     num_blocks = max(0, kv_cache) // block
     if e.num_gpu_blocks_override is not None:
         num_blocks = e.num_gpu_blocks_override
@@ -118,6 +162,7 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
         activation_mlp_bytes=mlp,
         activation_sampler_bytes=sampler,
         non_torch_bytes=non_torch,
+        cuda_graph_bytes=graphs,
         kv_cache_bytes=kv_cache,
         num_gpu_blocks=num_blocks,
         max_kv_tokens=num_blocks * e.block_size,
@@ -141,7 +186,7 @@ def tensor_parallel_that_fits(scenario: Scenario, mem: MemoryBreakdown) -> int |
     tp_now, m = scenario.hardware.tensor_parallel_size, scenario.model
     weights_total = mem.weights_bytes * tp_now
     kv_total = mem.kv_bytes_per_token * tp_now * mem.max_model_len
-    fixed = mem.activation_bytes + non_torch_bytes(2)
+    fixed = mem.activation_bytes + mem.cuda_graph_bytes + non_torch_bytes(2)
     for tp in tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads):
         if tp > tp_now and (weights_total + kv_total) / tp + fixed < mem.usable_bytes:
             return tp
@@ -157,34 +202,40 @@ def _more_gpus(scenario: Scenario, mem: MemoryBreakdown) -> str:
 
 
 def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
-    """Why a deployment cannot start, with the numbers that prove it and what to change (empty: fits)."""
+    """Why a deployment cannot start, with the numbers that prove it and what to change (empty: fits).
+
+    A request's blocks come from num_gpu_blocks - 1: block 0 is vLLM's null block."""
+    blocks_per_request = -(-mem.max_model_len // mem.block_size)
+    usable_tokens = mem.num_usable_blocks * mem.block_size
     if scenario.engine.num_gpu_blocks_override is not None:
-        if mem.max_kv_tokens < mem.max_model_len:
+        if usable_tokens < mem.max_model_len:
             return [
                 (
-                    f"engine.num_gpu_blocks_override {mem.num_gpu_blocks} x {mem.block_size} = {mem.max_kv_tokens}"
-                    f" tokens cannot hold one request of max_model_len {mem.max_model_len}; raise it to at least"
-                    f" {-(-mem.max_model_len // mem.block_size)} or lower engine.max_model_len"
+                    f"engine.num_gpu_blocks_override {mem.num_gpu_blocks} blocks (one is vLLM's null block) x"
+                    f" {mem.block_size} = {usable_tokens} tokens cannot hold one request of max_model_len"
+                    f" {mem.max_model_len}; raise it to at least {blocks_per_request + 1} or lower engine.max_model_len"
                 )
             ]
         return []
-    if mem.kv_cache_bytes <= 0 or mem.num_gpu_blocks == 0:
-        short = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes - mem.usable_bytes
+    if mem.kv_cache_bytes <= 0 or mem.num_gpu_blocks <= 1:
+        fixed = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes + mem.cuda_graph_bytes
+        short = fixed - mem.usable_bytes
+        graphs = f", CUDA graphs ({mem.cuda_graph_bytes / GIB:.2f} GiB)" if mem.cuda_graph_bytes else ""
         return [
             (
                 f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f} GiB)"
-                f" and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable"
+                f"{graphs} and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable"
                 f" {mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no KV"
                 f" blocks; use a larger GPU or {_more_gpus(scenario, mem)} (or a higher"
                 " engine.gpu_memory_utilization or a lower engine.max_num_batched_tokens, if that is enough)"
             )
         ]
-    if mem.max_kv_tokens < mem.max_model_len:
+    if usable_tokens < mem.max_model_len:
         return [
             (
-                f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_gpu_blocks} blocks"
-                f" x {mem.block_size} = {mem.max_kv_tokens} tokens); set engine.max_model_len <="
-                f" {mem.max_kv_tokens}, or use {_more_gpus(scenario, mem)} or a larger GPU"
+                f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_usable_blocks} blocks"
+                f" besides vLLM's null block x {mem.block_size} = {usable_tokens} tokens); set engine.max_model_len <="
+                f" {usable_tokens}, or use {_more_gpus(scenario, mem)} or a larger GPU"
             )
         ]
     return []
