@@ -186,6 +186,9 @@ def cmd_memory(args) -> int:
             json.dumps(
                 mem.to_dict()
                 | {
+                    # the resolved limits the activation and CUDA-graph terms were sized with
+                    "max_num_batched_tokens": scenario.engine.max_num_batched_tokens,
+                    "max_num_seqs": scenario.engine.max_num_seqs,
                     "mean_request_tokens": mean_tokens,
                     "requests_at_mean_length": mem.requests_that_fit(mean_tokens),
                     "fits": not problems,

@@ -5,6 +5,7 @@ block, and start-up memory with the CUDA-graph estimate."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,20 @@ def test_validate_prints_the_resolved_limits(tmp_path, capsys):
     path.write_text("model: llama-3.1-8b\nhardware: {gpu: h100-sxm}\nworkload: {arrival: {rate: 1.0}}\n")
     assert main(["validate", str(path)]) == 0
     assert "max_num_batched_tokens 8192, max_num_seqs 1024" in capsys.readouterr().out
+
+
+def test_json_outputs_carry_the_resolved_limits(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "model: llama-3.1-8b\nhardware: {gpu: h100-sxm}\nengine: {max_model_len: 2048}\n"
+        "workload: {num_requests: 4, arrival: {rate: 1.0}}\n"
+    )
+    assert main(["memory", str(path), "--json"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert (mem["max_num_batched_tokens"], mem["max_num_seqs"]) == (8192, 1024)
+    assert main(["simulate", str(path), "--json"]) == 0
+    engine = json.loads(capsys.readouterr().out)["scenario"]["engine"]
+    assert (engine["max_num_batched_tokens"], engine["max_num_seqs"]) == (8192, 1024)
 
 
 # 3. Chunked prefill off is v1's rule: decodes first, then whole prompts that fit, in the same step
