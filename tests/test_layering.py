@@ -7,6 +7,7 @@ import pytest
 
 SHARED = [
     "sim.config",
+    "sim.defaults",
     "sim.request",
     "sim.block_pool",
     "sim.kv_manager",
