@@ -89,7 +89,9 @@ RULES: dict[tuple[type, str], Rule] = {
     (EngineConfig, "max_num_batched_tokens"): at_least(1),
     (EngineConfig, "max_model_len"): at_least(1),
     (EngineConfig, "kv_cache_dtype"): one_of("auto", *DTYPE_BYTES),
-    (EngineConfig, "num_gpu_blocks_override"): at_least(1),
+    (EngineConfig, "num_gpu_blocks_override"): Rule(
+        lambda v: v >= 2, "must be >= 2 (block 0 is vLLM's null block, never given to a request)"
+    ),
     (WorkloadConfig, "num_requests"): at_least(1),
     (WorkloadConfig, "seed"): at_least(0),
     (WorkloadConfig, "too_long"): one_of("reject", "truncate"),

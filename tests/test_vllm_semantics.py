@@ -161,6 +161,13 @@ def test_a_pool_must_hold_max_model_len_besides_the_null_block():
     assert "null block" in fit_problems(short, memory_breakdown(short))[0]
 
 
+def test_a_pool_of_only_the_null_block_is_refused_at_validation(tmp_path):
+    from planner.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="must be >= 2 \\(block 0 is vLLM's null block"):
+        scenario_on("a10", num_gpu_blocks_override=1)
+
+
 def test_capture_sizes_are_vllms_defaults():
     assert len(cudagraph_capture_sizes(256, 2048)) == 51 and cudagraph_capture_sizes(256, 2048)[0] == 512
     assert len([n for n in cudagraph_capture_sizes(256, 2048) if n <= 256]) == 35  # FULL decode graphs
