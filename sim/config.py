@@ -106,6 +106,7 @@ class EngineConfig:
     enable_prefix_caching: bool = False
     kv_cache_dtype: str = "auto"  # auto (= the model dtype) | float16 | bfloat16 | float32 | fp8
     num_gpu_blocks_override: int | None = None  # as vLLM's flag: skip the memory model's pool size
+    enforce_eager: bool = False  # as vLLM's flag: no CUDA graphs; here also no async scheduling (serial steps)
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,9 @@ class Scenario:
     workload: WorkloadConfig
     slo: SloConfig
     source: str = "<inline>"  # the file it came from, for messages
+    # The cost model's coefficients: `auto` (the newest matching profile in the user's profile folder, else a
+    # shipped one, else spec-sheet defaults) or a profile file (relative to the scenario's folder).
+    calibration: str = "auto"
 
     @property
     def max_model_len(self) -> int:
