@@ -47,6 +47,17 @@ def _parser() -> argparse.ArgumentParser:
     _scenario_args(p)
     p.add_argument("--out", type=Path, help="write summary.json, requests.csv, steps.csv and plots here")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument(
+        "--calibration",
+        metavar="FILE|auto",
+        help="the cost model's calibration profile (default: the scenario's `calibration` key, auto)",
+    )
+    p.add_argument(
+        "--intervals",
+        type=int,
+        metavar="N",
+        help="also run N workload seeds x coefficient draws: 90%% intervals and the probability of each SLO",
+    )
 
     p = sub.add_parser("run", help="run the scenario on the live engine (needs the engine extra)")
     _scenario_args(p)
@@ -256,7 +267,7 @@ def _refuse(scenario, problems: list[str]) -> None:
         raise PlannerError(f"{scenario.source}: cannot run: " + "; ".join(problems))
 
 
-def _emit(args, summary: dict, recorder, title: str) -> None:
+def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = ()) -> None:
     from planner.report import summary_lines
     from planner.results import summary_json, write_outputs
 
@@ -265,19 +276,23 @@ def _emit(args, summary: dict, recorder, title: str) -> None:
     if args.json:
         sys.stdout.write(summary_json(summary))
     else:
-        print("\n".join(summary_lines(summary)))
+        print("\n".join([*summary_lines(summary), *extra_lines]))
         if args.out:
             print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
 
 
 def cmd_simulate(args) -> int:
+    from planner.calibration.profile import resolve_cost_model
     from planner.results import build_summary
     from sim.driver import simulate
 
     scenario = _load(args)
     _refuse(scenario, _run_problems(scenario))
+    if args.intervals is not None and args.intervals < 1:
+        raise PlannerError(f"--intervals {args.intervals}: must be a number of runs >= 1")
+    coefficients, provenance = resolve_cost_model(scenario, args.calibration)
     progress = Progress("simulating")
-    result = simulate(scenario, record_steps=args.out is not None, progress=progress)
+    result = simulate(scenario, coefficients, record_steps=args.out is not None, progress=progress)
     progress.close()
     wl = result.workload
     mean_prompt = float(wl.prompt_tokens.mean()) if len(wl) else 0.0
@@ -291,9 +306,18 @@ def cmd_simulate(args) -> int:
         {
             "floors": result.cost_model.floors(scenario, mean_prompt),
             "cost_model": result.cost_model.coefficients.to_dict(),
+            "cost_model_provenance": provenance.to_dict(),
         },
     )
-    _emit(args, summary, result.recorder, f"{scenario.name} (simulated)")
+    extra_lines = []
+    if args.intervals:
+        from planner.calibration.intervals import interval_lines, simulate_intervals
+
+        progress = Progress(f"{args.intervals} interval runs")
+        summary["intervals"] = simulate_intervals(scenario, coefficients, provenance, args.intervals, progress)
+        progress.close()
+        extra_lines = interval_lines(summary["intervals"], provenance.label)
+    _emit(args, summary, result.recorder, f"{scenario.name} (simulated; cost model: {provenance.label})", extra_lines)
     return 0
 
 
