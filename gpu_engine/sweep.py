@@ -41,7 +41,7 @@ OUTLIER_MADS = 5.0  # |sample - median| beyond this many (normal-scaled) MADs is
 OUTLIER_FLOOR = 0.15  # ... and beyond this fraction of the median (timer jitter is a few %)
 SLOW_ROUND = 0.2  # a round whose median sample/median ratio is off by more than this ran in a slow spell
 MAX_REMEASURE_PASSES = 3
-UNSTABLE_SPREAD = 0.25  # (p90 - p10) / median of the inliers above this: the row is not fitted
+UNSTABLE_SPREAD = 0.5  # (p90 - p10) / median of the inliers above this: the row is not fitted
 EXTRA_COLUMNS = ("num_tokens", "num_seqs", "host_s", "device_s", "spread_rel", "num_samples", "num_outliers", "stable")
 
 

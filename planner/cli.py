@@ -68,6 +68,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path)
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("calibrate", help="fit the simulator's cost model to the engine at hand, then validate it")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="model, dtype and engine settings to calibrate")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="where the live engine runs the sweep")
+    p.add_argument("--gpu", action="store_true", help="the same as --device cuda")
+    p.add_argument("--model", help="catalog model for the built-in default scenario (no SCENARIO given)")
+    p.add_argument("--budget-s", type=float, help="seconds for the step sweep (default: 45 on CPU, 240 on CUDA)")
+    p.add_argument("--held-out-requests", type=int, help="requests per held-out scenario (default: 32 CPU, 200 CUDA)")
+    p.add_argument("--out", type=Path, help="the profile file to write (default: in the user's profile folder)")
+    p.add_argument(
+        "--from", dest="from_runs", nargs="+", type=Path, metavar="RUN_DIR", help="fit `planner run` output folders"
+    )
+
     p = sub.add_parser("compare", help="two runs' summaries side by side")
     p.add_argument("a", type=Path, help="a run's output folder (or its summary.json)")
     p.add_argument("b", type=Path)
@@ -372,6 +384,12 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from planner.calibration.command import cmd_calibrate as calibrate
+
+    return calibrate(args)
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "catalog": cmd_catalog,
@@ -379,6 +397,7 @@ COMMANDS = {
     "simulate": cmd_simulate,
     "run": cmd_run,
     "compare": cmd_compare,
+    "calibrate": cmd_calibrate,
 }
 
 if __name__ == "__main__":
