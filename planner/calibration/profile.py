@@ -59,6 +59,11 @@ class Profile:
     provenance: str = ""
     path: Path | None = field(default=None, compare=False)  # where it was read from (not in the file)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "device", {key: self.device.get(key) for key in DEVICE_KEYS}
+        )  # every key, None if unknown
+
     def cost_coefficients(self) -> CostCoefficients:
         return CostCoefficients(**self.coefficients)
 
