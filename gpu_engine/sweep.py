@@ -18,6 +18,9 @@ Timing is built for a noisy, shared machine (another process may stall a step by
 - each row keeps the median of its inliers and their spread; a row still noisy after re-measuring is
   marked unstable (the fitter leaves it out).
 Everything is bounded by `budget_s` on the given clock: fewer rounds, then fewer shapes, never a longer run.
+Times are wall-clock, as the live engine's steps.csv counts them (device_s: the runner's execute(), input
+preparation to the sampled ids' device sync; host_s: the scheduler's schedule() and update() of the same
+batch), so what is fitted here is what held-out live runs on the same machine will show.
 """
 
 from __future__ import annotations
@@ -297,20 +300,12 @@ def host_step(shape: Shape, engine, vocab_size: int, rng: np.random.Generator, i
             request = Request(next(ids), 0.0, prompt_len, 1, prompt_token_ids=prompt_tokens)
             request.num_computed_tokens = shape.cached
             scheduler.add_request(request)
-        t0 = time.thread_time()  # pure Python on this thread: CPU time, immune to being descheduled
+        t0 = time.perf_counter()
         out = scheduler.schedule()
         scheduler.update(out, 0.0, {r.request_id: 0 for r, n in out.scheduled})
-        return time.thread_time() - t0
+        return time.perf_counter() - t0
 
     return run
-
-
-def step_clock_for(device_type: str, num_threads: int) -> Callable[[], float]:
-    """What a step is timed with. On CPU with one compute thread, the process's CPU time: on a shared
-    machine it leaves out the time the OS gave to other processes (wall time there is the step plus
-    whatever ran meanwhile), and on a quiet one it equals the wall time. Otherwise (CUDA, or several CPU
-    threads whose CPU times add up) the wall clock, around a device synchronisation."""
-    return time.process_time if device_type == "cpu" and num_threads == 1 else time.perf_counter
 
 
 def run_sweep(
@@ -341,15 +336,14 @@ def run_sweep(
         return steps[i]
 
     sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
-    step_clock = step_clock_for(runner.device.type, torch.get_num_threads())
 
     def time_shape(i: int) -> tuple[float, float]:
         scheduled = step(i).scheduled
         sync()
-        t0 = step_clock()
+        t0 = time.perf_counter()
         runner.execute(scheduled)  # ends in .tolist() of the sampled ids: waits for the device
         sync()
-        device_s = step_clock() - t0
+        device_s = time.perf_counter() - t0
         return device_s, hosts[i]()
 
     measured = measure(len(grid), time_shape, time.perf_counter, budget_s, progress)

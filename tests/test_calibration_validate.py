@@ -34,6 +34,7 @@ def held_out(name: str, measured: float, calibrated: float, uncalibrated: float,
         {"measured": lat, "calibrated": lat, "uncalibrated": lat},
         {},
         flags or {"measured": False, "calibrated": False, "uncalibrated": False},
+        {"mean_tpot_ms": True, "mean_ttft_ms": False, "p99_itl_ms": None},
     )
 
 
@@ -59,6 +60,7 @@ def test_report_and_markdown_show_both_ways_and_the_targets():
     assert "+5.0% (+100.0%)" in text and "SATURATED (measured, calibrated)" in text and "closed loop" in text
     tpot = next(line for line in lines if line.strip().startswith("mean_tpot_ms"))
     assert "mean |error|   3.0%" in tpot and "worst   5.0%" in tpot and "met" in tpot and "MISSED" not in tpot
+    assert "inside in 3 of 6 (scenario, statistic) pairs (50%)" in text
     markdown = validate.calibration_markdown(runs, "cpu", ["header"], [])
     assert "| TPOT p99 | 10 | 10.5 | +5.0% | 20 | +100.0% |" in markdown
     assert markdown.count("### ") == 3
@@ -96,3 +98,8 @@ def test_figures_are_written(tmp_path):
     measured = np.array([0.001, 0.002, 0.004])
     path = step_scatter(tmp_path / "scatter.png", [("decode", measured, measured * 1.05)], "tiny")
     assert path.stat().st_size > 10_000
+
+
+def test_coverage_is_measured_inside_the_interval():
+    intervals = {"metrics": {"a": {"low": 1.0, "high": 2.0}, "b": {"low": 1.0, "high": 2.0}, "c": {"low": None}}}
+    assert validate.coverage({"a": 1.5, "b": 2.5, "c": 1.0}, intervals) == {"a": True, "b": False, "c": None}

@@ -5,9 +5,9 @@
 
 Each scenario names the model, dtype and engine settings to calibrate; with none, a built-in default: the
 tiny model on CPU (scenarios/cpu_tiny.yaml's), on CUDA the largest catalog model that fits the GPU (or
-`--model`). On CPU torch runs one compute thread: on a shared machine a second thread turns other
-processes' time slices into stalls of a whole step (measured: 0.1-1.4 s steps of a ~1 ms model), and the
-sweep then times steps in process CPU time (gpu_engine.sweep.step_clock_for).
+`--model`). On CPU torch runs one compute thread, for the sweep and the held-out runs alike: on a shared
+machine a second thread turns other processes' time slices into stalls of a whole step (measured: 20 ms to
+1.4 s for a decode step of the tiny model with two threads, 3-25 ms with one, under the same load).
 """
 
 from __future__ import annotations
@@ -200,7 +200,9 @@ def validate_profile(scenario, coefficients, device, num_requests, report_dir: P
     from planner.plots.calibration import latency_cdfs, step_scatter
 
     try:
-        runs = run_held_out(scenario, coefficients, device, num_requests, lambda name: say(f"held-out run: {name}"))
+        runs = run_held_out(
+            scenario, coefficients, device, num_requests, lambda name: say(f"held-out run: {name}"), fit.uncertainty
+        )
     except EngineError as e:
         raise PlannerError(f"held-out validation: {e}") from e
     report_dir.mkdir(parents=True, exist_ok=True)

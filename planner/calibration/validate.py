@@ -56,6 +56,7 @@ class HeldOutRun:
     latencies_ms: dict  # way -> {"ttft": [...], "tpot": [...], "e2el": [...]}
     measured_steps: dict  # steps.csv columns of the live run
     saturated: dict  # way -> bool | None (None: closed loop, cannot run away)
+    covered: dict  # metric -> whether the measured value fell inside the calibrated 90% interval (None: no value)
 
 
 def _with(scenario: Scenario, name: str, engine: dict | None = None, **workload) -> tuple[str, Scenario]:
@@ -164,17 +165,34 @@ def _latencies(recorder) -> dict[str, np.ndarray]:
     return {"ttft": lat["ttft"], "tpot": lat["tpot"], "e2el": lat["e2el"]}
 
 
+def coverage(measured: dict, intervals: dict) -> dict[str, bool | None]:
+    """Per metric of the intervals: low <= measured <= high (None where either is missing)."""
+    out = {}
+    for key, interval in intervals["metrics"].items():
+        v = measured.get(key)
+        known = v is not None and interval["low"] is not None and np.isfinite(v)
+        out[key] = bool(interval["low"] <= v <= interval["high"]) if known else None
+    return out
+
+
 def run_held_out(
     base: Scenario,
     coefficients: CostCoefficients,
     device: str,
     num_requests: int,
     progress: Callable[[str], None] = lambda name: None,
+    uncertainty: dict[str, float] | None = None,
+    interval_runs: int = 10,
 ) -> list[HeldOutRun]:
-    """Each held-out scenario: live on `device`, simulated with `coefficients` and with the spec-sheet ones."""
+    """Each held-out scenario: live on `device`, simulated with `coefficients` and with the spec-sheet ones,
+    and (interval_runs > 0) the calibrated 90% intervals over workload seeds x draws from `uncertainty`."""
     from gpu_engine.engine import run_scenario
+    from planner.calibration.intervals import simulate_intervals
+    from planner.calibration.profile import Provenance
     from planner.results import build_summary
     from sim.driver import simulate
+
+    provenance = Provenance("calibrated", "this fit", None, dict(uncertainty or {}))
 
     capacity = estimate_capacity_rps(base, coefficients, num_requests)
     runs = []
@@ -195,6 +213,9 @@ def run_held_out(
             )
             latencies[way] = _latencies(sim.recorder)
             flags[way] = saturated(sim.recorder.requests.view(), sim.recorder.steps.view(), open_loop)
+        covered = {}
+        if interval_runs > 0:
+            covered = coverage(measured, simulate_intervals(scenario, coefficients, provenance, interval_runs))
         runs.append(
             HeldOutRun(
                 name,
@@ -205,6 +226,7 @@ def run_held_out(
                 latencies,
                 {k: v.copy() for k, v in live.recorder.steps.view().items()},
                 flags,
+                covered,
             )
         )
     return runs
@@ -283,6 +305,20 @@ def target_lines(runs: list[HeldOutRun], device: str) -> list[str]:
     return lines
 
 
+def coverage_line(runs: list[HeldOutRun]) -> str:
+    """How often the measured value fell inside the calibrated 90% interval, over scenarios x metrics."""
+    seen = [v for run in runs for v in run.covered.values() if v is not None]
+    if not seen:
+        return "Intervals: not computed"
+    keys = [k for k in TARGETS["cpu"] if any(run.covered.get(k) is not None for run in runs)]
+    target = [run.covered[k] for run in runs for k in keys if run.covered.get(k) is not None]
+    return (
+        f"Intervals (90%, workload seeds x coefficient draws): the measured value fell inside in {sum(seen)} of"
+        f" {len(seen)} (scenario, statistic) pairs ({sum(seen) / len(seen):.0%}); for {', '.join(keys)}:"
+        f" {sum(target)} of {len(target)} ({sum(target) / max(len(target), 1):.0%})"
+    )
+
+
 def report_lines(runs: list[HeldOutRun], device: str) -> list[str]:
     """The terminal report: one line per scenario, then the targets."""
     heads = ["scenario", *TARGETS[device], "run"]
@@ -293,7 +329,7 @@ def report_lines(runs: list[HeldOutRun], device: str) -> list[str]:
         "  " + "  ".join(h.ljust(w) for h, w in zip(heads, widths)),
     ]
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in table]
-    return [*lines, "Targets (mean over the held-out scenarios):", *target_lines(runs, device)]
+    return [*lines, "Targets (mean over the held-out scenarios):", *target_lines(runs, device), coverage_line(runs)]
 
 
 def calibration_markdown(runs: list[HeldOutRun], device: str, header: list[str], figures: list[Path]) -> str:
@@ -307,6 +343,8 @@ def calibration_markdown(runs: list[HeldOutRun], device: str, header: list[str],
         "Targets (mean |error| over the held-out scenarios):",
         "",
         *[f"- {line.strip()}" for line in target_lines(runs, device)],
+        "",
+        coverage_line(runs),
     ]
     for run in runs:
         out += ["", f"### {run.name} ({_flag(run)})", ""]
