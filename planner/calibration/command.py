@@ -33,7 +33,7 @@ CPU_DEFAULT = {
     "engine": {"max_num_seqs": 16, "max_num_batched_tokens": 256, "max_model_len": 512, "num_gpu_blocks_override": 600},
 }
 DEFAULT_WORKLOAD = {"num_requests": 32, "seed": 0, "arrival": {"process": "poisson", "rate": 10.0}}  # for validation
-CUDA_DEFAULT_ENGINE = {"max_model_len": 4096}
+CUDA_MAX_MODEL_LEN = 4096  # the sweep's longest context on CUDA (or the model's, if shorter)
 CPU_THREADS = 1
 
 
@@ -44,12 +44,22 @@ def default_scenario(device: str, model: str | None) -> Scenario:
         data = CPU_DEFAULT | ({"model": model} if model else {})
         data |= {"name": f"calibrate-{data['model']}-cpu", "workload": DEFAULT_WORKLOAD}
         return validate_mapping(data, f"built-in default ({data['model']} on cpu)", Path.cwd())
-    gpu = catalog_gpu_for_device()
-    names = [model] if model else largest_models_first()
+    from planner.catalog import load_model_catalog
+
+    gpu, catalog = catalog_gpu_for_device(), load_model_catalog()
+    if model and model not in catalog:
+        raise PlannerError(f"--model {model}: not in the model catalog; known: {', '.join(catalog)}")
+    names = [model] if model else sorted(catalog, key=lambda name: -catalog[name].num_params)
     for name in names:
+        max_len = min(CUDA_MAX_MODEL_LEN, catalog[name].max_position_embeddings)
         data = {"name": f"calibrate-{name}-{gpu}", "model": name, "dtype": "bfloat16", "hardware": {"gpu": gpu}}
-        data |= {"engine": dict(CUDA_DEFAULT_ENGINE), "workload": DEFAULT_WORKLOAD}
-        scenario = validate_mapping(data, f"built-in default ({name} on {gpu})", Path.cwd())
+        data |= {"engine": {"max_model_len": max_len}, "workload": DEFAULT_WORKLOAD}
+        try:
+            scenario = validate_mapping(data, f"built-in default ({name} on {gpu})", Path.cwd())
+        except PlannerError:
+            if model:
+                raise
+            continue  # e.g. a model this GPU's dtype or limits rule out: try the next one
         if not _fit_problems(scenario):
             return scenario
         if model:
@@ -61,13 +71,6 @@ def _fit_problems(scenario: Scenario) -> list[str]:
     from sim.memory import fit_problems, memory_breakdown
 
     return fit_problems(scenario, memory_breakdown(scenario))
-
-
-def largest_models_first() -> list[str]:
-    from planner.catalog import load_model_catalog
-
-    models = load_model_catalog()
-    return sorted(models, key=lambda name: -models[name].num_params)
 
 
 def catalog_gpu_for_device() -> str:
