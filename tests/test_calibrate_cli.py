@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from planner.calibration.profile import load_profile
 from planner.cli import main
@@ -93,6 +94,13 @@ def test_calibrate_refuses_clearly(args, words):
     assert "Traceback" not in result.stderr
     for word in words:
         assert word in result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no GPU is visible")
+def test_gpu_without_a_gpu_is_refused():
+    result = cli("calibrate", "--gpu")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "no CUDA device" in result.stderr and "--device cpu" in result.stderr
 
 
 def test_without_torch_calibrate_says_to_install_the_engine_extra():

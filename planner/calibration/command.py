@@ -136,14 +136,12 @@ def calibrate_scenario(
     scenario: Scenario, device: str, budget_s: float, out: Path | None, held_out_requests: int
 ) -> tuple[Path, list[str]]:
     """The whole flow for one scenario; returns the profile's path and the report's lines (also printed)."""
-    torch, sweep, ModelRunner = _engine_modules()
+    _, sweep, ModelRunner = _engine_modules()
     from planner.calibration import fitting, profile
     from planner.calibration.probe import probe_lines, probe_memory
 
     if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
         raise PlannerError(f"{scenario.source}: calibrate runs one GPU: tensor_parallel_size and replicas must be 1")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise PlannerError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
     e = scenario.engine
     started = time.perf_counter()
     say(f"calibrating {scenario.model.name} ({scenario.dtype}) on {device}: {scenario.source}")
@@ -274,6 +272,8 @@ def cmd_calibrate(args) -> int:
     if args.out and args.out.exists() and args.out.is_dir():
         raise PlannerError(f"--out {args.out}: is a folder; give the profile's file name (e.g. {args.out}/tiny.yaml)")
     torch = _engine_modules()[0]
+    if device == "cuda" and not torch.cuda.is_available():
+        raise PlannerError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
     from planner.scenario import load_scenario
 
     scenarios = [load_scenario(path) for path in args.scenarios] or [default_scenario(device, args.model)]
