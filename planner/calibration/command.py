@@ -136,7 +136,7 @@ def calibrate_scenario(
     scenario: Scenario, device: str, budget_s: float, out: Path | None, held_out_requests: int
 ) -> tuple[Path, list[str]]:
     """The whole flow for one scenario; returns the profile's path and the report's lines (also printed)."""
-    _, sweep, ModelRunner = _engine_modules()
+    torch, sweep, ModelRunner = _engine_modules()
     from planner.calibration import fitting, profile
     from planner.calibration.probe import probe_lines, probe_memory
 
@@ -160,7 +160,9 @@ def calibrate_scenario(
         rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar)
     finally:
         bar.close()
-    del runner
+    del runner  # the held-out runs build their own engines: free this one's weights and KV first
+    if device == "cuda":
+        torch.cuda.empty_cache()
     stable = rows["stable"]
     classes = ", ".join(f"{int((rows['step_class'] == c).sum())} {c}" for c in ("decode", "prefill", "mixed"))
     say(

@@ -193,14 +193,13 @@ def run_held_out(
     from sim.driver import simulate
 
     provenance = Provenance("calibrated", "this fit", None, dict(uncertainty or {}))
+    # our live engine is synchronous, without CUDA graphs: compare it with the simulator's serial steps
+    base = dataclasses.replace(base, engine=dataclasses.replace(base.engine, enforce_eager=True))
 
     capacity = estimate_capacity_rps(base, coefficients, num_requests)
     runs = []
     for name, scenario in held_out_scenarios(base, num_requests, capacity):
         progress(name)
-        if "enforce_eager" in {f.name for f in dataclasses.fields(scenario.engine)}:
-            # our live engine is synchronous: compare it with the simulator's serial steps
-            scenario = dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True))
         live = run_scenario(scenario, device)
         measured = build_summary("measured", scenario, live.recorder, live.memory, 0, 0, live.extra)
         summaries, latencies, flags = {"measured": measured}, {"measured": _latencies(live.recorder)}, {}
