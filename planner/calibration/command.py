@@ -188,8 +188,14 @@ def calibrate_scenario(
     say("", f"wrote the profile {saved} (id {prof.id}) and its {len(stable)} sweep rows {rows_path}")
 
     report_dir = path.with_name(path.stem + "-validation")
+    held_out = scenario
+    if device == "cpu" and e.num_gpu_blocks_override is None:
+        # The CPU "device" is host RAM: the memory model would give the held-out engines millions of blocks
+        # (GiBs). The sweep's pool is enough for every shape the limits allow.
+        held_out = dataclasses.replace(scenario, engine=dataclasses.replace(e, num_gpu_blocks_override=num_blocks))
+        say(f"held-out runs on CPU use the sweep's pool of {num_blocks:,} KV blocks (engine.num_gpu_blocks_override)")
     validation_lines = validate_profile(
-        scenario, fit.coefficients, device, held_out_requests, report_dir, rows, fit, prof
+        held_out, fit.coefficients, device, held_out_requests, report_dir, rows, fit, prof
     )
     say("", *validation_lines, "", f"calibration took {time.perf_counter() - started:.0f} s")
     return saved, validation_lines
