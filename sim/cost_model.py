@@ -6,8 +6,9 @@ Device: each term is max(flops / (peak_flops * flops_efficiency), bytes / (peak_
 the linear layers (every weight read once per step, 2 flops per weight per token), attention over the
 cached context (each row's K/V read once per layer; 4 flops per head_dim per query-key pair: QK^T and PV),
 the KV writes and the LM head over the sampled rows; under tensor parallel two ring all-reduces of the
-hidden states per layer; and the kernel launches the device waits for, per layer, which CUDA graphs remove
-for decode batches up to the largest capture size.
+hidden states per layer; the kernel launches the device waits for, per layer, which CUDA graphs remove
+for decode batches up to the largest capture size; and per-request work per layer that does not scale with
+tokens (0 for batched attention kernels).
 
 Host: scheduling and input preparation per step, plus block tables, sampling and detokenising per row.
 
@@ -55,6 +56,11 @@ class CostCoefficients:
     # KV write, attention, O, gate/up, activation, down) at the ~4 us a CUDA launch costs when the kernels
     # are shorter than their launches (decode); a CUDA graph replays them all for one launch.
     launch_overhead_per_layer_s: float = 40e-6
+    # Device, per scheduled request and layer, whatever the request's token count: 0 where attention takes
+    # the whole batch in one kernel (vLLM's backends, our Triton kernel). Our CPU engine's torch attention
+    # loops over the requests in Python, ~70 us per request and layer for tiny-llama on this machine's CPU
+    # (README, "Cost model"): without this term the fit can only express it as a 1% flops efficiency.
+    per_row_layer_overhead_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,6 +94,7 @@ class CostModel:
         self.serial = is_serial(scenario)
         self.capture_size = cudagraph_capture_size(scenario)
         self.launch_s = c.launch_overhead_per_layer_s * m.num_hidden_layers
+        self.row_s = c.per_row_layer_overhead_s * m.num_hidden_layers
         self.flops_per_s = peak_flops(scenario) * c.flops_efficiency
         self.bytes_per_s = scenario.hardware.gpu.memory_bandwidth_gbps * 1e9 * c.bandwidth_efficiency
         self.linear_flops_per_token = 2 * layer_params / tp
@@ -125,7 +132,7 @@ class CostModel:
         # (vLLM's default cudagraph_mode FULL_AND_PIECEWISE); other steps pay every launch (piecewise
         # graphs' savings on mixed steps are not modelled: conservative).
         graphed = (num_tokens == num_seqs) & (num_seqs <= self.capture_size)
-        return linear + lm_head + attention + allreduce + (1 - graphed) * self.launch_s
+        return linear + lm_head + attention + allreduce + (1 - graphed) * self.launch_s + num_seqs * self.row_s
 
     def host_s(self, num_seqs):
         """The host's seconds for a step: scheduling and input preparation, and per-row work."""

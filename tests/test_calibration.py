@@ -32,11 +32,13 @@ TRUTH = CostCoefficients(
     step_overhead_s=4e-4,
     per_row_overhead_s=12e-6,
     launch_overhead_per_layer_s=25e-6,
+    per_row_layer_overhead_s=2e-6,
 )
 FITTED = (
     "flops_efficiency",
     "bandwidth_efficiency",
     "launch_overhead_per_layer_s",
+    "per_row_layer_overhead_s",
     "step_overhead_s",
     "per_row_overhead_s",
 )
@@ -173,7 +175,7 @@ def test_fit_of_serial_totals_keeps_the_host_terms_and_recovers_the_device_ones(
     rows = synthetic_rows(scenario, dataclasses.replace(TRUTH, step_overhead_s=1e-3, per_row_overhead_s=20e-6), 0.01)
     totals_only = {k: v for k, v in rows.items() if k not in ("host_s", "device_s")}
     fit = fit_steps(scenario, totals_only)
-    assert set(fit.result.names) == {"flops_efficiency", "bandwidth_efficiency", "launch_overhead_per_layer_s"}
+    assert set(fit.result.names) == set(FITTED) - {"step_overhead_s", "per_row_overhead_s"}
     assert fit.coefficients.bandwidth_efficiency == pytest.approx(0.7, rel=0.05)
 
 

@@ -32,10 +32,12 @@ BOUNDS = {
     "interconnect_efficiency": (0.01, 1.0, 0.5),
     "allreduce_latency_s": (0.0, 1e-3, 1e-5),
     "launch_overhead_per_layer_s": (0.0, 1e-3, 1e-5),
+    "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
     "step_overhead_s": (0.0, 0.1, 1e-3),
     "per_row_overhead_s": (0.0, 1e-2, 1e-5),
 }
 HOST_TERMS = ("step_overhead_s", "per_row_overhead_s")
+ZERO_IS_PHYSICAL = ("per_row_layer_overhead_s",)  # 0 where attention is one batched kernel: not a misfit
 CLASSES = ("decode", "prefill", "mixed")
 ROBUST_SCALE = 0.1  # soft-L1 beyond 10% relative error: a step stalled by a busy machine does not pull the fit
 
@@ -130,7 +132,12 @@ def fit_steps(
     shape = _shape(rows)
     total = np.asarray(measured_s if measured_s is not None else rows["duration_s"], dtype=np.float64)
     tp = scenario.hardware.tensor_parallel_size
-    device_names = ["flops_efficiency", "bandwidth_efficiency", "launch_overhead_per_layer_s"]
+    device_names = [
+        "flops_efficiency",
+        "bandwidth_efficiency",
+        "launch_overhead_per_layer_s",
+        "per_row_layer_overhead_s",
+    ]
     if tp > 1:
         device_names += ["interconnect_efficiency", "allreduce_latency_s"]
     host_s, device_s = _positive(rows, "host_s"), _positive(rows, "device_s")
@@ -171,7 +178,9 @@ def fit_steps(
     fitted = coefficients_with(names, values)
     predicted = predict_rows(scenario, fitted, rows, serial=True)
     errors = (predicted - total) / total
-    at_bound = tuple(n for r in results for n in r.at_bound)
+    at_bound = tuple(
+        n for r in results for n in r.at_bound if not (n in ZERO_IS_PHYSICAL and getattr(fitted, n) < BOUNDS[n][1] / 2)
+    )
     result = FitResult(names, values, std, errors, at_bound)
     classes = step_classes(rows)
     by_class = {}
