@@ -107,11 +107,14 @@ def measured_scenario(scenario: Scenario, cuda_graphs: bool = False) -> Scenario
     return dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=not cuda_graphs))
 
 
-def _positive(rows: dict[str, np.ndarray], key: str) -> np.ndarray | None:
-    if key not in rows:
+def _split_rows(rows: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The rows whose two sides were both measured (steps.csv keeps microseconds, so a very short host side
+    can read 0), or None when too few are to fit them apart."""
+    if "host_s" not in rows or "device_s" not in rows:
         return None
-    values = np.asarray(rows[key], dtype=np.float64)
-    return values if np.all(np.isfinite(values) & (values > 0)) else None
+    host, device = (np.asarray(rows[k], dtype=np.float64) for k in ("host_s", "device_s"))
+    both = np.isfinite(host) & np.isfinite(device) & (host > 0) & (device > 0)
+    return both if both.sum() >= 8 and both.mean() >= 0.9 else None
 
 
 def fit_steps(
@@ -140,7 +143,7 @@ def fit_steps(
     ]
     if tp > 1:
         device_names += ["interconnect_efficiency", "allreduce_latency_s"]
-    host_s, device_s = _positive(rows, "host_s"), _positive(rows, "device_s")
+    split = _split_rows(rows)
 
     def coefficients_with(names, x, start=base) -> CostCoefficients:
         return dataclasses.replace(start, **{n: float(v) for n, v in zip(names, x)})
@@ -152,18 +155,19 @@ def fit_steps(
         return fit_relative(predict, target, names, initial_values, lo, hi, scale, **loss)
 
     results = []
-    if host_s is not None and device_s is not None:
+    if split is not None:
+        measured = {k: v[split] for k, v in shape.items()}
 
         def device_predict(x):
-            return _sides(CostModel(scenario, coefficients_with(device_names, x)), shape)[1]
+            return _sides(CostModel(scenario, coefficients_with(device_names, x)), measured)[1]
 
-        results.append(fit(device_names, device_predict, device_s))
+        results.append(fit(device_names, device_predict, np.asarray(rows["device_s"], dtype=np.float64)[split]))
         host_names = list(HOST_TERMS)
 
         def host_predict(x):
-            return _sides(CostModel(scenario, coefficients_with(host_names, x)), shape)[0]
+            return _sides(CostModel(scenario, coefficients_with(host_names, x)), measured)[0]
 
-        results.append(fit(host_names, host_predict, host_s))
+        results.append(fit(host_names, host_predict, np.asarray(rows["host_s"], dtype=np.float64)[split]))
     else:
 
         def total_predict(x):

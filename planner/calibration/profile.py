@@ -137,7 +137,7 @@ def this_device(scenario: Scenario) -> dict:
 
     if scenario.hardware.gpu.name == "cpu" or not torch.cuda.is_available():
         return {"name": "cpu", "kind": "cpu", "gpu": scenario.hardware.gpu.name, "memory_bytes": None,
-                "driver": None, "runtime": None, "torch": torch.__version__}  # fmt: skip
+                "driver": None, "runtime": None, "torch": str(torch.__version__)}  # fmt: skip
     total = torch.cuda.mem_get_info()[1]
     return {
         "name": torch.cuda.get_device_name(),
@@ -145,8 +145,8 @@ def this_device(scenario: Scenario) -> dict:
         "gpu": scenario.hardware.gpu.name,
         "memory_bytes": int(total),
         "driver": None,  # torch does not expose the driver version
-        "runtime": torch.version.cuda,
-        "torch": torch.__version__,
+        "runtime": str(torch.version.cuda),
+        "torch": str(torch.__version__),
     }
 
 
