@@ -155,7 +155,7 @@ def calibrate_scenario(
     )
     runner.allocate(num_blocks)
 
-    bar = Bar(f"sweeping step shapes on {device}")
+    bar, sweep_started = Bar(f"sweeping step shapes on {device}"), time.perf_counter()
     try:
         rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar)
     finally:
@@ -167,7 +167,7 @@ def calibrate_scenario(
     classes = ", ".join(f"{int((rows['step_class'] == c).sum())} {c}" for c in ("decode", "prefill", "mixed"))
     say(
         "",
-        f"Step sweep: {len(stable)} shapes in {time.perf_counter() - started:.0f} s ({classes});"
+        f"Step sweep: {len(stable)} shapes in {time.perf_counter() - sweep_started:.0f} s ({classes});"
         f" {int(rows['num_outliers'].sum())} outlier samples re-measured; {int((~stable).sum())} shapes still noisy"
         f" (spread > {sweep.UNSTABLE_SPREAD:.0%}), left out of the fit",
     )
@@ -195,19 +195,29 @@ def calibrate_scenario(
         held_out = dataclasses.replace(scenario, engine=dataclasses.replace(e, num_gpu_blocks_override=num_blocks))
         say(f"held-out runs on CPU use the sweep's pool of {num_blocks:,} KV blocks (engine.num_gpu_blocks_override)")
     validation_lines = validate_profile(
-        held_out, fit.coefficients, device, held_out_requests, report_dir, rows, fit, prof
+        held_out, device, held_out_requests, report_dir, rows, fit, prof, probe_lines(probe)
     )
     say("", *validation_lines, "", f"calibration took {time.perf_counter() - started:.0f} s")
     return saved, validation_lines
 
 
-def validate_profile(scenario, coefficients, device, num_requests, report_dir: Path, rows, fit, prof) -> list[str]:
+def validate_profile(
+    scenario: Scenario,
+    device: str,
+    num_requests: int,
+    report_dir: Path,
+    rows: dict[str, np.ndarray],
+    fit,  # fitting.StepFit
+    prof,  # profile.Profile
+    memory_lines: list[str],
+) -> list[str]:
     """Held-out runs, the terminal report, and calibration.md + figures in report_dir."""
     from gpu_engine.engine import EngineError
     from planner.calibration import fitting
     from planner.calibration.validate import calibration_markdown, report_lines, run_held_out
     from planner.plots.calibration import latency_cdfs, step_scatter
 
+    coefficients = fit.coefficients
     try:
         runs = run_held_out(
             scenario, coefficients, device, num_requests, lambda name: say(f"held-out run: {name}"), fit.uncertainty
@@ -234,6 +244,8 @@ def validate_profile(scenario, coefficients, device, num_requests, report_dir: P
         f"Profile `{prof.id}`: {what}; {len(runs)} held-out scenarios of {num_requests} requests each.",
         "",
         "```",
+        *memory_lines,
+        "",
         *fit.lines(),
         "```",
     ]
