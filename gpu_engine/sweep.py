@@ -15,8 +15,9 @@ Timing is built for a noisy, shared machine (another process may stall a step by
   shapes rather than every repeat of one shape;
 - a sample is an outlier when it is far from its shape's median (in median absolute deviations) or when
   its whole round ran slow; outliers are re-measured and never enter the median;
-- each row keeps the median of its inliers and their spread; a row still noisy after re-measuring is
-  marked unstable (the fitter leaves it out).
+- budget left over buys more rounds for the shapes whose median is still uncertain;
+- each row keeps the median of its inliers, their spread and the width of the median's 95% confidence
+  interval; a row whose median is still uncertain is marked unstable (the fitter leaves it out).
 Everything is bounded by `budget_s` on the given clock: fewer rounds, then fewer shapes, never a longer run.
 Times are wall-clock, as the live engine's steps.csv counts them (device_s: the runner's execute(), input
 preparation to the sampled ids' device sync; host_s: the scheduler's schedule() and update() of the same
@@ -44,8 +45,12 @@ OUTLIER_MADS = 5.0  # |sample - median| beyond this many (normal-scaled) MADs is
 OUTLIER_FLOOR = 0.15  # ... and beyond this fraction of the median (timer jitter is a few %)
 SLOW_ROUND = 0.2  # a round whose median sample/median ratio is off by more than this ran in a slow spell
 MAX_REMEASURE_PASSES = 3
-UNSTABLE_SPREAD = 0.5  # (p90 - p10) / median of the inliers above this: the row is not fitted
-EXTRA_COLUMNS = ("num_tokens", "num_seqs", "host_s", "device_s", "spread_rel", "num_samples", "num_outliers", "stable")
+MAX_SAMPLES = 40  # per shape: extra rounds for the uncertain ones while the budget lasts
+UNSTABLE_CI = 0.2  # the 95% confidence interval of the median wider than this fraction of it: not fitted
+EXTRA_COLUMNS = (
+    *("num_tokens", "num_seqs", "host_s", "device_s", "spread_rel", "median_ci_rel", "num_samples", "num_outliers"),
+    "stable",
+)
 
 
 @dataclass(frozen=True)
@@ -178,6 +183,18 @@ def _slow_rounds(measured: list[Measured]) -> set[int]:
     return {r for r, v in ratios.items() if len(v) >= 3 and abs(float(np.median(v)) - 1) > SLOW_ROUND}
 
 
+def median_ci(values: np.ndarray) -> float:
+    """Width of the median's distribution-free 95% confidence interval (order statistics n/2 -+ 0.98 sqrt(n)),
+    relative to the median; inf with fewer than MIN_ROUNDS values."""
+    n = len(values)
+    if n < MIN_ROUNDS:
+        return float("inf")
+    ordered = np.sort(values)
+    low = max(int(np.floor(n / 2 - 0.98 * np.sqrt(n))), 0)
+    high = min(int(np.ceil(n / 2 + 0.98 * np.sqrt(n))), n - 1)
+    return float(ordered[high] - ordered[low]) / float(np.median(values))
+
+
 def measure(
     num_shapes: int,
     time_shape: Callable[[int], tuple[float, float]],
@@ -217,6 +234,14 @@ def measure(
             m.samples.append((r, *time_shape(i)))
 
     next_round = num_rounds
+    while elapsed() < 0.8 * budget_s:  # more samples where the median is still uncertain
+        uncertain = [i for i, m in enumerate(measured) if median_ci(m.totals()) > UNSTABLE_CI]
+        uncertain = [i for i in uncertain if len(measured[i].samples) < MAX_SAMPLES]
+        if not uncertain:
+            break
+        for i in uncertain:
+            measured[i].samples.append((next_round, *time_shape(i)))
+        next_round += 1
     for _ in range(MAX_REMEASURE_PASSES):
         flagged = _outliers(measured, _slow_rounds(measured))
         if not any(flagged) or elapsed() > budget_s:
@@ -265,7 +290,8 @@ def sweep_rows(shapes: Sequence[Shape], steps: Sequence[SchedulerOutput], measur
             "spread_rel": spread,
             "num_samples": len(totals),
             "num_outliers": m.num_outliers,
-            "stable": bool(spread <= UNSTABLE_SPREAD and len(totals) >= MIN_ROUNDS),
+            "median_ci_rel": median_ci(totals),
+            "stable": bool(median_ci(totals) <= UNSTABLE_CI),
             "step_class": shape.step_class,
         }
         start_s += device_s + host_s
@@ -273,7 +299,7 @@ def sweep_rows(shapes: Sequence[Shape], steps: Sequence[SchedulerOutput], measur
             rows.setdefault(name, []).append(value)
     dtypes = dict(STEP_COLUMNS) | {"num_tokens": np.int64, "num_seqs": np.int32, "host_s": np.float64}
     dtypes |= {"device_s": np.float64, "spread_rel": np.float64, "num_samples": np.int32, "num_outliers": np.int32}
-    dtypes |= {"stable": bool, "step_class": object}
+    dtypes |= {"median_ci_rel": np.float64, "stable": bool, "step_class": object}
     return {name: np.array(rows.get(name, []), dtype=dtype) for name, dtype in dtypes.items()}
 
 

@@ -119,3 +119,25 @@ def test_rows_on_the_tiny_runner(tiny_rows):
     assert np.all(rows["num_samples"] >= sweep.MIN_ROUNDS) and np.all(rows["spread_rel"] >= 0)
     decode = rows["step_class"] == "decode"
     np.testing.assert_array_equal(rows["attention_pairs"][decode], rows["sum_context_tokens"][decode])
+
+
+def test_left_over_budget_buys_samples_where_the_median_is_uncertain():
+    true_s = np.full(6, 0.002)
+
+    class Bimodal(FakeMachine):
+        shape0_calls = 0
+
+        def time_shape(self, i):
+            device, host = super().time_shape(i)
+            if i == 0:  # shape 0: every other call waits out a time slice
+                self.shape0_calls += 1
+                if self.shape0_calls % 2:
+                    self.now += 0.004
+                    device += 0.004
+            return device, host
+
+    machine = Bimodal(true_s)
+    measured = sweep.measure(len(true_s), machine.time_shape, machine.clock, budget_s=1.0)
+    assert len(measured[0].samples) > len(measured[1].samples) == sweep.MAX_ROUNDS
+    assert sweep.median_ci(measured[1].totals()) < sweep.UNSTABLE_CI
+    assert machine.now <= 1.0 + 0.05

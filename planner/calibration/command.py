@@ -169,7 +169,7 @@ def calibrate_scenario(
         "",
         f"Step sweep: {len(stable)} shapes in {time.perf_counter() - sweep_started:.0f} s ({classes});"
         f" {int(rows['num_outliers'].sum())} outlier samples re-measured; {int((~stable).sum())} shapes still noisy"
-        f" (spread > {sweep.UNSTABLE_SPREAD:.0%}), left out of the fit",
+        f" (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit",
     )
     fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
     fit = fitting.fit_steps(scenario, fitted_rows)
