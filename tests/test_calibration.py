@@ -322,3 +322,17 @@ def test_fit_from_a_live_cpu_run_folder(tmp_path, capsys):
     assert main(["simulate", "scenarios/cpu_tiny.yaml", *small, "--out", str(tmp_path / "sim")]) == 0
     with pytest.raises(PlannerError, match="mode is 'simulated'"):
         fit_from_runs([tmp_path / "sim"])
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("engine.enforce_eager=maybe", ["engine.enforce_eager", "maybe", "true or false"]),
+        ("calibration=", ["calibration", "auto or a path"]),
+    ],
+)
+def test_the_new_scenario_keys_are_validated(capsys, override, words):
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--set", override]) == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err
