@@ -67,15 +67,24 @@ def step(
     clock: Callable[[], float],
     on_finished: Callable[[Request], None],
 ) -> None:
-    """One schedule -> execute -> update round, recorded in the scheduler's recorder."""
+    """One schedule -> execute -> update round, recorded in the scheduler's recorder.
+
+    The row carries the step's host side (schedule() and update(), wall time) and its device side (the
+    runner's execute(): input preparation, forward, sampling, up to the `.tolist()` that waits for the
+    device); this engine is synchronous, so the step lasts their sum. Tokens are stamped when execute()
+    returns."""
+    start = clock()
     out = scheduler.schedule()
     if not out.scheduled:
         raise RuntimeError(f"no request can be scheduled with {scheduler.kv.pool.num_free_blocks} free blocks")
-    start, blocks_in_use = clock(), scheduler.kv.pool.num_used_blocks
+    blocks_in_use = scheduler.kv.pool.num_used_blocks
+    executed = clock()
     sampled = runner.execute(out.scheduled)
     end = clock()
     finished = scheduler.update(out, end, sampled)
-    scheduler.record_step(out, start, end - start, blocks_in_use)
+    done = clock()
+    host_s = (executed - start) + (done - end)
+    scheduler.record_step(out, start, done - start, blocks_in_use, host_s, end - executed)
     for request in finished:
         on_finished(request)
 

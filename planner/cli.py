@@ -47,6 +47,17 @@ def _parser() -> argparse.ArgumentParser:
     _scenario_args(p)
     p.add_argument("--out", type=Path, help="write summary.json, requests.csv, steps.csv and plots here")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument(
+        "--calibration",
+        metavar="FILE|auto",
+        help="the cost model's calibration profile (default: the scenario's `calibration` key, auto)",
+    )
+    p.add_argument(
+        "--intervals",
+        type=int,
+        metavar="N",
+        help="also run N workload seeds x coefficient draws: 90%% intervals and the probability of each SLO",
+    )
 
     p = sub.add_parser("run", help="run the scenario on the live engine (needs the engine extra)")
     _scenario_args(p)
@@ -56,6 +67,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold in (0, 1]")
     p.add_argument("--out", type=Path)
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("calibrate", help="fit the simulator's cost model to the engine at hand, then validate it")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="model, dtype and engine settings to calibrate")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="where the live engine runs the sweep")
+    p.add_argument("--gpu", action="store_true", help="the same as --device cuda")
+    p.add_argument("--model", help="catalog model for the built-in default scenario (no SCENARIO given)")
+    p.add_argument("--budget-s", type=float, help="seconds for the step sweep (default: 45 on CPU, 240 on CUDA)")
+    p.add_argument("--held-out-requests", type=int, help="requests per held-out scenario (default: 32 CPU, 200 CUDA)")
+    p.add_argument("--out", type=Path, help="the profile file to write (default: in the user's profile folder)")
+    p.add_argument(
+        "--from", dest="from_runs", nargs="+", type=Path, metavar="RUN_DIR", help="fit `planner run` output folders"
+    )
 
     p = sub.add_parser("compare", help="two runs' summaries side by side")
     p.add_argument("a", type=Path, help="a run's output folder (or its summary.json)")
@@ -261,7 +284,7 @@ def _refuse(scenario, problems: list[str]) -> None:
         raise PlannerError(f"{scenario.source}: cannot run: " + "; ".join(problems))
 
 
-def _emit(args, summary: dict, recorder, title: str) -> None:
+def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = ()) -> None:
     from planner.report import summary_lines
     from planner.results import summary_json, write_outputs
 
@@ -270,19 +293,23 @@ def _emit(args, summary: dict, recorder, title: str) -> None:
     if args.json:
         sys.stdout.write(summary_json(summary))
     else:
-        print("\n".join(summary_lines(summary)))
+        print("\n".join([*summary_lines(summary), *extra_lines]))
         if args.out:
             print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
 
 
 def cmd_simulate(args) -> int:
+    from planner.calibration.profile import resolve_cost_model
     from planner.results import build_summary
     from sim.driver import simulate
 
     scenario = _load(args)
     _refuse(scenario, _run_problems(scenario))
+    if args.intervals is not None and args.intervals < 1:
+        raise PlannerError(f"--intervals {args.intervals}: must be a number of runs >= 1")
+    coefficients, provenance = resolve_cost_model(scenario, args.calibration)
     progress = Progress("simulating")
-    result = simulate(scenario, record_steps=args.out is not None, progress=progress)
+    result = simulate(scenario, coefficients, record_steps=args.out is not None, progress=progress)
     progress.close()
     wl = result.workload
     mean_prompt = float(wl.prompt_tokens.mean()) if len(wl) else 0.0
@@ -296,9 +323,18 @@ def cmd_simulate(args) -> int:
         {
             "floors": result.cost_model.floors(scenario, mean_prompt),
             "cost_model": result.cost_model.coefficients.to_dict(),
+            "cost_model_provenance": provenance.to_dict(),
         },
     )
-    _emit(args, summary, result.recorder, f"{scenario.name} (simulated)")
+    extra_lines = []
+    if args.intervals:
+        from planner.calibration.intervals import interval_lines, simulate_intervals
+
+        progress = Progress(f"{args.intervals} interval runs")
+        summary["intervals"] = simulate_intervals(scenario, coefficients, provenance, args.intervals, progress)
+        progress.close()
+        extra_lines = interval_lines(summary["intervals"], provenance.label)
+    _emit(args, summary, result.recorder, f"{scenario.name} (simulated; cost model: {provenance.label})", extra_lines)
     return 0
 
 
@@ -353,6 +389,12 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    from planner.calibration.command import cmd_calibrate as calibrate
+
+    return calibrate(args)
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "catalog": cmd_catalog,
@@ -360,6 +402,7 @@ COMMANDS = {
     "simulate": cmd_simulate,
     "run": cmd_run,
     "compare": cmd_compare,
+    "calibrate": cmd_calibrate,
 }
 
 if __name__ == "__main__":

@@ -98,6 +98,8 @@ def summary_lines(s: dict) -> list[str]:
             f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once),"
             f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
         )
+    if "cost_model_provenance" in s:
+        lines.append(f"Cost model: {s['cost_model_provenance']['label']}")
     for check in s["slo"]["checks"]:
         verdict = {True: "met", False: "MISSED", None: "n/a (no value)"}[check["met"]]
         lines.append(

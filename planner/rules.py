@@ -75,6 +75,7 @@ ARRIVAL_TAKES = {  # process -> every parameter it uses; any other one set is a 
 RULES: dict[tuple[type, str], Rule] = {
     (Scenario, "name"): Rule(lambda v: v.strip() != "", "must not be empty"),
     (Scenario, "dtype"): one_of("bfloat16", "float16", "float32"),
+    (Scenario, "calibration"): Rule(lambda v: v.strip() != "", "must be auto or a path to a calibration profile"),
     (HardwareConfig, "tensor_parallel_size"): at_least(1),
     (HardwareConfig, "replicas"): at_least(1),
     (HardwareConfig, "router"): one_of("round_robin", "least_outstanding"),

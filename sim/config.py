@@ -108,7 +108,8 @@ class EngineConfig:
     # Off: vLLM v1's rule, decodes first, then only whole prompts that fit what is left of the budget.
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True  # on by default in vLLM v1
-    # vLLM's default False: CUDA graphs are captured, and their memory estimate is taken from the KV pool.
+    # vLLM's default False: CUDA graphs are captured (their memory estimate is taken from the KV pool) and
+    # steps are scheduled asynchronously. True: no CUDA graphs, and here also serial steps (no async).
     enforce_eager: bool = False
     kv_cache_dtype: str = "auto"  # auto (= the model dtype) | float16 | bfloat16 | float32 | fp8
     num_gpu_blocks_override: int | None = None  # as vLLM's flag: skip the memory model's pool size
@@ -190,6 +191,9 @@ class Scenario:
     workload: WorkloadConfig
     slo: SloConfig
     source: str = "<inline>"  # the file it came from, for messages
+    # The cost model's coefficients: `auto` (the newest matching profile in the user's profile folder, else a
+    # shipped one, else spec-sheet defaults) or a profile file (relative to the scenario's folder).
+    calibration: str = "auto"
 
     @property
     def max_model_len(self) -> int:

@@ -1,11 +1,24 @@
 """How long a step takes: a grey-box roofline over the step's batch (DESIGN.md, "Cost model").
 
-Each term is max(flops / (peak_flops * flops_efficiency), bytes / (peak_bw * bandwidth_efficiency)):
+A step has a device side and a host (CPU) side.
+
+Device: each term is max(flops / (peak_flops * flops_efficiency), bytes / (peak_bw * bandwidth_efficiency)):
 the linear layers (every weight read once per step, 2 flops per weight per token), attention over the
 cached context (each row's K/V read once per layer; 4 flops per head_dim per query-key pair: QK^T and PV),
-the KV writes and the LM head over the sampled rows; plus a fixed per-step overhead, a per-row overhead,
-and under tensor parallel two ring all-reduces of the hidden states per layer. The coefficients are few and
-physical so that calibration can fit them to a GPU's measured steps. Works on scalars and numpy arrays.
+the KV writes and the LM head over the sampled rows; under tensor parallel two ring all-reduces of the
+hidden states per layer; the kernel launches the device waits for, per layer, which CUDA graphs remove
+for decode batches up to the largest capture size; and per-request work per layer that does not scale with
+tokens (0 for batched attention kernels).
+
+Host: scheduling and input preparation per step, plus block tables, sampling and detokenising per row.
+
+How they combine follows vLLM v1: with async scheduling (its default; `AsyncScheduler` in
+vllm/v1/core/sched/async_scheduler.py, driven by `EngineCore.step_with_batch_queue`) the CPU schedules and
+prepares step N+1 while the GPU runs step N, so a step takes max(host, device); the first step after the
+engine was idle has nothing to hide behind and takes host + device. `engine.enforce_eager: true` keeps the
+serial model (host + device, and every launch paid), as does the `cpu` device, where host and "device"
+share the same cores. The coefficients are few and physical so that calibration can fit them.
+Works on scalars and numpy arrays; one step's path stays on plain floats (the simulator's speed).
 """
 
 from __future__ import annotations
@@ -16,6 +29,9 @@ import numpy as np
 
 from sim.config import DTYPE_BYTES, Scenario
 from sim.memory import kv_bytes_per_token
+
+HOST_DEVICES = ("cpu",)  # catalog GPUs that are the host itself: no CUDA graphs, nothing overlaps
+MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vLLM's cap on the default capture sizes (VllmConfig._set_cudagraph_sizes)
 
 
 @dataclass(frozen=True)
@@ -30,11 +46,21 @@ class CostCoefficients:
     bandwidth_efficiency: float = 0.8
     # NCCL ring all-reduce reaches ~70-80% of NVLink bus bandwidth at the message sizes of a step.
     interconnect_efficiency: float = 0.7
-    # Scheduler, input preparation and kernel launches that the GPU waits for: vLLM v1 with CUDA graphs
-    # keeps this at one to a few ms per step.
-    step_overhead_s: float = 0.002
-    per_row_overhead_s: float = 20e-6  # per scheduled request: block tables, sampling, detokenising
+    # Host, per step: vLLM v1's scheduler and input preparation (block tables, slot mapping, positions)
+    # take about a millisecond of Python per step at a few hundred requests (the v1 design's target was
+    # to keep it small enough to hide behind the GPU step: "vLLM V1" blog, Jan 2025).
+    step_overhead_s: float = 0.001
+    per_row_overhead_s: float = 20e-6  # host, per scheduled request: block tables, sampling, detokenising
     allreduce_latency_s: float = 15e-6  # per all-reduce call, the small-message latency of NCCL on NVLink
+    # Device, per layer and step, without CUDA graphs: ~10 kernels per decoder layer (norms, QKV, rotary,
+    # KV write, attention, O, gate/up, activation, down) at the ~4 us a CUDA launch costs when the kernels
+    # are shorter than their launches (decode); a CUDA graph replays them all for one launch.
+    launch_overhead_per_layer_s: float = 40e-6
+    # Device, per scheduled request and layer, whatever the request's token count: 0 where attention takes
+    # the whole batch in one kernel (vLLM's backends, our Triton kernel). Our CPU engine's torch attention
+    # loops over the requests in Python, ~70 us per request and layer for tiny-llama on this machine's CPU
+    # (README, "Cost model"): without this term the fit can only express it as a 1% flops efficiency.
+    per_row_layer_overhead_s: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,12 +72,29 @@ def peak_flops(scenario: Scenario) -> float:
     return tflops * 1e12 * (0.5 if scenario.dtype == "float32" else 1.0)
 
 
+def cudagraph_capture_size(scenario: Scenario) -> int:
+    """The largest decode batch replayed from a CUDA graph: min(2 x max_num_seqs, 512) as vLLM's
+    `VllmConfig._set_cudagraph_sizes`; 0 when there are none (enforce_eager, or the host as device)."""
+    if scenario.engine.enforce_eager or scenario.hardware.gpu.name in HOST_DEVICES:
+        return 0
+    return min(2 * scenario.engine.max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE)
+
+
+def is_serial(scenario: Scenario) -> bool:
+    """Host and device work add up (no async scheduling): enforce_eager, or the host as device."""
+    return scenario.engine.enforce_eager or scenario.hardware.gpu.name in HOST_DEVICES
+
+
 class CostModel:
     def __init__(self, scenario: Scenario, coefficients: CostCoefficients | None = None) -> None:
         m, tp = scenario.model, scenario.hardware.tensor_parallel_size
         c = self.coefficients = coefficients or CostCoefficients()
         dtype_bytes = DTYPE_BYTES[scenario.dtype]
         layer_params = m.num_hidden_layers * m.params_per_layer
+        self.serial = is_serial(scenario)
+        self.capture_size = cudagraph_capture_size(scenario)
+        self.launch_s = c.launch_overhead_per_layer_s * m.num_hidden_layers
+        self.row_s = c.per_row_layer_overhead_s * m.num_hidden_layers
         self.flops_per_s = peak_flops(scenario) * c.flops_efficiency
         self.bytes_per_s = scenario.hardware.gpu.memory_bandwidth_gbps * 1e9 * c.bandwidth_efficiency
         self.linear_flops_per_token = 2 * layer_params / tp
@@ -77,16 +120,38 @@ class CostModel:
             return np.maximum(compute_s, memory_s)
         return max(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
 
-    def step_time_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens):
-        """Seconds for one step; any argument may be a numpy array of steps."""
-        c = self.coefficients
+    def device_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens):
+        """The device's seconds for a step: the rooflines, the all-reduces and the launches it waits for."""
         linear = self._roof(num_tokens * self.linear_flops_per_token, self.linear_bytes)
         lm_head = self._roof(num_sampled * self.lm_head_flops_per_row, (num_sampled > 0) * self.lm_head_bytes)
         attention = self._roof(
             attention_pairs * self.attention_flops_per_pair, (sum_context_tokens + num_tokens) * self.kv_bytes_per_token
         )  # reads + writes
         allreduce = num_tokens * self.allreduce_s_per_token + self.allreduce_fixed_s
-        return linear + lm_head + attention + allreduce + c.step_overhead_s + num_seqs * c.per_row_overhead_s
+        # A uniform decode batch (one token per row) up to the capture size replays a full CUDA graph
+        # (vLLM's default cudagraph_mode FULL_AND_PIECEWISE); other steps pay every launch (piecewise
+        # graphs' savings on mixed steps are not modelled: conservative).
+        graphed = (num_tokens == num_seqs) & (num_seqs <= self.capture_size)
+        return linear + lm_head + attention + allreduce + (1 - graphed) * self.launch_s + num_seqs * self.row_s
+
+    def host_s(self, num_seqs):
+        """The host's seconds for a step: scheduling and input preparation, and per-row work."""
+        c = self.coefficients
+        return c.step_overhead_s + num_seqs * c.per_row_overhead_s
+
+    def combine(self, host_s, device_s, after_idle: bool = False):
+        """A step's duration from its two sides: overlapped (async scheduling) unless serial or the first
+        step after the engine was idle (nothing was scheduled ahead)."""
+        if self.serial or after_idle:
+            return host_s + device_s
+        if isinstance(host_s, np.ndarray) or isinstance(device_s, np.ndarray):
+            return np.maximum(host_s, device_s)
+        return max(host_s, device_s)
+
+    def step_time_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens, after_idle=False):
+        """Seconds for one step; any argument but after_idle may be a numpy array of steps."""
+        device = self.device_s(num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens)
+        return self.combine(self.host_s(num_seqs), device, after_idle)
 
     def floors(self, scenario: Scenario, prompt_tokens: float) -> dict[str, float]:
         """What no engine can beat on this hardware, at 100% of spec peak and bandwidth:

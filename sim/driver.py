@@ -4,6 +4,11 @@ The serving model (scheduler, block pool, metrics) is the live engine's; only a 
 from the cost model, and SimPy's clock advances by it. A run of identical pure-decode steps between two
 events is priced and applied at once (numpy over the window) instead of one event per step: the result
 is the same as stepping them one by one, step rows included.
+
+Async scheduling (vLLM v1's default, `AsyncScheduler` + `EngineCore.step_with_batch_queue`): step N+1 is
+scheduled while step N runs, so a request that arrives during step N is first scheduled in step N+2. The
+replica keeps such requests aside (`deferred`) until the next schedule() has been made without them.
+`engine.enforce_eager: true` (and the `cpu` device) is serial: it joins step N+1.
 """
 
 from __future__ import annotations
@@ -53,40 +58,70 @@ class Replica:
         self.next_arrival_s = next_arrival_s
         self.on_finished = on_finished
         self.idle: simpy.Event | None = None
+        # Async scheduling: None while the engine is idle (a request goes straight to the scheduler);
+        # while a step runs, the requests that arrived since the last schedule() (they miss the next one).
+        self.overlapped = not cost.serial
+        self.deferred: list[Request] | None = None
         env.process(self.run())
 
     def submit(self, request: Request) -> None:
+        if self.deferred is not None:
+            self.deferred.append(request)
+            return
         self.scheduler.add_request(request)
         if self.idle is not None and not self.idle.triggered:
             self.idle.succeed()
 
+    @property
+    def num_outstanding(self) -> int:
+        """Requests sent here and not finished, those not yet seen by the scheduler included."""
+        return self.scheduler.num_unfinished + len(self.deferred or ())
+
+    def _release_deferred(self) -> None:
+        for request in self.deferred or ():
+            self.scheduler.add_request(request)
+        self.deferred = [] if self.overlapped else None
+
     def run(self):
-        env, sched = self.env, self.scheduler
+        env, sched, cost = self.env, self.scheduler, self.cost
+        after_idle = True  # async: the first step after idle has no step to hide its host side behind
         while True:
             if not sched.num_unfinished:
-                self.idle = env.event()
-                yield self.idle
-                continue
-            if self.fast_forward and (bound := sched.decode_window_bound()):
-                durations, context = self._window(bound)
+                # The last step finished every request: nothing was scheduled ahead of the requests that
+                # arrived during it, so the next schedule() sees them.
+                pending, self.deferred = self.deferred or (), None
+                for request in pending:
+                    sched.add_request(request)
+                after_idle = True  # drained: the next step's host side has no step to hide behind
+                if not sched.num_unfinished:
+                    self.idle = env.event()
+                    yield self.idle
+                    continue
+            # A window never starts right after idle: the request that woke the engine is still waiting.
+            if self.fast_forward and not self.deferred and (bound := sched.decode_window_bound()):
+                durations, host, device, context = self._window(bound)
                 if len(durations) >= 2:
-                    yield from self._decode_window(durations, context)
+                    if self.overlapped:
+                        self.deferred = []
+                    yield from self._decode_window(durations, host, device, context)
                     continue
             out = sched.schedule()
+            self._release_deferred()  # arrivals during the previous step: too late for this one
             if not out.scheduled:
                 raise RuntimeError(
                     f"no request can be scheduled at t={env.now:.3f}s with "
                     f"{sched.kv.pool.num_free_blocks} free blocks: the pool is too small"
                 )
             start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
-            duration = float(
-                self.cost.step_time_s(
-                    out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
-                )
+            host = cost.host_s(out.num_seqs)
+            device = cost.device_s(
+                out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
             )
+            duration = float(cost.combine(host, device, after_idle))
+            after_idle = False
             yield env.timeout(duration)
             finished = sched.update(out, env.now)
-            sched.record_step(out, start, duration, blocks_in_use)
+            sched.record_step(out, start, duration, blocks_in_use, host, float(device))
             for request in finished:
                 self.on_finished(request)
             if finished:
@@ -94,17 +129,20 @@ class Replica:
                 # before this engine plans its next step, as they would between two real steps.
                 yield env.timeout(0)
 
-    def _window(self, bound: int) -> tuple[np.ndarray, np.ndarray]:
-        """(durations, context tokens after each step) of the next steps of a decode window, cut before
-        the first step that would start at or after the next arrival anywhere (it changes the batch)."""
+    def _window(self, bound: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
+        """(durations, host seconds, device seconds, context tokens after each step) of the next steps of
+        a decode window, cut before the first step that would start at or after the next arrival anywhere
+        (it changes the batch)."""
         rows = len(self.scheduler.running)
         context = sum(r.num_computed_tokens for r in self.scheduler.running) + rows * np.arange(1, bound + 1)
-        durations = np.asarray(self.cost.step_time_s(rows, rows, rows, context, context), dtype=np.float64)
+        host = self.cost.host_s(rows)
+        device = np.asarray(self.cost.device_s(rows, rows, rows, context, context), dtype=np.float64)
+        durations = np.asarray(self.cost.combine(host, device), dtype=np.float64)
         starts = np.cumsum(durations) - durations
         num_steps = int(np.searchsorted(starts, self.next_arrival_s() - self.env.now, side="left"))
-        return durations[:num_steps], context[:num_steps]
+        return durations[:num_steps], host, device[:num_steps], context[:num_steps]
 
-    def _decode_window(self, durations: np.ndarray, context: np.ndarray):
+    def _decode_window(self, durations: np.ndarray, host: float, device: np.ndarray, context: np.ndarray):
         sched = self.scheduler
         ends = self.env.now + np.cumsum(durations)
         blocks = sched.window_blocks_used(len(durations))
@@ -118,6 +156,8 @@ class Replica:
             num_waiting_after=len(sched.waiting),
             sum_context_tokens=context,
             kv_blocks_used=blocks,
+            host_s=host,
+            device_s=device,
         )
 
 
@@ -169,7 +209,7 @@ class Simulation:
 
     def route(self, request: Request) -> None:
         if self.scenario.hardware.router == "least_outstanding":
-            replica = min(self.replicas, key=lambda r: r.scheduler.num_unfinished)
+            replica = min(self.replicas, key=lambda r: r.num_outstanding)
         else:
             replica = self.replicas[next(self.round_robin) % len(self.replicas)]
         replica.submit(request)

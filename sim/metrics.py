@@ -28,6 +28,13 @@ STEP_COLUMNS = {
     "kv_blocks_used": np.int32,
     "num_preemptions": np.int32,
     "replica": np.int32,  # which engine, when hardware.replicas > 1
+    "num_tokens": np.int32,  # tokens computed in the step (prefill + decode)
+    "num_seqs": np.int32,  # requests scheduled in the step (num_running is counted after it)
+    # The step's two sides, for calibration: host = scheduling, input and output handling on the CPU;
+    # device = the forward. Simulated: the cost model's terms (duration_s = their sum, or their max under
+    # async scheduling). Measured: wall time of schedule()+update() and of the runner's execute().
+    "host_s": np.float64,
+    "device_s": np.float64,
 }
 REQUEST_COLUMNS = {
     "request_id": np.int64,
@@ -108,6 +115,10 @@ class Recorder:
         kv_blocks_used: int,
         num_preemptions: int,
         tokens_held: int,
+        num_tokens: int = 0,
+        num_seqs: int = 0,
+        host_s: float = 0.0,
+        device_s: float = 0.0,
     ) -> None:
         self.num_steps += 1
         self.busy_s += duration_s
@@ -130,6 +141,10 @@ class Recorder:
                 attention_pairs=attention_pairs,
                 kv_blocks_used=kv_blocks_used,
                 num_preemptions=num_preemptions,
+                num_tokens=num_tokens,
+                num_seqs=num_seqs,
+                host_s=host_s,
+                device_s=device_s,
             )
 
     def decode_window(
@@ -142,6 +157,8 @@ class Recorder:
         num_waiting_after: int,
         sum_context_tokens: np.ndarray,
         kv_blocks_used: np.ndarray,
+        host_s: float = 0.0,
+        device_s: np.ndarray | float = 0.0,
     ) -> None:
         """k pure-decode steps at once: every running request decodes one token in each. For a decode
         token the context it attends over is its whole context, so attention pairs = context tokens, and
@@ -168,6 +185,10 @@ class Recorder:
                 attention_pairs=sum_context_tokens,
                 kv_blocks_used=kv_blocks_used,
                 num_preemptions=0,
+                num_tokens=num_running,
+                num_seqs=num_running,
+                host_s=host_s,
+                device_s=device_s,
             )
 
     def token_gap(self, gap_s: float) -> None:

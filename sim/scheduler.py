@@ -96,7 +96,15 @@ class Scheduler(ABC):
                 finished.append(request)
         return self._retire(finished, now_s)
 
-    def record_step(self, out: SchedulerOutput, start_s: float, duration_s: float, blocks_in_use: int) -> None:
+    def record_step(
+        self,
+        out: SchedulerOutput,
+        start_s: float,
+        duration_s: float,
+        blocks_in_use: int,
+        host_s: float = 0.0,
+        device_s: float = 0.0,
+    ) -> None:
         """One step's row, after update(): queue lengths as they are now, blocks as they were during it."""
         self.recorder.step(
             replica=self.replica,
@@ -112,6 +120,10 @@ class Scheduler(ABC):
             kv_blocks_used=blocks_in_use,
             num_preemptions=out.num_preempted,
             tokens_held=out.tokens_held,
+            num_tokens=out.num_tokens,
+            num_seqs=out.num_seqs,
+            host_s=host_s,
+            device_s=device_s,
         )
 
     def _retire(self, done: list[Request], now_s: float) -> list[Request]:

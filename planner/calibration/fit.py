@@ -45,12 +45,15 @@ def fit_relative(
     lower: Sequence[float],
     upper: Sequence[float],
     scale: Sequence[float] | None = None,
+    loss: str = "linear",
+    f_scale: float = 1.0,
 ) -> FitResult:
     """Coefficients minimising sum(((predict(c) - measured) / measured)^2) within [lower, upper].
 
     `predict` maps a coefficient vector (in the order of `names`) to one predicted value per measured row.
     `scale`: each coefficient's typical magnitude (efficiencies ~1, overheads ~1e-5 s), so the solver
-    steps all of them alike; defaults to the initial values.
+    steps all of them alike; defaults to the initial values. `loss`, `f_scale`: scipy's robust losses
+    ("soft_l1" beyond f_scale of relative error) for rows a busy machine made slow now and then.
     """
     from scipy.optimize import least_squares  # only calibration needs scipy: keep it off the CLI's start-up
 
@@ -65,7 +68,7 @@ def fit_relative(
     def residuals(x: np.ndarray) -> np.ndarray:
         return (np.asarray(predict(x), dtype=np.float64) - measured) / measured
 
-    solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale=x_scale, method="trf")
+    solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale=x_scale, method="trf", loss=loss, f_scale=f_scale)
     r = solution.fun
     dof = max(len(r) - len(x0), 1)
     jac = solution.jac

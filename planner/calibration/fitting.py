@@ -1,0 +1,317 @@
+"""The cost model fitted to measured steps: `fit_steps` (on rows with steps.csv's columns, from the sweep or
+from live runs), `predict_rows`, and `fit_from_runs` for `planner calibrate --from RUN_DIR ...`.
+
+Our measurements come from a synchronous engine (the live engine and the sweep both wait for every step),
+so they are fitted with the serial form. Where the rows carry both sides of a step (`host_s`, `device_s`),
+the device terms are fitted to device_s and the host terms to host_s, separately: a per-step host
+overhead and a per-step launch overhead are otherwise indistinguishable in a serial total, and the
+simulator needs them apart (under async scheduling only the larger side counts). Rows without them fit
+the serial total with the host terms kept at their defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from planner.calibration.fit import FitResult, fit_relative
+from planner.calibration.profile import Profile, profile_from_fit
+from planner.errors import PlannerError
+from sim.config import EngineConfig, GpuSpec, HardwareConfig, ModelSpec, Scenario, SloConfig, WorkloadConfig
+from sim.cost_model import CostCoefficients, CostModel
+
+# name -> (lower, upper, scale): physical bounds (an efficiency in (0, 1], an overhead >= 0 and below
+# what any engine would tolerate) and the typical magnitude the solver steps by.
+BOUNDS = {
+    "flops_efficiency": (0.01, 1.0, 0.5),
+    "bandwidth_efficiency": (0.01, 1.0, 0.5),
+    "interconnect_efficiency": (0.01, 1.0, 0.5),
+    "allreduce_latency_s": (0.0, 1e-3, 1e-5),
+    "launch_overhead_per_layer_s": (0.0, 1e-3, 1e-5),
+    "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
+    "step_overhead_s": (0.0, 0.1, 1e-3),
+    "per_row_overhead_s": (0.0, 1e-2, 1e-5),
+}
+HOST_TERMS = ("step_overhead_s", "per_row_overhead_s")
+ZERO_IS_PHYSICAL = ("per_row_layer_overhead_s",)  # 0 where attention is one batched kernel: not a misfit
+CLASSES = ("decode", "prefill", "mixed")
+ROBUST_SCALE = 0.1  # soft-L1 beyond 10% relative error: a step stalled by a busy machine does not pull the fit
+
+
+@dataclass(frozen=True)
+class StepFit:
+    coefficients: CostCoefficients
+    uncertainty: dict[str, float]  # fitted coefficient -> one std (finite ones only)
+    result: FitResult  # all fitted coefficients; relative_errors of the serial total per row
+    by_class: dict[str, dict[str, float]]  # class -> {rows, median, p90} of |relative error|
+    worst: list[dict]  # the worst-fitting rows: index, class, measured_s, predicted_s, error
+    at_bound: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        """The fit as the terminal shows it."""
+        out = [f"Fit over {len(self.result.relative_errors):,} steps (bounded least squares on relative error)"]
+        for name, value, std in zip(self.result.names, self.result.values, self.result.std):
+            bound = "  AT BOUND: the form does not fit" if name in self.at_bound else ""
+            out.append(f"  {name:<28}{value:>12.4g}  +- {std:.2g}{bound}")
+        out.append(f"  {'class':<10}{'steps':>8}{'median |err|':>14}{'p90 |err|':>11}")
+        for name, stats in self.by_class.items():
+            out.append(f"  {name:<10}{stats['rows']:>8,}{stats['median'] * 100:>13.1f}%{stats['p90'] * 100:>10.1f}%")
+        out.append(
+            "  worst steps: " + ", ".join(f"#{w['index']} {w['class']} {w['error'] * 100:+.0f}%" for w in self.worst)
+        )
+        return out
+
+
+def step_classes(rows: dict[str, np.ndarray]) -> np.ndarray:
+    """decode (no prompt tokens), prefill (no decode row) or mixed, per row."""
+    prefill = np.asarray(rows["num_prefill_tokens"]) > 0
+    decode = np.asarray(rows["num_decode_requests"]) > 0
+    return np.where(~prefill, "decode", np.where(~decode, "prefill", "mixed"))
+
+
+def _shape(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The cost model's inputs; num_tokens/num_seqs derived when the rows predate those columns (num_seqs
+    then counts one prefill row per step: a lower bound)."""
+    f = {k: np.asarray(rows[k], dtype=np.float64) for k in ("num_sampled", "attention_pairs", "sum_context_tokens")}
+    prefill = np.asarray(rows["num_prefill_tokens"], dtype=np.float64)
+    decode = np.asarray(rows["num_decode_requests"], dtype=np.float64)
+    f["num_tokens"] = np.asarray(rows["num_tokens"], dtype=np.float64) if "num_tokens" in rows else prefill + decode
+    f["num_seqs"] = np.asarray(rows["num_seqs"], dtype=np.float64) if "num_seqs" in rows else decode + (prefill > 0)
+    return f
+
+
+def _sides(model: CostModel, s: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    device = model.device_s(
+        s["num_tokens"], s["num_seqs"], s["num_sampled"], s["attention_pairs"], s["sum_context_tokens"]
+    )
+    return np.asarray(model.host_s(s["num_seqs"]), dtype=np.float64), np.asarray(device, dtype=np.float64)
+
+
+def predict_rows(
+    scenario: Scenario, coefficients: CostCoefficients, rows: dict[str, np.ndarray], serial: bool | None = None
+) -> np.ndarray:
+    """Predicted seconds per row: the scenario's form (async or serial) unless `serial` says which."""
+    model = CostModel(scenario, coefficients)
+    host, device = _sides(model, _shape(rows))
+    if serial is None:
+        return np.asarray(model.combine(host, device), dtype=np.float64)
+    return host + device if serial else np.maximum(host, device)
+
+
+def measured_scenario(scenario: Scenario, cuda_graphs: bool = False) -> Scenario:
+    """The scenario as our synchronous engine ran it: serial, and without CUDA graphs unless it used them."""
+    return dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=not cuda_graphs))
+
+
+def _split_rows(rows: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The rows whose two sides were both measured (steps.csv keeps microseconds, so a very short host side
+    can read 0), or None when too few are to fit them apart."""
+    if "host_s" not in rows or "device_s" not in rows:
+        return None
+    host, device = (np.asarray(rows[k], dtype=np.float64) for k in ("host_s", "device_s"))
+    both = np.isfinite(host) & np.isfinite(device) & (host > 0) & (device > 0)
+    return both if both.sum() >= 8 and both.mean() >= 0.9 else None
+
+
+def fit_steps(
+    scenario: Scenario,
+    rows: dict[str, np.ndarray],
+    measured_s: np.ndarray | None = None,
+    *,
+    initial: CostCoefficients | None = None,
+    cuda_graphs: bool = False,
+    robust: bool = False,
+    num_worst: int = 5,
+) -> StepFit:
+    """Fit the coefficients to measured steps (rows: steps.csv's columns; measured_s: the step's seconds,
+    default rows["duration_s"]). `cuda_graphs`: whether the measuring engine replayed decode steps from
+    CUDA graphs. `robust`: soft-L1 loss, for live runs on a machine that other work interrupts."""
+    scenario = measured_scenario(scenario, cuda_graphs)
+    base = initial or CostCoefficients()
+    shape = _shape(rows)
+    total = np.asarray(measured_s if measured_s is not None else rows["duration_s"], dtype=np.float64)
+    tp = scenario.hardware.tensor_parallel_size
+    device_names = [
+        "flops_efficiency",
+        "bandwidth_efficiency",
+        "launch_overhead_per_layer_s",
+        "per_row_layer_overhead_s",
+    ]
+    if tp > 1:
+        device_names += ["interconnect_efficiency", "allreduce_latency_s"]
+    split = _split_rows(rows)
+
+    def coefficients_with(names, x, start=base) -> CostCoefficients:
+        return dataclasses.replace(start, **{n: float(v) for n, v in zip(names, x)})
+
+    def fit(names, predict, target) -> FitResult:
+        lo, hi, scale = zip(*(BOUNDS[n] for n in names))
+        initial_values = [getattr(base, n) for n in names]
+        loss = {"loss": "soft_l1", "f_scale": ROBUST_SCALE} if robust else {}
+        return fit_relative(predict, target, names, initial_values, lo, hi, scale, **loss)
+
+    results = []
+    if split is not None:
+        measured = {k: v[split] for k, v in shape.items()}
+
+        def device_predict(x):
+            return _sides(CostModel(scenario, coefficients_with(device_names, x)), measured)[1]
+
+        results.append(fit(device_names, device_predict, np.asarray(rows["device_s"], dtype=np.float64)[split]))
+        host_names = list(HOST_TERMS)
+
+        def host_predict(x):
+            return _sides(CostModel(scenario, coefficients_with(host_names, x)), measured)[0]
+
+        results.append(fit(host_names, host_predict, np.asarray(rows["host_s"], dtype=np.float64)[split]))
+    else:
+
+        def total_predict(x):
+            host, device = _sides(CostModel(scenario, coefficients_with(device_names, x)), shape)
+            return host + device
+
+        results.append(fit(device_names, total_predict, total))
+
+    names = tuple(n for r in results for n in r.names)
+    values = np.concatenate([r.values for r in results])
+    std = np.concatenate([r.std for r in results])
+    fitted = coefficients_with(names, values)
+    predicted = predict_rows(scenario, fitted, rows, serial=True)
+    errors = (predicted - total) / total
+    at_bound = tuple(
+        n for r in results for n in r.at_bound if not (n in ZERO_IS_PHYSICAL and getattr(fitted, n) < BOUNDS[n][1] / 2)
+    )
+    result = FitResult(names, values, std, errors, at_bound)
+    classes = step_classes(rows)
+    by_class = {}
+    for name in CLASSES:
+        chosen = np.abs(errors[classes == name])
+        if len(chosen):
+            by_class[name] = {
+                "rows": len(chosen),
+                "median": float(np.median(chosen)),
+                "p90": float(np.percentile(chosen, 90)),
+            }
+    order = np.argsort(-np.abs(errors))[:num_worst]
+    worst = [
+        {
+            "index": int(i),
+            "class": str(classes[i]),
+            "measured_s": float(total[i]),
+            "predicted_s": float(predicted[i]),
+            "error": float(errors[i]),
+        }
+        for i in order
+    ]
+    uncertainty = {n: float(s) for n, s in zip(names, std) if np.isfinite(s)}
+    return StepFit(fitted, uncertainty, result, by_class, worst, at_bound)
+
+
+def fit_summary(fit: StepFit) -> dict:
+    """The profile's `fit` block."""
+    return {
+        "rows": len(fit.result.relative_errors),
+        "median_abs_error": fit.result.median_abs_error,
+        "p90_abs_error": fit.result.p90_abs_error,
+        "by_class": {k: {"median": v["median"], "p90": v["p90"]} for k, v in fit.by_class.items()},
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# planner calibrate --from RUN_DIR ...
+
+
+def _known(cls: type, data: dict) -> dict:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def scenario_from_summary(data: dict, where: str) -> Scenario:
+    """The cost model's part of a summary.json's resolved scenario (model, dtype, GPU, engine)."""
+    try:
+        s = data["scenario"]
+        hardware = s["hardware"]
+        return Scenario(
+            name=s["name"],
+            model=ModelSpec(**_known(ModelSpec, s["model"])),
+            dtype=s["dtype"],
+            hardware=HardwareConfig(
+                gpu=GpuSpec(**_known(GpuSpec, hardware["gpu"])),
+                **_known(HardwareConfig, {k: v for k, v in hardware.items() if k != "gpu"}),
+            ),
+            engine=EngineConfig(**_known(EngineConfig, s["engine"])),
+            workload=WorkloadConfig(),
+            slo=SloConfig(),
+            source=where,
+        )
+    except (KeyError, TypeError) as e:
+        raise PlannerError(
+            f"{where}: summary.json has no usable `scenario` ({e!r}); was it written by planner run?"
+        ) from None
+
+
+def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
+    """(summary, scenario, steps) of one `planner run --out` folder, with clear errors."""
+    run_dir = Path(run_dir)
+    summary_path, steps_path = run_dir / "summary.json", run_dir / "steps.csv"
+    for path in (summary_path, steps_path):
+        if not path.is_file():
+            raise PlannerError(f"{run_dir}: no {path.name} (give folders that `planner run --out` wrote)")
+    try:
+        summary = json.loads(summary_path.read_text())
+    except json.JSONDecodeError as e:
+        raise PlannerError(f"{summary_path}: not a summary.json: {e}") from None
+    if summary.get("mode") != "measured":
+        raise PlannerError(
+            f"{summary_path}: mode is {summary.get('mode')!r}: calibrate fits measured runs (`planner run`), not simulations"
+        )
+    scenario = scenario_from_summary(summary, str(summary_path))
+    table = np.genfromtxt(steps_path, delimiter=",", names=True, dtype=np.float64)
+    table = np.atleast_1d(table)
+    needed = (
+        "duration_s",
+        "num_prefill_tokens",
+        "num_decode_requests",
+        "num_sampled",
+        "attention_pairs",
+        "sum_context_tokens",
+    )
+    missing = [n for n in needed if table.dtype.names is None or n not in table.dtype.names]
+    if missing or len(table) == 0:
+        raise PlannerError(f"{steps_path}: no step rows with the columns {', '.join(missing or needed)}")
+    return summary, scenario, {name: table[name] for name in table.dtype.names}
+
+
+def fit_from_runs(run_dirs: list[Path]) -> Profile:
+    """One profile fitted to the steps of several `planner run` folders of the same model, dtype and GPU."""
+    if not run_dirs:
+        raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
+    runs = [read_run(Path(d)) for d in run_dirs]
+    summary0, scenario, _ = runs[0]
+    key = (scenario.model.name, scenario.dtype, scenario.hardware.gpu.name, summary0.get("device_name"))
+    for (summary, other, _), run_dir in zip(runs, run_dirs):
+        other_key = (other.model.name, other.dtype, other.hardware.gpu.name, summary.get("device_name"))
+        if other_key != key:
+            raise PlannerError(
+                f"{run_dir}: measured {other_key[0]} ({other_key[1]}) as {other_key[2]} on {other_key[3]}, but "
+                f"{run_dirs[0]} measured {key[0]} ({key[1]}) as {key[2]} on {key[3]}: one profile covers one of them"
+            )
+    names = runs[0][2].keys()
+    rows = {n: np.concatenate([r[2][n] for r in runs]) for n in names if all(n in r[2] for r in runs)}
+    fit = fit_steps(scenario, rows, robust=True)
+    kind = "cuda" if summary0.get("device") == "cuda" else "cpu"
+    device = {
+        "name": str(summary0.get("device_name") or kind),
+        "kind": kind,
+        "gpu": scenario.hardware.gpu.name,
+        "memory_bytes": (summary0.get("memory") or {}).get("total_bytes") if kind == "cuda" else None,
+        "driver": None,
+        "runtime": None,
+        "torch": None,
+    }
+    command = "planner calibrate --from " + " ".join(str(d) for d in run_dirs)
+    return profile_from_fit(scenario, fit, "live-runs", dataclasses.asdict(scenario.engine), None, command, device)

@@ -1,0 +1,338 @@
+"""Calibration's CORE: the cost model's async/eager form, the driver's N+2 rule, fitting, profiles, provenance,
+intervals, and `--from` on a real `planner run` folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from planner.calibration.fitting import fit_from_runs, fit_steps, predict_rows
+from planner.calibration.profile import (
+    ProfileError,
+    default_profile_dir,
+    load_profile,
+    profile_from_fit,
+    resolve_cost_model,
+    save_profile,
+)
+from planner.cli import main
+from planner.errors import PlannerError
+from sim.cost_model import CostCoefficients, CostModel
+from sim.driver import simulate
+from tests.sim_helpers import make_scenario
+
+TRUTH = CostCoefficients(
+    flops_efficiency=0.45,
+    bandwidth_efficiency=0.7,
+    step_overhead_s=4e-4,
+    per_row_overhead_s=12e-6,
+    launch_overhead_per_layer_s=25e-6,
+    per_row_layer_overhead_s=2e-6,
+)
+FITTED = (
+    "flops_efficiency",
+    "bandwidth_efficiency",
+    "launch_overhead_per_layer_s",
+    "per_row_layer_overhead_s",
+    "step_overhead_s",
+    "per_row_overhead_s",
+)
+
+
+def synthetic_rows(scenario, coefficients: CostCoefficients, noise: float, seed: int = 0) -> dict[str, np.ndarray]:
+    """A sweep-like grid (decode batch x context, prefill chunk x cached context, mixed) priced by the serial
+    cost model, each side with multiplicative noise."""
+    rows = []
+    for batch in (1, 4, 16, 64, 128):
+        for context in (128, 1024, 4096):
+            rows.append((0, batch, batch, batch * context, batch * context))  # decode
+    for chunk in (64, 256, 1024, 2048):
+        for cached in (0, 1024):
+            rows.append((chunk, 0, 1, chunk * cached + chunk * (chunk + 1) // 2, chunk + cached))  # prefill
+            rows.append(
+                (chunk, 32, 33, chunk * cached + chunk * (chunk + 1) // 2 + 32 * 512, chunk + cached + 32 * 512)
+            )
+    prefill, decode, sampled, pairs, context = (np.array(c, dtype=np.float64) for c in zip(*rows))
+    data = {
+        "num_prefill_tokens": prefill,
+        "num_decode_requests": decode,
+        "num_sampled": sampled,
+        "attention_pairs": pairs,
+        "sum_context_tokens": context,
+        "num_tokens": prefill + decode,
+        "num_seqs": decode + (prefill > 0),
+    }
+    model = CostModel(
+        dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True)), coefficients
+    )
+    rng = np.random.default_rng(seed)
+    host = model.host_s(data["num_seqs"]) * (1 + noise * rng.standard_normal(len(prefill)))
+    device = model.device_s(data["num_tokens"], data["num_seqs"], sampled, pairs, context)
+    device = device * (1 + noise * rng.standard_normal(len(prefill)))
+    return data | {"host_s": host, "device_s": device, "duration_s": host + device}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The cost model's form
+
+
+def test_async_overlaps_host_and_device_eager_adds_them():
+    asynchronous = CostModel(make_scenario())
+    eager = CostModel(make_scenario(engine={"enforce_eager": True}))
+    args = (256, 8, 8, 40_000, 4_000)
+    host, device = asynchronous.host_s(8), asynchronous.device_s(*args)
+    assert asynchronous.step_time_s(*args) == pytest.approx(max(host, device))
+    assert asynchronous.step_time_s(*args, after_idle=True) == pytest.approx(host + device)
+    assert eager.step_time_s(*args) == pytest.approx(eager.host_s(8) + eager.device_s(*args))
+
+
+def test_cuda_graphs_remove_launches_for_decode_batches_up_to_the_capture_size():
+    scenario = make_scenario()  # max_num_seqs 64: captures up to 128 rows
+    graphs, eager = CostModel(scenario), CostModel(make_scenario(engine={"enforce_eager": True}))
+    launches = scenario.model.num_hidden_layers * CostCoefficients().launch_overhead_per_layer_s
+    for rows in (1, 64, 128):  # decode: one token per row
+        assert eager.device_s(rows, rows, rows, rows * 500, rows * 500) - graphs.device_s(
+            rows, rows, rows, rows * 500, rows * 500
+        ) == pytest.approx(launches)
+    assert eager.device_s(129, 129, 129, 64_500, 64_500) == pytest.approx(
+        graphs.device_s(129, 129, 129, 64_500, 64_500)
+    )
+    assert eager.device_s(300, 8, 8, 9_000, 4_000) == pytest.approx(graphs.device_s(300, 8, 8, 9_000, 4_000))  # mixed
+
+
+def test_the_cpu_device_is_serial_without_graphs():
+    cpu = CostModel(make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "cpu"}))
+    assert cpu.serial and cpu.capture_size == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The driver under async scheduling
+
+
+def _two_requests(**engine):
+    """A long prompt at t=0 and a second request 10 ms later, while the first one's prefill (~50 ms) runs."""
+    workload = {
+        "num_requests": 2,
+        "arrival": {"process": "constant", "rate": 100.0},
+        "prompt_tokens": {"dist": "fixed", "value": 1024},
+        "output_tokens": {"dist": "fixed", "value": 8},
+    }
+    return make_scenario(workload=workload, engine=engine)
+
+
+@pytest.mark.parametrize("fast_forward", [False, True])
+def test_async_a_request_arriving_during_step_n_first_runs_in_step_n_plus_2(fast_forward):
+    steps = simulate(_two_requests(), fast_forward=fast_forward).recorder.steps.view()
+    assert steps["start_s"][1] > 0.01  # the second request arrived during step 0
+    assert list(steps["num_seqs"][:3]) == [1, 1, 2]  # step 1 was planned while step 0 ran: without it
+
+
+def test_eager_a_request_arriving_during_step_n_runs_in_step_n_plus_1():
+    steps = simulate(_two_requests(enforce_eager=True), fast_forward=False).recorder.steps.view()
+    assert list(steps["num_seqs"][:2]) == [1, 2]
+    assert np.allclose(steps["duration_s"], steps["host_s"] + steps["device_s"])
+
+
+def test_async_steps_last_the_longer_side_except_after_idle():
+    steps = simulate(_two_requests(), fast_forward=False).recorder.steps.view()
+    sides = np.maximum(steps["host_s"], steps["device_s"])
+    assert steps["duration_s"][0] == pytest.approx(steps["host_s"][0] + steps["device_s"][0])  # after idle
+    assert np.allclose(steps["duration_s"][1:], sides[1:])
+
+
+def test_fast_forward_matches_stepping_under_async():
+    scenario = make_scenario(workload={"num_requests": 60})
+    a = simulate(scenario, fast_forward=True).recorder.requests.view()
+    b = simulate(scenario, fast_forward=False).recorder.requests.view()
+    assert np.allclose(np.sort(a["finished_s"]), np.sort(b["finished_s"]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fitting
+
+
+def test_fit_recovers_known_coefficients_from_noisy_synthetic_steps():
+    scenario = make_scenario()
+    rows = synthetic_rows(scenario, TRUTH, noise=0.02)
+    fit = fit_steps(scenario, rows)
+    for name in FITTED:
+        assert getattr(fit.coefficients, name) == pytest.approx(getattr(TRUTH, name), rel=0.1), name
+        assert 0 < fit.uncertainty[name] < 0.2 * getattr(TRUTH, name)
+    assert fit.at_bound == ()
+    assert fit.result.median_abs_error < 0.03
+    assert set(fit.by_class) == {"decode", "prefill", "mixed"}
+    assert len(fit.worst) == 5 and abs(fit.worst[0]["error"]) >= abs(fit.worst[-1]["error"])
+    assert predict_rows(scenario, fit.coefficients, rows, serial=True) == pytest.approx(rows["duration_s"], rel=0.1)
+
+
+def test_fit_of_serial_totals_keeps_the_host_terms_and_recovers_the_device_ones():
+    scenario = make_scenario()
+    rows = synthetic_rows(scenario, dataclasses.replace(TRUTH, step_overhead_s=1e-3, per_row_overhead_s=20e-6), 0.01)
+    totals_only = {k: v for k, v in rows.items() if k not in ("host_s", "device_s")}
+    fit = fit_steps(scenario, totals_only)
+    assert set(fit.result.names) == set(FITTED) - {"step_overhead_s", "per_row_overhead_s"}
+    assert fit.coefficients.bandwidth_efficiency == pytest.approx(0.7, rel=0.05)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Profiles and provenance
+
+
+def make_profile(scenario, created="2026-12-01T04:00:00Z", **coefficients):
+    fit = fit_steps(scenario, synthetic_rows(scenario, dataclasses.replace(TRUTH, **coefficients), 0.01))
+    device = {"name": "NVIDIA A100-SXM4-80GB", "kind": "cuda", "gpu": scenario.hardware.gpu.name}
+    profile = profile_from_fit(scenario, fit, "live-sweep", {}, None, "test", device)
+    return dataclasses.replace(profile, created=created)
+
+
+def test_a_profile_round_trips(tmp_path):
+    profile = make_profile(make_scenario())
+    path = save_profile(profile, tmp_path / "p.yaml")
+    loaded = load_profile(path)
+    assert loaded == profile
+    assert save_profile(loaded, tmp_path / "q.yaml").read_text() == path.read_text()
+    assert len(profile.id) == 12 and int(profile.id, 16) >= 0
+
+
+def test_auto_picks_the_newest_matching_profile_else_transfers_else_spec_sheet():
+    scenario = make_scenario()
+    assert resolve_cost_model(scenario)[1].kind == "spec-sheet"
+    other = make_scenario(model="llama-3.1-8b")
+    transferred = save_profile(make_profile(other, bandwidth_efficiency=0.5))
+    coefficients, provenance = resolve_cost_model(scenario)
+    assert provenance.kind == "transferred" and transferred.stem in provenance.label
+    assert provenance.label.startswith("transferred (from ") and "llama-3.1-8b" in provenance.label
+    assert coefficients.bandwidth_efficiency == pytest.approx(0.5, rel=0.05)
+    old = make_profile(scenario, "2026-11-01T00:00:00Z", bandwidth_efficiency=0.6)
+    new = make_profile(scenario, "2026-11-20T00:00:00Z", bandwidth_efficiency=0.65)
+    save_profile(old), save_profile(new)
+    coefficients, provenance = resolve_cost_model(scenario)
+    assert provenance.kind == "calibrated" and provenance.profile_id == new.id
+    assert provenance.label == f"calibrated ({new.id}, 2026-11-20, NVIDIA A100-SXM4-80GB)"
+    assert coefficients.bandwidth_efficiency == pytest.approx(0.65, rel=0.05)
+    assert provenance.uncertainty == new.uncertainty
+    assert default_profile_dir().is_dir()
+
+
+def test_an_explicit_profile_of_another_gpu_is_refused_clearly(tmp_path, capsys):
+    path = save_profile(make_profile(make_scenario()), tmp_path / "a100.yaml")
+    with pytest.raises(ProfileError, match="does not match"):
+        resolve_cost_model(make_scenario(hardware={"gpu": "h100-sxm"}), str(path))
+    assert main(["simulate", "scenarios/h100_llama31_8b_azure_conv.yaml", "--calibration", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "a100.yaml" in err and "a100-80gb" in err and "h100-sxm" in err
+
+
+def test_the_scenario_key_names_a_profile_relative_to_the_scenario(tmp_path, capsys):
+    scenario_data = yaml.safe_load(Path("scenarios/cpu_tiny.yaml").read_text())
+    cpu = make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "cpu"})
+    profile = dataclasses.replace(make_profile(cpu), device={"name": "cpu", "kind": "cpu", "gpu": "cpu"})
+    save_profile(profile, tmp_path / "profiles" / "tiny.yaml")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario_data | {"calibration": "profiles/tiny.yaml"}))
+    assert main(["simulate", str(tmp_path / "s.yaml"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["cost_model_provenance"]["kind"] == "calibrated"
+    assert summary["cost_model_provenance"]["profile_id"] == profile.id
+    assert summary["cost_model"]["bandwidth_efficiency"] == pytest.approx(profile.coefficients["bandwidth_efficiency"])
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        (lambda d: d["coefficients"].update(flops_efficiency=1.5), ["coefficients.flops_efficiency", "1.5", "(0, 1]"]),
+        (lambda d: d["coefficients"].update(flops_eff=0.5), ["coefficients.flops_eff", "unknown coefficient"]),
+        (lambda d: d["device"].update(kind="tpu"), ["device.kind", "tpu", "cuda, cpu"]),
+        (lambda d: d.pop("dtype"), ["dtype", "missing"]),
+        (lambda d: d.update(format="v2"), ["format", "planner-calibration/1"]),
+        (lambda d: d.update(created="yesterday"), ["created", "ISO 8601"]),
+        (lambda d: d.update(tensor_parallel_size=0), ["tensor_parallel_size", ">= 1"]),
+        (lambda d: d["uncertainty"].update(step_overhead_s=-1.0), ["uncertainty.step_overhead_s", ">= 0"]),
+        (lambda d: d.update(colour="red"), ["colour", "unknown key"]),
+    ],
+)
+def test_a_bad_profile_exits_2_naming_the_field(tmp_path, capsys, change, words):
+    path = save_profile(make_profile(make_scenario()), tmp_path / "p.yaml")
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ProfileError):
+        load_profile(path)
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--calibration", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(path) in err
+    for word in words:
+        assert word in err
+
+
+def test_every_summary_and_printout_says_where_the_cost_model_came_from(tmp_path, capsys):
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--out", str(tmp_path)]) == 0
+    assert "Cost model: spec-sheet" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["cost_model_provenance"] == {
+        "kind": "spec-sheet",
+        "label": "spec-sheet",
+        "profile_id": None,
+        "uncertainty": {},
+    }
+    assert "intervals" not in summary
+
+
+def test_intervals_give_90_percent_ranges_and_slo_probabilities(tmp_path, capsys):
+    cpu = make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "cpu"})
+    profile = dataclasses.replace(make_profile(cpu), device={"name": "cpu", "kind": "cpu", "gpu": "cpu"})
+    path = save_profile(profile, tmp_path / "tiny.yaml")
+    args = ["simulate", "scenarios/cpu_tiny.yaml", "--calibration", str(path), "--set", "slo.tpot_ms={mean: 1.0e+3}"]
+    assert main([*args, "--intervals", "6", "--json"]) == 0
+    intervals = json.loads(capsys.readouterr().out)["intervals"]
+    assert intervals["runs"] == 6 and intervals["coefficients_drawn"] == sorted(profile.uncertainty)
+    for stats in intervals["metrics"].values():
+        assert stats["low"] <= stats["median"] <= stats["high"]
+    assert intervals["metrics"]["mean_e2el_ms"]["low"] < intervals["metrics"]["mean_e2el_ms"]["high"]
+    assert intervals["slo"] == [{"metric": "tpot_ms", "stat": "mean", "bound_ms": 1000.0, "probability_met": 1.0}]
+    assert main([*args, "--intervals", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "90% intervals over 3 runs" in out and "met in 100% of runs" in out
+    assert main([*args, "--intervals", "0"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------------------
+# calibrate --from a real `planner run` folder
+
+
+def test_fit_from_a_live_cpu_run_folder(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    small = ["--set", "workload.num_requests=16"]
+    assert main(["run", "scenarios/cpu_tiny.yaml", "--device", "cpu", *small, "--out", str(run_dir), "--json"]) == 0
+    capsys.readouterr()
+    steps = np.genfromtxt(run_dir / "steps.csv", delimiter=",", names=True)
+    assert np.all(steps["device_s"] > 0) and np.all(steps["host_s"] > 0)
+    assert np.allclose(steps["duration_s"], steps["host_s"] + steps["device_s"], atol=2e-6)
+    profile = fit_from_runs([run_dir])
+    assert profile.source == "live-runs" and profile.model == "tiny-llama" and profile.device["kind"] == "cpu"
+    assert set(profile.coefficients) == set(FITTED)
+    assert profile.fit["rows"] == len(steps)
+    path = save_profile(profile, tmp_path / "tiny.yaml")
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", *small, "--calibration", str(path)]) == 0
+    assert f"Cost model: calibrated ({profile.id}, " in capsys.readouterr().out
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", *small, "--out", str(tmp_path / "sim")]) == 0
+    with pytest.raises(PlannerError, match="mode is 'simulated'"):
+        fit_from_runs([tmp_path / "sim"])
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("engine.enforce_eager=maybe", ["engine.enforce_eager", "maybe", "true or false"]),
+        ("calibration=", ["calibration", "auto or a path"]),
+    ],
+)
+def test_the_new_scenario_keys_are_validated(capsys, override, words):
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--set", override]) == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err

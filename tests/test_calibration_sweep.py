@@ -1,0 +1,143 @@
+"""The step sweep: the grid stays within the scenario's limits, a stall is re-measured and never kept, and the
+rows on the real tiny runner carry steps.csv's columns with the serving model's own aggregates."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from gpu_engine import sweep
+from gpu_engine.runner import ModelRunner
+from planner.scenario import load_scenario
+from sim.kv_manager import KVCacheManager
+from sim.metrics import STEP_COLUMNS
+
+
+def test_grid_stays_within_the_limits_and_covers_every_class():
+    grid = sweep.design_grid(16, 256, 512, 16, max_blocks=10**9)
+    assert {s.step_class for s in grid} == {"decode", "prefill", "mixed"}
+    for s in grid:
+        assert 1 <= s.num_seqs <= 16 and 1 <= s.num_tokens <= 256
+        assert s.decode_context + 1 <= 512 and s.cached + s.chunk <= 512
+    assert max(s.num_decode for s in grid) == 16  # up to max_num_seqs
+    assert max(s.num_tokens for s in grid) == 256  # up to the token budget
+    assert max(s.decode_context for s in grid) == 511  # up to max_model_len
+    small = sweep.design_grid(16, 256, 512, 16, max_blocks=40)
+    assert small and all(s.num_blocks(16) <= 40 for s in small) and len(small) < len(grid)
+    order = sweep.sweep_order(grid)
+    assert sorted(map(repr, order)) == sorted(map(repr, grid))
+    assert {s.step_class for s in order[:3]} == {"decode", "prefill", "mixed"}  # classes interleaved
+
+
+class FakeMachine:
+    """Shape i takes true_s[i]; chosen calls stall (a busy second core) or a whole stretch runs slow."""
+
+    def __init__(self, true_s, stalls=(), slow_calls=range(0)):
+        self.true_s, self.stalls, self.slow_calls = true_s, set(stalls), slow_calls
+        self.now, self.calls = 0.0, 0
+
+    def clock(self):
+        return self.now
+
+    def time_shape(self, i):
+        s = self.true_s[i] * (1 + 0.01 * ((self.calls * 7919) % 5 - 2))  # +-2% jitter
+        if self.calls in self.stalls:
+            s += 0.43
+        if self.calls in self.slow_calls:
+            s *= 1.6
+        self.calls += 1
+        self.now += s
+        return s * 0.9, s * 0.1  # device, host
+
+
+def test_a_stall_is_re_measured_not_kept():
+    true_s = np.linspace(0.001, 0.01, 12)
+    machine = FakeMachine(true_s, stalls={40, 41, 77})
+    measured = sweep.measure(len(true_s), machine.time_shape, machine.clock, budget_s=2.0)
+    assert len(measured) == len(true_s)
+    totals = [m.totals() for m in measured]
+    assert all(t.max() < 0.1 for t in totals), "a 430 ms stall survived"
+    assert sum(m.num_outliers for m in measured) >= 3
+    medians = np.array([np.median(t) for t in totals])
+    np.testing.assert_allclose(medians, true_s, rtol=0.03)
+    assert machine.now <= 2.0 + 0.5  # the budget, give or take the step that crossed it
+
+
+def test_a_slow_round_is_re_measured():
+    true_s = np.full(10, 0.002)
+    # round 0 = 30 calls (2 warm-ups + 1 timed per shape); calls 40..49 are round 2 of every shape
+    machine = FakeMachine(true_s, slow_calls=range(40, 50))
+    measured = sweep.measure(len(true_s), machine.time_shape, machine.clock, budget_s=1.0)
+    assert all(m.totals().max() < 0.0025 for m in measured)
+    assert all(m.num_outliers >= 1 for m in measured)
+
+
+def test_the_budget_drops_shapes_rather_than_overrun():
+    true_s = np.full(200, 0.01)
+    machine = FakeMachine(true_s)
+    measured = sweep.measure(len(true_s), machine.time_shape, machine.clock, budget_s=3.0)
+    assert 10 <= len(measured) < 200
+    assert all(len(m.samples) >= sweep.MIN_ROUNDS for m in measured)
+    assert machine.now <= 3.0 + 0.05
+
+
+def test_build_step_matches_the_schedulers_aggregates():
+    shape = sweep.Shape(num_decode=3, decode_context=40, num_prefill=1, chunk=30, cached=17, sampled=False)
+    kv = KVCacheManager(64, 16, enable_caching=False)
+    out = sweep.build_step(shape, kv, 512, np.random.default_rng(0), itertools.count())
+    assert out.num_decode_requests == 3 and out.num_prefill_tokens == 30 and out.num_sampled == 3
+    assert out.sum_context_tokens == 3 * 41 + 47
+    assert out.attention_pairs == 3 * 41 + 30 * 17 + 30 * 31 // 2
+    for request, n in out.scheduled:
+        assert len(request.block_ids) * 16 >= request.num_computed_tokens + n
+    assert kv.pool.num_used_blocks == 3 * 3 + 3
+
+
+@pytest.fixture(scope="module")
+def tiny_rows():
+    scenario = load_scenario("scenarios/cpu_tiny.yaml")
+    e = scenario.engine
+    num_blocks = sweep.blocks_for_grid(e.max_num_seqs, e.max_num_batched_tokens, scenario.max_model_len, 16, 10**9)
+    runner = ModelRunner(scenario.model, scenario.dtype, "cpu", num_blocks, e.block_size)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as calibrate runs on CPU; a shared CI box stalls two threads
+    try:
+        return sweep.run_sweep(runner, e, scenario.max_model_len, budget_s=5.0)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_rows_on_the_tiny_runner(tiny_rows):
+    rows = tiny_rows
+    assert set(STEP_COLUMNS) <= set(rows) and set(sweep.EXTRA_COLUMNS) <= set(rows)
+    n = len(rows["duration_s"])
+    assert n >= 10 and {"decode", "prefill", "mixed"} <= set(rows["step_class"])
+    assert np.all(rows["device_s"] > 0) and np.all(rows["host_s"] > 0)
+    np.testing.assert_allclose(rows["duration_s"], rows["device_s"] + rows["host_s"])
+    np.testing.assert_array_equal(rows["num_tokens"], rows["num_prefill_tokens"] + rows["num_decode_requests"])
+    assert np.all(rows["num_samples"] >= sweep.MIN_ROUNDS) and np.all(rows["spread_rel"] >= 0)
+    decode = rows["step_class"] == "decode"
+    np.testing.assert_array_equal(rows["attention_pairs"][decode], rows["sum_context_tokens"][decode])
+
+
+def test_left_over_budget_buys_samples_where_the_median_is_uncertain():
+    true_s = np.full(6, 0.002)
+
+    class Bimodal(FakeMachine):
+        shape0_calls = 0
+
+        def time_shape(self, i):
+            device, host = super().time_shape(i)
+            if i == 0:  # shape 0: every other call waits out a time slice
+                self.shape0_calls += 1
+                if self.shape0_calls % 2:
+                    self.now += 0.004
+                    device += 0.004
+            return device, host
+
+    machine = Bimodal(true_s)
+    measured = sweep.measure(len(true_s), machine.time_shape, machine.clock, budget_s=1.0)
+    assert len(measured[0].samples) > len(measured[1].samples) == sweep.MAX_ROUNDS
+    assert sweep.median_ci(measured[1].totals()) < sweep.UNSTABLE_CI
+    assert machine.now <= 1.0 + 0.05

@@ -1,0 +1,105 @@
+"""Held-out validation's pieces on tiny hand-made cases: the error table, the saturation flag, the held-out
+scenarios themselves, the report and calibration.md, and the figures."""
+
+import numpy as np
+import pytest
+
+from planner.calibration import validate
+from planner.calibration.command import default_scenario
+from planner.plots.calibration import latency_cdfs, step_scatter
+
+
+def summary(scale: float, blocks: int = 64) -> dict:
+    s = {key: 10.0 * scale for key, _ in validate.METRICS if key.endswith("_ms")}
+    s |= {"request_throughput": 2.0 / scale, "output_throughput": 100.0 / scale}
+    s["memory"] = {
+        "num_gpu_blocks": blocks,
+        "weights_bytes": 1000,
+        "activation_bytes": 100,
+        "block_bytes": 10,
+        "non_torch_bytes": 0,
+    }
+    return s
+
+
+def held_out(name: str, measured: float, calibrated: float, uncalibrated: float, flags=None) -> validate.HeldOutRun:
+    lat = {"ttft": np.array([1.0, 2.0]), "tpot": np.array([0.5]), "e2el": np.array([3.0, 4.0])}
+    measured_summary = summary(measured) | {"peak_memory_bytes": 2000}
+    return validate.HeldOutRun(
+        name,
+        None,
+        measured_summary,
+        summary(calibrated),
+        summary(uncalibrated),
+        {"measured": lat, "calibrated": lat, "uncalibrated": lat},
+        {},
+        flags or {"measured": False, "calibrated": False, "uncalibrated": False},
+        {"mean_tpot_ms": True, "mean_ttft_ms": False, "p99_itl_ms": None},
+    )
+
+
+def test_error_rows_are_predicted_minus_measured_over_measured():
+    rows = {r["metric"]: r for r in validate.error_rows(held_out("light", 1.0, 1.05, 2.0))}
+    assert rows["mean_tpot_ms"]["calibrated_error"] == pytest.approx(0.05)
+    assert rows["mean_tpot_ms"]["uncalibrated_error"] == pytest.approx(1.0)
+    assert rows["output_throughput"]["calibrated_error"] == pytest.approx(1 / 1.05 - 1)
+    assert rows["num_gpu_blocks"]["calibrated_error"] == 0
+    # the simulator's peak: weights + activations + the whole pool
+    assert rows["peak_memory_bytes"]["calibrated"] == 1000 + 100 + 64 * 10
+    assert rows["peak_memory_bytes"]["measured"] == 2000
+
+
+def test_report_and_markdown_show_both_ways_and_the_targets():
+    runs = [
+        held_out("light", 1.0, 1.05, 2.0),
+        held_out("saturated", 1.0, 0.98, 1.5, {"measured": True, "calibrated": True, "uncalibrated": False}),
+        held_out("closed", 1.0, 1.02, 1.7, {"measured": None, "calibrated": None, "uncalibrated": None}),
+    ]
+    lines = validate.report_lines(runs, "cpu")
+    text = "\n".join(lines)
+    assert "+5.0% (+100.0%)" in text and "SATURATED (measured, calibrated)" in text and "closed loop" in text
+    tpot = next(line for line in lines if line.strip().startswith("mean_tpot_ms"))
+    assert "mean |error|   3.0%" in tpot and "worst   5.0%" in tpot and "met" in tpot and "MISSED" not in tpot
+    assert "inside in 3 of 6 (scenario, statistic) pairs (50%)" in text
+    markdown = validate.calibration_markdown(runs, "cpu", ["header"], [])
+    assert "| TPOT p99 | 10 | 10.5 | +5.0% | 20 | +100.0% |" in markdown
+    assert markdown.count("### ") == 3
+
+
+def test_saturation_flag_sees_a_growing_queue():
+    arrivals = {"arrival_s": np.linspace(0, 10, 50)}
+    start = np.linspace(0, 12, 200)
+    steps = {"start_s": start, "duration_s": np.full(200, 0.06), "num_waiting": (start * 3).astype(int)}
+    assert validate.saturated(arrivals, steps, open_loop=True) is True
+    steps["num_waiting"] = (np.sin(start) > 0.9).astype(int)
+    assert validate.saturated(arrivals, steps, open_loop=True) is False
+    assert validate.saturated(arrivals, steps, open_loop=False) is None
+
+
+def test_held_out_scenarios_differ_from_the_fitted_one_and_fit_its_limits():
+    base = default_scenario("cpu", None)
+    scenarios = dict(validate.held_out_scenarios(base, 20, capacity_rps=10.0))
+    assert list(scenarios) == ["light", "saturated", "closed", "long", "preemption", "shared"]
+    assert scenarios["light"].workload.arrival.rate == 3.0 and scenarios["saturated"].workload.arrival.rate == 20.0
+    assert scenarios["closed"].workload.arrival.process == "closed"
+    assert scenarios["preemption"].engine.num_gpu_blocks_override < base.engine.num_gpu_blocks_override
+    assert scenarios["shared"].engine.enable_prefix_caching and scenarios["shared"].workload.shared_prefix.tokens > 0
+    for scenario in scenarios.values():
+        assert scenario.workload.num_requests == 20 and scenario.model == base.model
+        assert scenario.workload.seed != base.workload.seed
+        assert scenario.workload.prompt_tokens.high + scenario.workload.output_tokens.high <= base.max_model_len
+
+
+def test_figures_are_written(tmp_path):
+    lat = {"ttft": np.array([1.0, 2.0, 3.0]), "tpot": np.array([]), "e2el": np.array([4.0, 5.0])}
+    ways = {"measured": lat, "calibrated": lat, "uncalibrated": lat}
+    path = latency_cdfs(tmp_path / "cdf.png", [("light", ways), ("closed", ways)])
+    assert path.stat().st_size > 10_000
+    measured = np.array([0.001, 0.002, 0.004])
+    path = step_scatter(tmp_path / "scatter.png", [("decode", measured, measured * 1.05)], "tiny")
+    assert path.stat().st_size > 10_000
+
+
+def test_coverage_is_measured_inside_the_interval():
+    intervals = {"metrics": {"a": {"low": 1.0, "high": 2.0}, "b": {"low": 1.0, "high": 2.0}, "c": {"low": None}}}
+    assert validate.coverage({"a": 1.5, "b": 2.5, "c": 1.0}, intervals) == {"a": True, "b": False, "c": None}
