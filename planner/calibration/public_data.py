@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from sim.config import GpuSpec
 DATA_DIR = Path(__file__).resolve().parent.parent / "calibrations" / "vidur"
 OPERATORS_CSV = DATA_DIR / "operators.csv"
 ALL_REDUCE_CSV = DATA_DIR / "all_reduce.csv"
+PROFILE_DIR = DATA_DIR.parent  # the shipped profiles: planner/calibrations/<gpu>-tp<N>.yaml
 
 # Vidur's folder names -> our catalog's GPU names. Vidur's H100 sits in DGX H100 nodes (its network
 # profiles say so): the SXM part.
@@ -109,6 +109,10 @@ class AllReduceRow:
     ms: float  # median
 
 
+def profile_path(gpu: str, tp: int) -> Path:
+    return PROFILE_DIR / f"{gpu}-tp{tp}.yaml"
+
+
 def gpu_spec(name: str) -> GpuSpec:
     """The spec sheet of a profiled GPU: the catalog's, or the A40 above."""
     if name == "a40":
@@ -120,6 +124,8 @@ def gpu_spec(name: str) -> GpuSpec:
 
 def derive(vidur_dir: Path, out_dir: Path = DATA_DIR) -> tuple[int, int]:
     """Write the compact operators.csv and all_reduce.csv from Vidur's `data/profiling` folder."""
+    import statistics  # 20 ms of imports: only here, never at the CLI's start-up
+
     out_dir.mkdir(parents=True, exist_ok=True)
     ops = ("emb", *LAYER_OPERATORS)
     header = ["gpu", "model", "tensor_parallel_size", "num_tokens", "num_layers", *SHAPE_COLUMNS, *ops]

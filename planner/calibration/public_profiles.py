@@ -15,7 +15,6 @@ the same bandwidth and flops efficiencies, i.e. from the fitted kernels' bandwid
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
@@ -26,15 +25,15 @@ import yaml
 
 from planner.calibration.public_data import (
     ALL_REDUCE_SETUPS,
-    DATA_DIR,
     GPU_NAMES,
     OPERATORS_CSV,
+    PROFILE_DIR,
     AllReduceRow,
     OperatorRow,
     gpu_spec,
+    profile_path,
 )
 
-PROFILE_DIR = DATA_DIR.parent
 VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
 FORMAT = "planner-calibration/1"
 PROFILED_GPUS = ("a100-80gb", "a40", "h100-sxm")
@@ -169,6 +168,8 @@ def profile_dict(f: GpuFit, created: str) -> dict:
         "rows": "vidur/operators.csv",
         "provenance": PROVENANCE.format(gpu=VIDUR_NAMES[f.gpu], setup=setup, allreduce=allreduce_text),
     }
+    import hashlib  # 15 ms of imports: only when writing
+
     digest = hashlib.sha256(yaml.safe_dump({k: v for k, v in body.items() if k != "id"}).encode()).hexdigest()
     body["id"] = digest[:12]
     return body
@@ -179,10 +180,6 @@ def fit_all(ops_path: Path = OPERATORS_CSV) -> list[GpuFit]:
 
     ops, ar = load_operators(ops_path), load_all_reduce()
     return [fit_gpu(ops, ar, g, tp) for g in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES]
-
-
-def profile_path(gpu: str, tp: int) -> Path:
-    return PROFILE_DIR / f"{gpu}-tp{tp}.yaml"
 
 
 @cache

@@ -23,10 +23,11 @@ from functools import cache
 import numpy as np
 import yaml
 
-from planner.calibration.public_data import DATA_DIR
+from planner.calibration.public_data import DATA_DIR, profile_path
 from sim.config import GpuSpec
 
-TABLE_PATH = DATA_DIR / "transfer.yaml"
+TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread
+FOLDS_PATH = DATA_DIR / "transfer_folds.yaml"  # the leave-one-GPU-out folds, for docs/fidelity.md
 
 # Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml) and the A40.
 ARCHITECTURE = {
@@ -142,8 +143,9 @@ def write_table(fits) -> str:
                         "coefficient_relative_deviation": deviation,
                     }
                 )
-    table = {"joint": joint, "folds": folds, "relative_std": relative_std(folds)}
+    table = {"joint": joint, "relative_std": relative_std(folds)}
     TABLE_PATH.write_text(yaml.safe_dump(table, sort_keys=False, width=110), encoding="utf-8")
+    FOLDS_PATH.write_text(yaml.safe_dump({"folds": folds}, sort_keys=False, width=110), encoding="utf-8")
     load_table.cache_clear()
     return TABLE_PATH
 
@@ -174,13 +176,24 @@ def relative_std(folds) -> dict[str, dict[str, float]]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Using it (at start-up)
+# Using it (at start-up: a YAML file or two, no scipy)
+
+
+def _load(path) -> dict:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser where PyYAML has it
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
 
 
 @cache
 def load_table() -> dict:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load(TABLE_PATH.read_text(encoding="utf-8"), Loader=loader)
+    return _load(TABLE_PATH)
+
+
+@cache
+def load_profile(gpu: str, tp: int) -> dict | None:
+    """One shipped profile, or None: start-up reads only the files it needs."""
+    path = profile_path(gpu, tp)
+    return _load(path) if path.exists() else None
 
 
 def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple[str, ...], str]:
@@ -201,11 +214,8 @@ def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tu
     """The shipped coefficients for `gpu`: its own public profile where one was measured (same GPU, tensor
     parallel degree, a float16/bfloat16 model), else transferred. Returns (coefficients, std per
     coefficient, label). Coefficients not in the dict (the CPU-side overheads) keep the cost model's defaults."""
-    from planner.calibration.public_profiles import shipped_profiles
-
     tp = profiled_tp(tensor_parallel_size)
-    by_key = {(p["device"]["gpu"], p["tensor_parallel_size"]): p for p in shipped_profiles()}
-    own = by_key.get((gpu.name, tp))
+    own = load_profile(gpu.name, tp)
     if own is not None and tp == tensor_parallel_size and dtype in CALIBRATED_DTYPES:
         return (
             dict(own["coefficients"]),
@@ -216,5 +226,5 @@ def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tu
     if own is not None:
         sources = (gpu.name,)  # the GPU's own profile at another tp or dtype: the nearest measured source
         coefficients, uncertainty = dict(own["coefficients"]), dict(own["uncertainty"])
-    ids = ", ".join(by_key[g, tp]["id"] for g in sources)
+    ids = ", ".join(load_profile(g, tp)["id"] for g in sources)
     return coefficients, uncertainty, f"transferred (from {ids})"
