@@ -19,12 +19,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from planner.calibration.shipped import DATA_DIR
 from sim.config import GpuSpec
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "calibrations" / "vidur"
 OPERATORS_CSV = DATA_DIR / "operators.csv"
 ALL_REDUCE_CSV = DATA_DIR / "all_reduce.csv"
-PROFILE_DIR = DATA_DIR.parent  # the shipped profiles: planner/calibrations/<gpu>-tp<N>.yaml
 
 # Vidur's folder names -> our catalog's GPU names. Vidur's H100 sits in DGX H100 nodes (its network
 # profiles say so): the SXM part.
@@ -107,10 +106,6 @@ class AllReduceRow:
     num_workers: int
     size_bytes: int
     ms: float  # median
-
-
-def profile_path(gpu: str, tp: int) -> Path:
-    return PROFILE_DIR / f"{gpu}-tp{tp}.yaml"
 
 
 def gpu_spec(name: str) -> GpuSpec:

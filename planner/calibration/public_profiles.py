@@ -27,17 +27,14 @@ from planner.calibration.public_data import (
     ALL_REDUCE_SETUPS,
     GPU_NAMES,
     OPERATORS_CSV,
-    PROFILE_DIR,
     AllReduceRow,
     OperatorRow,
     gpu_spec,
-    profile_path,
 )
+from planner.calibration.shipped import PROFILE_DIR, PROFILED_GPUS, TENSOR_PARALLEL_SIZES, profile_path
 
 VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
 FORMAT = "planner-calibration/1"
-PROFILED_GPUS = ("a100-80gb", "a40", "h100-sxm")
-TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 # Step classes by batch size: decode-sized batches are bandwidth-bound, large ones compute-bound, and the
 # ridge between them is where the one-roofline form is worst (public_fit.layer_time_smooth_s).
 STEP_CLASSES = {"small_batch": (1, 64), "ridge": (65, 767), "large_batch": (768, 1 << 30)}
@@ -118,7 +115,8 @@ def _errors(e: np.ndarray) -> dict[str, float]:
 
 
 def profile_dict(f: GpuFit, created: str) -> dict:
-    """One shipped profile, in the schema's key order; `id` is the sha256 of the rest."""
+    """One shipped profile, in the schema's key order; `id` is the sha256 of the rest but `created`, so a
+    re-fit that reproduces the coefficients reproduces the id."""
     spec = gpu_spec(f.gpu)
     by_class = {"layer": _errors(f.layer_errors)}
     if f.allreduce is not None:
@@ -170,7 +168,7 @@ def profile_dict(f: GpuFit, created: str) -> dict:
     }
     import hashlib  # 15 ms of imports: only when writing
 
-    digest = hashlib.sha256(yaml.safe_dump({k: v for k, v in body.items() if k != "id"}).encode()).hexdigest()
+    digest = hashlib.sha256(yaml.safe_dump({k: v for k, v in body.items() if k not in ("id", "created")}).encode()).hexdigest()
     body["id"] = digest[:12]
     return body
 

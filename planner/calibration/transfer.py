@@ -23,7 +23,7 @@ from functools import cache
 import numpy as np
 import yaml
 
-from planner.calibration.public_data import DATA_DIR, profile_path
+from planner.calibration.shipped import DATA_DIR, PROFILED_GPUS, profile_path
 from sim.config import GpuSpec
 
 TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread
@@ -99,7 +99,8 @@ def write_table(fits) -> str:
     """Joint fits for every subset of the profiled GPUs, and the leave-one-GPU-out folds."""
     from planner.calibration import public_fit as pf
     from planner.calibration.public_data import gpu_spec, load_all_reduce, load_operators
-    from planner.calibration.public_profiles import PROFILED_GPUS, TENSOR_PARALLEL_SIZES, all_reduce_rows, step_times_s
+    from planner.calibration.public_profiles import all_reduce_rows, step_times_s
+    from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
 
     ops, ar = load_operators(), load_all_reduce()
     own = {(f.gpu, f.tensor_parallel_size): f.coefficients() for f in fits}
@@ -198,8 +199,6 @@ def load_profile(gpu: str, tp: int) -> dict | None:
 
 def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple[str, ...], str]:
     """(coefficients, uncertainty as std, source GPUs, rule) for `gpu` from the profiled GPUs."""
-    from planner.calibration.public_profiles import PROFILED_GPUS
-
     sources, rule = choose_sources(gpu.name, PROFILED_GPUS)
     table = load_table()
     tp = profiled_tp(tensor_parallel_size)
