@@ -72,16 +72,16 @@ def all_reduce_rows(gpu: str, tp: int, rows: list[AllReduceRow]) -> list[AllRedu
     return [r for r in rows if r.setup == setup and r.num_workers == tp]
 
 
-def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_rows: list[AllReduceRow]):
+def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_rows: list[AllReduceRow], form=None):
     """(measured, predicted) GPU time of the operators a step's forward pass runs that Vidur measured:
     every layer (and two all-reduces per layer under tensor parallel) plus the embedding. The measured
-    all-reduce is interpolated between measured sizes; the predicted one is the cost model's price."""
+    all-reduce is interpolated between measured sizes; the predicted one is the cost model's price.
+    `form`: the layer's price (default: the cost model's, public_fit.layer_time_s)."""
     from planner.calibration import public_fit as pf
 
-    measured_layer, predicted_layer = (
-        b.layer_s.copy(),
-        pf.layer_time_s(b, coefficients["flops_efficiency"], coefficients["bandwidth_efficiency"]),
-    )
+    form = form or pf.layer_time_s
+    measured_layer = b.layer_s.copy()
+    predicted_layer = form(b, coefficients["flops_efficiency"], coefficients["bandwidth_efficiency"])
     if ar_rows:
         size = pf.allreduce_bytes(b)
         measured_layer += pf.ALLREDUCES_PER_LAYER * pf.measured_allreduce_s(ar_rows, size)
@@ -168,7 +168,9 @@ def profile_dict(f: GpuFit, created: str) -> dict:
     }
     import hashlib  # 15 ms of imports: only when writing
 
-    digest = hashlib.sha256(yaml.safe_dump({k: v for k, v in body.items() if k not in ("id", "created")}).encode()).hexdigest()
+    digest = hashlib.sha256(
+        yaml.safe_dump({k: v for k, v in body.items() if k not in ("id", "created")}).encode()
+    ).hexdigest()
     body["id"] = digest[:12]
     return body
 
