@@ -129,12 +129,14 @@ def section_profiles(ops, ar) -> list[str]:
     out = [
         "## Shipped profiles: fit quality on their own measurements",
         "",
-        "One profile per GPU and tensor-parallel degree (`planner/calibrations/<gpu>-tp<N>.yaml`). Per-layer: "
-        "the cost model's linear roofline against the measured time of a whole layer (every operator Vidur "
-        "timed). Per-step: all layers, two all-reduces per layer at tp > 1 (measured vs the fitted all-reduce "
-        "price) and the embedding: the part of a step's GPU time these data cover (no attention, LM head or "
-        "CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
-        "on the same rows; `2-norm form` is the same fit with the form change proposed below.",
+        (
+            "One profile per GPU and tensor-parallel degree (`planner/calibrations/<gpu>-tp<N>.yaml`). Per-layer: "
+            "the cost model's linear roofline against the measured time of a whole layer (every operator Vidur "
+            "timed). Per-step: all layers, two all-reduces per layer at tp > 1 (measured vs the fitted all-reduce "
+            "price) and the embedding: the part of a step's GPU time these data cover (no attention, LM head or "
+            "CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
+            "on the same rows; `2-norm form` is the same fit with the form change proposed below."
+        ),
         "",
     ]
     rows = []
@@ -170,8 +172,10 @@ def section_models(ops, ar) -> list[str]:
     out = [
         "## Fit quality per GPU and model",
         "",
-        "Each GPU's profiles (one per tp, each on its own tp's rows), errors pooled over tp 1, 2, 4, 8 (phi-2: tp 1 "
-        "only) and batch sizes 1-4096 tokens.",
+        (
+            "Each GPU's profiles (one per tp, each on its own tp's rows), errors pooled over tp 1, 2, 4, 8 (phi-2: tp 1 "
+            "only) and batch sizes 1-4096 tokens."
+        ),
         "",
     ]
     rows = []
@@ -197,11 +201,13 @@ def section_leave_gpu_out(ops, ar) -> list[str]:
     out = [
         "## Leave-one-GPU-out: the honest error of transfer",
         "",
-        "Each profiled GPU held out in turn; its operators predicted with efficiencies fitted jointly to the "
-        "others (each row against its own GPU's spec sheet), by the rule `transferred` uses (`same_architecture`, "
-        "else `same_memory`, else `all`) and by pooling both others (`all`: e.g. fit on A100 + A40, predict "
-        "H100). Operator error = per-layer time (all of a layer's measured operators). Target: within 15% "
-        "median. Beside it, today's spec-sheet defaults on the same held-out rows.",
+        (
+            "Each profiled GPU held out in turn; its operators predicted with efficiencies fitted jointly to the "
+            "others (each row against its own GPU's spec sheet), by the rule `transferred` uses (`same_architecture`, "
+            "else `same_memory`, else `all`) and by pooling both others (`all`: e.g. fit on A100 + A40, predict "
+            "H100). Operator error = per-layer time (all of a layer's measured operators). Target: within 15% "
+            "median. Beside it, today's spec-sheet defaults on the same held-out rows."
+        ),
         "",
     ]
     rows = []
@@ -223,9 +229,11 @@ def section_leave_gpu_out(ops, ar) -> list[str]:
     spread = load_table()["relative_std"]
     out += [
         "",
-        "What `transferred` carries as uncertainty: per rule, the root-mean-square relative deviation of the "
-        "transferred coefficients from the held-out GPU's own fit, over that rule's folds and tp 1-8 "
-        "(`planner/calibrations/vidur/transfer.yaml`); a coefficient's std = this x its value.",
+        (
+            "What `transferred` carries as uncertainty: per rule, the root-mean-square relative deviation of the "
+            "transferred coefficients from the held-out GPU's own fit, over that rule's folds and tp 1-8 "
+            "(`planner/calibrations/vidur/transfer.yaml`); a coefficient's std = this x its value."
+        ),
         "",
     ]
     names = sorted({k for v in spread.values() for k in v})
@@ -242,8 +250,10 @@ def section_leave_models_out(ops, ar) -> list[str]:
     out = [
         "## Leave-one-model-out on the same GPU",
         "",
-        "Per GPU and tp, efficiencies fitted to every other model, then the held-out model's layers predicted; "
-        "errors pooled over tp. Beside: spec-sheet defaults.",
+        (
+            "Per GPU and tp, efficiencies fitted to every other model, then the held-out model's layers predicted; "
+            "errors pooled over tp. Beside: spec-sheet defaults."
+        ),
         "",
     ]
     rows = []
@@ -266,8 +276,8 @@ def section_leave_models_out(ops, ar) -> list[str]:
 
 
 def section_transfer() -> list[str]:
-    from planner.calibration.transfer import choose_sources, public_cost_model
     from planner.calibration.shipped import PROFILED_GPUS
+    from planner.calibration.transfer import choose_sources, public_cost_model
     from planner.catalog import load_gpu_catalog
 
     out = [
@@ -324,12 +334,14 @@ def section_public() -> list[str]:
     out = [
         "## Public end-to-end figures",
         "",
-        "Published throughput/latency on these GPUs, listed (with their settings) before any was simulated; each "
-        "simulated with the scenario they describe: fixed lengths, a closed loop of `concurrency` users (a "
-        "static batch of that size for TensorRT-LLM's session benchmark), vLLM's defaults otherwise "
-        "(chunked prefill, 2048 batched tokens or the prompt if longer). A gap is reported, never tuned away: "
-        "the cost model's coefficients come only from the operator data above. What none of our data cover "
-        "(attention, the LM head, CPU-side step overhead, TensorRT-LLM's fused kernels) is where gaps come from.",
+        (
+            "Published throughput/latency on these GPUs, listed (with their settings) before any was simulated; each "
+            "simulated with the scenario they describe: fixed lengths, a closed loop of `concurrency` users (a "
+            "static batch of that size for TensorRT-LLM's session benchmark), vLLM's defaults otherwise "
+            "(chunked prefill, 2048 batched tokens or the prompt if longer). A gap is reported, never tuned away: "
+            "the cost model's coefficients come only from the operator data above. What none of our data cover "
+            "(attention, the LM head, CPU-side step overhead, TensorRT-LLM's fused kernels) is where gaps come from."
+        ),
         "",
     ]
     catalog = load_gpu_catalog()
