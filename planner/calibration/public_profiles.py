@@ -36,7 +36,7 @@ from planner.calibration.shipped import PROFILE_DIR, PROFILED_GPUS, TENSOR_PARAL
 VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
 FORMAT = "planner-calibration/1"
 # Step classes by batch size: decode-sized batches are bandwidth-bound, large ones compute-bound, and the
-# ridge between them is where the one-roofline form is worst (public_fit.layer_time_smooth_s).
+# ridge between them is where the one-roofline form is worst (public_fit.layer_time_proposed_s).
 STEP_CLASSES = {"small_batch": (1, 64), "ridge": (65, 767), "large_batch": (768, 1 << 30)}
 PROVENANCE = (
     "Fitted to Vidur's public profiling data (microsoft/vidur, data/profiling/compute/{gpu}/*/*/mlp.csv "
