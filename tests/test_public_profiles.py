@@ -157,3 +157,14 @@ def test_shipped_data_cover_every_profiled_gpu():
     assert {r.gpu for r in ops} == set(PROFILED_GPUS)
     assert all(r.layer_ms > r.linear_ms > 0 for r in ops)
     assert {r.setup for r in load_all_reduce()} >= {"a100_dgx", "h100_dgx"}
+
+
+def test_transfer_table_refits_from_the_shipped_data():
+    from planner.calibration.transfer import joint_fit, subset_key
+
+    ops, ar = load_operators(), load_all_reduce()
+    for gpus, tp in ((("a100-80gb", "a40"), 1), (("a100-80gb", "h100-sxm"), 2)):
+        shipped = load_table()["joint"][subset_key(gpus)][tp]
+        refit = joint_fit(ops, ar, gpus, tp)
+        assert shipped.keys() == refit.keys()
+        assert all(shipped[k] == pytest.approx(v, rel=1e-5) for k, v in refit.items())
