@@ -115,8 +115,8 @@ def _errors(e: np.ndarray) -> dict[str, float]:
 
 
 def profile_dict(f: GpuFit, created: str) -> dict:
-    """One shipped profile, in the schema's key order; `id` is the sha256 of the rest but `created`, so a
-    re-fit that reproduces the coefficients reproduces the id."""
+    """One shipped profile, in the schema's key order; `id` is the sha256 of the rest, as
+    planner.calibration.profile.content_id computes it (YAML with sorted keys)."""
     spec = gpu_spec(f.gpu)
     by_class = {"layer": _errors(f.layer_errors)}
     if f.allreduce is not None:
@@ -168,9 +168,7 @@ def profile_dict(f: GpuFit, created: str) -> dict:
     }
     import hashlib  # 15 ms of imports: only when writing
 
-    digest = hashlib.sha256(
-        yaml.safe_dump({k: v for k, v in body.items() if k not in ("id", "created")}).encode()
-    ).hexdigest()
+    digest = hashlib.sha256(yaml.safe_dump({k: v for k, v in body.items() if k != "id"}).encode()).hexdigest()
     body["id"] = digest[:12]
     return body
 
@@ -192,12 +190,19 @@ def shipped_profiles() -> list[dict]:
 def write_all() -> list[Path]:
     from planner.calibration import transfer
 
-    created = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    now = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     fits = fit_all()
     written = []
     for f in fits:
         path = profile_path(f.gpu, f.tensor_parallel_size)
-        path.write_text(yaml.safe_dump(profile_dict(f, created), sort_keys=False, width=110), encoding="utf-8")
+        body = profile_dict(f, now)
+        if path.exists():  # a re-fit that reproduces a shipped profile keeps its date, hence its id
+            old = yaml.safe_load(path.read_text(encoding="utf-8"))
+            if {k: v for k, v in old.items() if k not in ("id", "created")} == {
+                k: v for k, v in body.items() if k not in ("id", "created")
+            }:
+                body = profile_dict(f, old["created"])
+        path.write_text(yaml.safe_dump(body, sort_keys=False, width=110), encoding="utf-8")
         written.append(path)
     shipped_profiles.cache_clear()
     written.append(transfer.write_table(fits))
