@@ -115,7 +115,7 @@ def _step_errors(rows, ar, gpu, tp, coefficients, form=None) -> tuple[np.ndarray
     from planner.calibration.public_profiles import all_reduce_rows, step_times_s
 
     b = pf.batch(rows)
-    layer = (form or pf.layer_time_s)(b, coefficients["flops_efficiency"], coefficients["bandwidth_efficiency"])
+    layer = pf.predicted_layer_s(b, coefficients, form)
     ar_rows = all_reduce_rows(gpu, tp, ar) if tp > 1 else []
     measured, predicted = step_times_s(b, coefficients, _link(gpu), ar_rows, form)
     return layer / b.layer_s - 1, predicted / measured - 1
@@ -175,6 +175,7 @@ def proposed_form(fit):
 
 
 def section_proposed(ops, ar) -> list[str]:
+    from planner.calibration import public_fit as pf
     from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
     from planner.calibration.transfer import load_profile
 
@@ -186,7 +187,8 @@ def section_proposed(ops, ar) -> list[str]:
     for gpu in PROFILED_GPUS:
         for tp in TENSOR_PARALLEL_SIZES:
             fit = proposed_fit(ops, (gpu,), tp)
-            c = load_profile(gpu, tp)["coefficients"] | fit.as_dict()
+            profile = load_profile(gpu, tp)["coefficients"]
+            c = {k: v for k, v in profile.items() if k != pf.LAUNCH_NAME} | fit.as_dict()
             sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
             layer, step = _step_errors(sel, ar, gpu, tp, c, proposed_form(fit))
             med, p90 = errors(step)
@@ -197,6 +199,41 @@ def section_proposed(ops, ar) -> list[str]:
             )  # fmt: skip
     out += table(
         ["GPU", "tp", "flops_efficiency", "bandwidth_efficiency", "kernel_floor_s (us)", "layer median",
+         "layer p90", "step median", "step p90", "target met"],
+        rows,
+    )  # fmt: skip
+    return out
+
+
+def section_launch(ops, ar) -> list[str]:
+    """The max form plus a per-layer launch floor: the cost model's form on the calib branch."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.transfer import load_profile
+
+    out = [
+        (
+            "The max form plus a per-layer launch floor (`public_fit.fit_linear_launch`; the cost model on the "
+            "calib branch adds `launch_overhead_per_layer_s` to steps not replayed from a CUDA graph, and "
+            "`public_profiles` fits it whenever `CostCoefficients` has that field):"
+        ),
+        "",
+    ]
+    rows = []
+    for gpu in PROFILED_GPUS:
+        for tp in TENSOR_PARALLEL_SIZES:
+            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+            fit = pf.fit_linear_launch(pf.batch(sel))
+            c = load_profile(gpu, tp)["coefficients"] | fit.as_dict()
+            layer, step = _step_errors(sel, ar, gpu, tp, c)
+            med, p90 = errors(step)
+            rows.append(
+                [gpu, tp, f"{c['flops_efficiency']:.3f}", f"{c['bandwidth_efficiency']:.3f}",
+                 f"{1e6 * c[pf.LAUNCH_NAME]:.1f}", *map(pct, errors(layer)), pct(med), pct(p90),
+                 "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"]
+            )  # fmt: skip
+    out += table(
+        ["GPU", "tp", "flops_efficiency", "bandwidth_efficiency", "launch per layer (us)", "layer median",
          "layer p90", "step median", "step p90", "target met"],
         rows,
     )  # fmt: skip
@@ -333,11 +370,10 @@ def section_leave_models_out(ops, ar) -> list[str]:
                 held = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.model == model]
                 rest = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.model != model]
                 if held and rest:
-                    c = pf.fit_linear(pf.batch(rest)).as_dict()
+                    c = pf.fit_layers(pf.batch(rest)).as_dict()
                     b = pf.batch(held)
-                    e.append(pf.layer_time_s(b, c["flops_efficiency"], c["bandwidth_efficiency"]) / b.layer_s - 1)
-                    dflt = _defaults()
-                    d.append(pf.layer_time_s(b, dflt["flops_efficiency"], dflt["bandwidth_efficiency"]) / b.layer_s - 1)
+                    e.append(pf.predicted_layer_s(b, c) / b.layer_s - 1)
+                    d.append(pf.predicted_layer_s(b, _defaults()) / b.layer_s - 1)
             e, d = np.concatenate(e), np.concatenate(d)
             rows.append([gpu, model, len(e), *map(pct, errors(e)), "{} / {}".format(*map(pct, errors(d)))])
     out += table(["GPU", "held-out model", "rows", "layer median", "layer p90", "spec-sheet med / p90"], rows)
@@ -488,6 +524,8 @@ def render() -> str:
         "",
         FORM_NOTE,
         *section_proposed(ops, ar),
+        "",
+        *section_launch(ops, ar),
         "",
         *section_streaming(ops),
         "",

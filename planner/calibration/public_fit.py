@@ -80,6 +80,46 @@ def layer_time_s(b: Batch, flops_efficiency, bandwidth_efficiency) -> np.ndarray
     return np.maximum(flops / (b.peak_flops * flops_efficiency), nbytes / (b.bandwidth * bandwidth_efficiency))
 
 
+LAUNCH_NAME = "launch_overhead_per_layer_s"
+
+
+def cost_model_has_launch_term() -> bool:
+    """Whether sim.cost_model prices kernel launches per layer (the calib branch adds
+    launch_overhead_per_layer_s: device time per layer on steps not replayed from a CUDA graph)."""
+    import dataclasses
+
+    from sim.cost_model import CostCoefficients
+
+    return LAUNCH_NAME in {f.name for f in dataclasses.fields(CostCoefficients)}
+
+
+def predicted_layer_s(b: Batch, coefficients: dict[str, float], form=None) -> np.ndarray:
+    """One layer's predicted time for eager rows such as Vidur's (no CUDA graph): the linear roofline
+    (`form`, default the cost model's) plus the per-layer launch term where the coefficients have one."""
+    roof = (form or layer_time_s)(b, coefficients["flops_efficiency"], coefficients["bandwidth_efficiency"])
+    return roof + coefficients.get(LAUNCH_NAME, 0.0)
+
+
+def fit_linear_launch(b: Batch) -> FitResult:
+    """flops_efficiency, bandwidth_efficiency and a per-layer launch floor, fitted together: the max form
+    plus launch_overhead_per_layer_s, as the cost model on the calib branch prices an eager layer."""
+    return fit_relative(
+        lambda x: layer_time_s(b, x[0], x[1]) + x[2],
+        b.layer_s,
+        (*LINEAR_NAMES, LAUNCH_NAME),
+        initial=(0.6, 0.8, 40e-6),
+        lower=(0.01, 0.01, 0.0),
+        upper=(1.0, 1.0, 1e-3),
+        scale=(1.0, 1.0, 1e-5),
+    )
+
+
+def fit_layers(b: Batch) -> FitResult:
+    """The fit the shipped profiles use: in the cost model's form as it is (with the launch term if it
+    has one, so that the floors are not also absorbed into the efficiencies and then counted twice)."""
+    return fit_linear_launch(b) if cost_model_has_launch_term() else fit_linear(b)
+
+
 def allreduce_bytes(b: Batch) -> np.ndarray:
     """One all-reduce of the hidden states of every token in the step."""
     return b.num_tokens * b.hidden_size * DTYPE_BYTES

@@ -79,9 +79,8 @@ def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_
     `form`: the layer's price (default: the cost model's, public_fit.layer_time_s)."""
     from planner.calibration import public_fit as pf
 
-    form = form or pf.layer_time_s
     measured_layer = b.layer_s.copy()
-    predicted_layer = form(b, coefficients["flops_efficiency"], coefficients["bandwidth_efficiency"])
+    predicted_layer = pf.predicted_layer_s(b, coefficients, form)
     if ar_rows:
         size = pf.allreduce_bytes(b)
         measured_layer += pf.ALLREDUCES_PER_LAYER * pf.measured_allreduce_s(ar_rows, size)
@@ -100,7 +99,7 @@ def fit_gpu(ops: list[OperatorRow], ar: list[AllReduceRow], gpu: str, tp: int) -
 
     rows = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
     b = pf.batch(rows)
-    linear = pf.fit_linear(b)
+    linear = pf.fit_layers(b)
     link = (gpu_spec(gpu).interconnect_bandwidth_gbps or 0) * 1e9
     ar_rows = all_reduce_rows(gpu, tp, ar) if tp > 1 else []
     allreduce = pf.fit_allreduce(ar_rows, link) if ar_rows else None

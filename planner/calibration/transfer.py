@@ -83,7 +83,7 @@ def joint_fit(ops, ar, gpus: tuple[str, ...], tp: int) -> dict[str, float]:
     from planner.calibration.public_profiles import all_reduce_rows
 
     b = pf.batch([r for r in ops if r.gpu in gpus and r.tensor_parallel_size == tp])
-    coefficients = pf.fit_linear(b).as_dict()
+    coefficients = pf.fit_layers(b).as_dict()
     if tp > 1:
         ar_rows, links = [], []
         for g in gpus:
@@ -120,8 +120,7 @@ def write_table(fits) -> str:
             for tp in TENSOR_PARALLEL_SIZES:
                 coefficients = fill_interconnect(joint, sources, tp)
                 b = pf.batch([r for r in ops if r.gpu == held_out and r.tensor_parallel_size == tp])
-                layer_err = pf.layer_time_s(b, coefficients["flops_efficiency"], coefficients["bandwidth_efficiency"])
-                layer_err = layer_err / b.layer_s - 1
+                layer_err = pf.predicted_layer_s(b, coefficients) / b.layer_s - 1
                 ar_rows = all_reduce_rows(held_out, tp, ar) if tp > 1 else []
                 link = (gpu_spec(held_out).interconnect_bandwidth_gbps or 0) * 1e9
                 measured, predicted = step_times_s(b, coefficients, link, ar_rows)
