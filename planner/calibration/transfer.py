@@ -197,15 +197,20 @@ def load_profile(gpu: str, tp: int) -> dict | None:
 
 
 def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple[str, ...], str]:
-    """(coefficients, uncertainty as std, source GPUs, rule) for `gpu` from the profiled GPUs."""
+    """(coefficients, std per coefficient, source profile ids, rule) for `gpu`, from the profiled GPUs.
+    The std is the coefficient times the spread leave-one-GPU-out measured for the rule that chose them."""
     sources, rule = choose_sources(gpu.name, PROFILED_GPUS)
     table = load_table()
     tp = profiled_tp(tensor_parallel_size)
     coefficients = fill_interconnect(table["joint"], sources, tp)
-    # A rule no fold exercised (none today) would borrow the widest rule's spread rather than claim none.
-    spread = table["relative_std"].get(rule) or table["relative_std"]["all"]
-    uncertainty = {k: abs(v) * spread[k] for k, v in coefficients.items() if k in spread}
-    return coefficients, uncertainty, sources, rule
+    ids = tuple(load_profile(g, tp)["id"] for g in sources)
+    return coefficients, _spread(coefficients, rule), ids, rule
+
+
+def _spread(coefficients: dict, rule: str) -> dict:
+    spread = load_table()["relative_std"]
+    spread = spread.get(rule) or spread["all"]  # a rule no fold exercised (none today): the widest spread
+    return {k: abs(v) * spread[k] for k, v in coefficients.items() if k in spread}
 
 
 def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tuple[dict, dict, str]:
@@ -220,9 +225,11 @@ def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tu
             dict(own["uncertainty"]),
             f"calibrated (public profile {own['id']}, {gpu.name})",
         )
-    coefficients, uncertainty, sources, _ = transfer(gpu, tensor_parallel_size)
     if own is not None:
-        sources = (gpu.name,)  # the GPU's own profile at another tp or dtype: the nearest measured source
-        coefficients, uncertainty = dict(own["coefficients"]), dict(own["uncertainty"])
-    ids = ", ".join(load_profile(g, tp)["id"] for g in sources)
-    return coefficients, uncertainty, f"transferred (from {ids})"
+        # Its own profile at another tp or dtype: the nearest measurement, but no fold measured that step,
+        # so it carries the widest spread leave-one-GPU-out measured.
+        coefficients, ids = dict(own["coefficients"]), (own["id"],)
+        uncertainty = _spread(coefficients, "all")
+    else:
+        coefficients, uncertainty, ids, _ = transfer(gpu, tensor_parallel_size)
+    return coefficients, uncertainty, f"transferred (from {', '.join(ids)})"
