@@ -445,7 +445,11 @@ def section_public() -> list[str]:
             "static batch of that size for TensorRT-LLM's session benchmark), vLLM's defaults otherwise "
             "(chunked prefill, 2048 batched tokens or the prompt if longer). A gap is reported, never tuned away: "
             "the cost model's coefficients come only from the operator data above. What none of our data cover "
-            "(attention, the LM head, CPU-side step overhead, TensorRT-LLM's fused kernels) is where gaps come from."
+            "(attention, the LM head, CPU-side step overhead, TensorRT-LLM's fused kernels) is where gaps come from. "
+            "No H100 or A40 figure in float16/bfloat16 with its full settings was found (TensorRT-LLM's H100 "
+            "tables are FP8, which these profiles do not cover), so all figures are A100s. `without CPU-side "
+            "defaults` is the same simulation with step_overhead_s and per_row_overhead_s at 0: those two are not "
+            "in any data here, and vLLM's async scheduling and TensorRT-LLM's C++ runtime hide most of them."
         ),
         "",
     ]
