@@ -297,9 +297,9 @@ def section_models(ops, ar) -> list[str]:
 
 
 def section_leave_gpu_out(ops, ar) -> list[str]:
-    from planner.calibration.transfer import FOLDS_PATH, _load, load_table
+    from planner.calibration.transfer import FOLDS_PATH, load_table, load_yaml
 
-    folds = _load(FOLDS_PATH)["folds"]
+    folds = load_yaml(FOLDS_PATH)["folds"]
     out = [
         "## Leave-one-GPU-out: the honest error of transfer",
         "",

@@ -16,7 +16,7 @@ from planner.calibration import public_fit as pf
 from planner.calibration.public_data import LAYER_OPERATORS, OperatorRow, load_all_reduce, load_operators
 from planner.calibration.public_profiles import fit_all, shipped_profiles
 from planner.calibration.shipped import PROFILE_DIR, PROFILED_GPUS, TENSOR_PARALLEL_SIZES
-from planner.calibration.transfer import FOLDS_PATH, _load, load_table, public_cost_model, relative_std
+from planner.calibration.transfer import FOLDS_PATH, load_table, load_yaml, public_cost_model, relative_std
 from planner.catalog import load_gpu_catalog
 from planner.scenario import validate_mapping
 from sim.cost_model import CostCoefficients, CostModel
@@ -70,7 +70,7 @@ def test_refit_from_the_shipped_data_gives_the_shipped_coefficients():
 
 
 def test_transfer_uncertainty_is_the_spread_of_the_leave_one_gpu_out_folds():
-    folds = _load(FOLDS_PATH)["folds"]
+    folds = load_yaml(FOLDS_PATH)["folds"]
     assert {f["held_out"] for f in folds} == set(PROFILED_GPUS)
     assert relative_std(folds) == load_table()["relative_std"]
 

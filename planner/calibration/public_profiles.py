@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from planner.calibration.fit import FitResult
 from planner.calibration.public_data import (
     ALL_REDUCE_SETUPS,
     GPU_NAMES,
@@ -54,8 +55,8 @@ PROVENANCE = (
 class GpuFit:
     gpu: str
     tensor_parallel_size: int
-    linear: object  # FitResult
-    allreduce: object | None  # FitResult, or None where no all-reduce was measured
+    linear: FitResult
+    allreduce: FitResult | None  # None where no all-reduce was measured
     step_errors: np.ndarray  # relative, per operator row
     step_tokens: np.ndarray
     layer_errors: np.ndarray

@@ -179,21 +179,21 @@ def relative_std(folds) -> dict[str, dict[str, float]]:
 # Using it (at start-up: a YAML file or two, no scipy)
 
 
-def _load(path) -> dict:
+def load_yaml(path) -> dict:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser where PyYAML has it
     return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
 
 
 @cache
 def load_table() -> dict:
-    return _load(TABLE_PATH)
+    return load_yaml(TABLE_PATH)
 
 
 @cache
 def load_profile(gpu: str, tp: int) -> dict | None:
     """One shipped profile, or None: start-up reads only the files it needs."""
     path = profile_path(gpu, tp)
-    return _load(path) if path.exists() else None
+    return load_yaml(path) if path.exists() else None
 
 
 def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple[str, ...], str]:
