@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -183,3 +184,17 @@ def test_a_cost_model_with_a_launch_term_gets_it_fitted(monkeypatch):
     monkeypatch.setattr(pf, "cost_model_has_launch_term", lambda: False)
     without = fit_gpu(load_operators(), load_all_reduce(), "h100-sxm", 2)
     assert without.coefficients()["bandwidth_efficiency"] < c["bandwidth_efficiency"]
+
+
+VIDUR_DIR = Path(os.environ.get("PLANNER_VIDUR_DIR", "/work/shared/profiles/vidur"))
+
+
+@pytest.mark.skipif(not (VIDUR_DIR / "compute").is_dir(), reason="Vidur's profiling data not on this machine")
+def test_the_shipped_data_derive_from_vidurs_files(tmp_path):
+    """`python -m planner.calibration.public_data <vidur>` rebuilds the shipped data byte for byte."""
+    from planner.calibration.public_data import ALL_REDUCE_CSV, OPERATORS_CSV, derive
+
+    derive(VIDUR_DIR, tmp_path)
+    assert (tmp_path / "operators.csv").read_bytes() == OPERATORS_CSV.read_bytes()
+    assert (tmp_path / "all_reduce.csv").read_bytes() == ALL_REDUCE_CSV.read_bytes()
+    assert (tmp_path / "LICENSE").read_bytes() == (ALL_REDUCE_CSV.parent / "LICENSE").read_bytes()

@@ -119,9 +119,11 @@ def gpu_spec(name: str) -> GpuSpec:
 
 def derive(vidur_dir: Path, out_dir: Path = DATA_DIR) -> tuple[int, int]:
     """Write the compact operators.csv and all_reduce.csv from Vidur's `data/profiling` folder."""
+    import shutil
     import statistics  # 20 ms of imports: only here, never at the CLI's start-up
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(vidur_dir / "LICENSE", out_dir / "LICENSE")  # MIT: the notice travels with the data
     ops = ("emb", *LAYER_OPERATORS)
     header = ["gpu", "model", "tensor_parallel_size", "num_tokens", "num_layers", *SHAPE_COLUMNS, *ops]
     out_rows = []
