@@ -198,3 +198,19 @@ def test_the_shipped_data_derive_from_vidurs_files(tmp_path):
     assert (tmp_path / "operators.csv").read_bytes() == OPERATORS_CSV.read_bytes()
     assert (tmp_path / "all_reduce.csv").read_bytes() == ALL_REDUCE_CSV.read_bytes()
     assert (tmp_path / "LICENSE").read_bytes() == (ALL_REDUCE_CSV.parent / "LICENSE").read_bytes()
+
+
+def test_start_up_path_imports_neither_scipy_nor_the_fitting_modules():
+    """public_cost_model only reads YAML: the fit (scipy, the CSVs) stays off `planner simulate`'s start-up."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from planner.catalog import load_gpu_catalog; "
+        "from planner.calibration.transfer import public_cost_model; c = load_gpu_catalog(); "
+        "public_cost_model(c['a100-80gb'], 'bfloat16', 1); public_cost_model(c['mi300x'], 'bfloat16', 2); "
+        "print([m for m in ('scipy', 'planner.calibration.public_fit', 'planner.calibration.public_data') "
+        "if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
