@@ -1,0 +1,45 @@
+"""What loading a shipped calibration adds to `planner simulate`'s start-up (target: < 50 ms).
+
+`python -m planner.calibration.bench_startup [--runs N]`: in N fresh interpreters, after importing
+planner.cli (which a simulate run imports anyway), times importing the transfer module and one
+`public_cost_model` call, for a profiled GPU (reads one profile) and an unprofiled one (reads the transfer
+table and its source profiles). Prints the median and the worst run. Timings on a shared machine are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+
+PROBE = """
+import time, planner.cli
+from planner.catalog import load_gpu_catalog
+gpu = load_gpu_catalog()[{gpu!r}]
+t0 = time.perf_counter()
+from planner.calibration.transfer import public_cost_model
+public_cost_model(gpu, "bfloat16", {tp})
+print((time.perf_counter() - t0) * 1e3)
+"""
+
+
+def measure(gpu: str, tp: int, runs: int) -> list[float]:
+    return [
+        float(subprocess.run([sys.executable, "-c", PROBE.format(gpu=gpu, tp=tp)], capture_output=True, text=True,
+                             check=True).stdout)
+        for _ in range(runs)
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args(argv)
+    for gpu, tp in (("a100-80gb", 1), ("h100-sxm", 8), ("l40s", 1), ("mi300x", 2)):
+        ms = measure(gpu, tp, args.runs)
+        print(f"{gpu} tp{tp}: median {statistics.median(ms):.1f} ms, max {max(ms):.1f} ms over {args.runs} runs")
+
+
+if __name__ == "__main__":
+    main()

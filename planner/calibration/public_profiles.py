@@ -1,0 +1,218 @@
+"""The calibration profiles shipped in the package, fitted to public operator timings (Vidur's, MIT).
+
+`python -m planner.calibration.public_profiles` re-fits them from the shipped data
+(`planner/calibrations/vidur/*.csv`) and rewrites `planner/calibrations/<gpu>-tp<N>.yaml` (the profile
+schema of planner/calibration/profile.py: source `public-operator-profiles`, model null = GPU-wide) and the
+transfer table `planner/calibrations/vidur/transfer.yaml` (planner.calibration.transfer).
+
+What a profile holds, per (GPU, tensor-parallel degree): flops_efficiency and bandwidth_efficiency fitted to
+whole layers (public_fit), interconnect_efficiency and allreduce_latency_s fitted to NCCL all-reduce times
+in one NVSwitch node (none for the A40: Vidur measured no all-reduce on it). Not in the data, so not in the
+profile (they keep the cost model's defaults or come from `planner calibrate`): the CPU-side overheads
+(step_overhead_s, per_row_overhead_s). Attention is not in the data either: the cost model prices it with
+the same bandwidth and flops efficiencies, i.e. from the fitted kernels' bandwidth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from planner.calibration.fit import FitResult
+from planner.calibration.public_data import (
+    ALL_REDUCE_SETUPS,
+    GPU_NAMES,
+    OPERATORS_CSV,
+    AllReduceRow,
+    OperatorRow,
+    gpu_spec,
+)
+from planner.calibration.shipped import PROFILE_DIR, PROFILED_GPUS, TENSOR_PARALLEL_SIZES, profile_path
+
+VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
+FORMAT = "planner-calibration/1"
+# Step classes by batch size: decode-sized batches are bandwidth-bound, large ones compute-bound, and the
+# ridge between them is where the one-roofline form is worst (public_fit.layer_time_proposed_s).
+STEP_CLASSES = {"small_batch": (1, 64), "ridge": (65, 767), "large_batch": (768, 1 << 30)}
+PROVENANCE = (
+    "Fitted to Vidur's public profiling data (microsoft/vidur, data/profiling/compute/{gpu}/*/*/mlp.csv "
+    "and data/profiling/network/{setup}/all_reduce.csv; MIT licence, copyright Microsoft Corporation, "
+    "planner/calibrations/vidur/LICENSE), reduced to planner/calibrations/vidur/*.csv by "
+    "`python -m planner.calibration.public_data`; fitted by `python -m planner.calibration.public_profiles` "
+    "with planner.calibration.fit.fit_relative. Flops/bandwidth efficiencies: one roofline over all of a "
+    "layer's weights fitted to the measured time of whole layers (linears, norms, rotary, activation, add), "
+    "in float16. {allreduce} Not measured, so not in this profile: attention (priced by the cost model "
+    "from these bandwidth/flops efficiencies), the LM head, and CPU-side overheads."
+)
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    gpu: str
+    tensor_parallel_size: int
+    linear: FitResult
+    allreduce: FitResult | None  # None where no all-reduce was measured
+    step_errors: np.ndarray  # relative, per operator row
+    step_tokens: np.ndarray
+    layer_errors: np.ndarray
+
+    def coefficients(self) -> dict[str, float]:
+        return self.linear.as_dict() | (self.allreduce.as_dict() if self.allreduce else {})
+
+    def uncertainty(self) -> dict[str, float]:
+        return self.linear.std_dict() | (self.allreduce.std_dict() if self.allreduce else {})
+
+
+def all_reduce_rows(gpu: str, tp: int, rows: list[AllReduceRow]) -> list[AllReduceRow]:
+    setup = ALL_REDUCE_SETUPS.get(gpu)
+    return [r for r in rows if r.setup == setup and r.num_workers == tp]
+
+
+def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_rows: list[AllReduceRow], form=None):
+    """(measured, predicted) GPU time of the operators a step's forward pass runs that Vidur measured:
+    every layer (and two all-reduces per layer under tensor parallel) plus the embedding. The measured
+    all-reduce is interpolated between measured sizes; the predicted one is the cost model's price.
+    `form`: the layer's price (default: the cost model's, public_fit.layer_time_s)."""
+    from planner.calibration import public_fit as pf
+
+    measured_layer = b.layer_s.copy()
+    predicted_layer = pf.predicted_layer_s(b, coefficients, form)
+    if ar_rows:
+        size = pf.allreduce_bytes(b)
+        measured_layer += pf.ALLREDUCES_PER_LAYER * pf.measured_allreduce_s(ar_rows, size)
+        predicted_layer += pf.ALLREDUCES_PER_LAYER * pf.allreduce_time_s(
+            size,
+            b.tensor_parallel_size,
+            link_bytes_per_s,
+            coefficients["interconnect_efficiency"],
+            coefficients["allreduce_latency_s"],
+        )
+    return b.num_layers * measured_layer + b.emb_s, b.num_layers * predicted_layer
+
+
+def fit_gpu(ops: list[OperatorRow], ar: list[AllReduceRow], gpu: str, tp: int) -> GpuFit:
+    from planner.calibration import public_fit as pf
+
+    rows = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+    b = pf.batch(rows)
+    linear = pf.fit_layers(b)
+    link = (gpu_spec(gpu).interconnect_bandwidth_gbps or 0) * 1e9
+    ar_rows = all_reduce_rows(gpu, tp, ar) if tp > 1 else []
+    allreduce = pf.fit_allreduce(ar_rows, link) if ar_rows else None
+    coefficients = linear.as_dict() | (allreduce.as_dict() if allreduce else {})
+    measured, predicted = step_times_s(b, coefficients, link, ar_rows)
+    return GpuFit(gpu, tp, linear, allreduce, predicted / measured - 1, b.num_tokens, linear.relative_errors)
+
+
+def _errors(e: np.ndarray) -> dict[str, float]:
+    a = np.abs(e)
+    return {"median": round(float(np.median(a)), 4), "p90": round(float(np.percentile(a, 90)), 4)}
+
+
+def profile_dict(f: GpuFit, created: str) -> dict:
+    """One shipped profile, in the schema's key order; `id` is the sha256 of the rest, as
+    planner.calibration.profile.content_id computes it (YAML with sorted keys)."""
+    spec = gpu_spec(f.gpu)
+    by_class = {"layer": _errors(f.layer_errors)}
+    if f.allreduce is not None:
+        by_class["all_reduce"] = _errors(f.allreduce.relative_errors)
+    for name, (lo, hi) in STEP_CLASSES.items():
+        by_class[f"step_{name}"] = _errors(f.step_errors[(f.step_tokens >= lo) & (f.step_tokens <= hi)])
+    setup = ALL_REDUCE_SETUPS.get(f.gpu)
+    allreduce_text = (
+        f"Interconnect efficiency and all-reduce latency: fitted to {setup}/all_reduce.csv, {f.tensor_parallel_size} "
+        "workers in one node, sizes 2 KB - 64 MB."
+        if f.allreduce is not None
+        else (
+            "No all-reduce measured for this GPU: interconnect_efficiency and allreduce_latency_s are not in "
+            "this profile (cost-model defaults apply)."
+            if f.tensor_parallel_size > 1
+            else "Tensor parallel 1: no all-reduce."
+        )
+    )
+    body = {
+        "format": FORMAT,
+        "id": None,
+        "created": created,
+        "source": "public-operator-profiles",
+        "device": {
+            "name": {"a100-80gb": "NVIDIA A100-SXM4-80GB", "a40": "NVIDIA A40", "h100-sxm": "NVIDIA H100 80GB HBM3"}[
+                f.gpu
+            ],
+            "kind": "cuda",
+            "gpu": f.gpu,
+            "memory_bytes": spec.memory_bytes,
+            "driver": None,
+            "runtime": None,
+            "torch": None,
+        },
+        "model": None,
+        "dtype": "float16",
+        "tensor_parallel_size": f.tensor_parallel_size,
+        "engine": {},
+        "coefficients": {k: float(f"{v:.6g}") for k, v in f.coefficients().items()},
+        "uncertainty": {k: float(f"{v:.3g}") for k, v in f.uncertainty().items()},
+        "fit": {
+            "rows": len(f.step_errors),
+            "median_abs_error": _errors(f.step_errors)["median"],
+            "p90_abs_error": _errors(f.step_errors)["p90"],
+            "by_class": by_class,
+        },
+        "rows": "vidur/operators.csv",
+        "provenance": PROVENANCE.format(gpu=VIDUR_NAMES[f.gpu], setup=setup, allreduce=allreduce_text),
+    }
+    import hashlib  # 15 ms of imports: only when writing
+
+    digest = hashlib.sha256(yaml.safe_dump({k: v for k, v in body.items() if k != "id"}).encode()).hexdigest()
+    body["id"] = digest[:12]
+    return body
+
+
+def fit_all(ops_path: Path = OPERATORS_CSV) -> list[GpuFit]:
+    from planner.calibration.public_data import load_all_reduce, load_operators
+
+    ops, ar = load_operators(ops_path), load_all_reduce()
+    return [fit_gpu(ops, ar, g, tp) for g in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES]
+
+
+@cache
+def shipped_profiles() -> list[dict]:
+    """Every shipped profile, parsed (one small YAML file each; the C loader where PyYAML has it)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [yaml.load(p.read_text(encoding="utf-8"), Loader=loader) for p in sorted(PROFILE_DIR.glob("*.yaml"))]
+
+
+def write_all() -> list[Path]:
+    from planner.calibration import transfer
+
+    now = datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    fits = fit_all()
+    written = []
+    for f in fits:
+        path = profile_path(f.gpu, f.tensor_parallel_size)
+        body = profile_dict(f, now)
+        if path.exists():  # a re-fit that reproduces a shipped profile keeps its date, hence its id
+            old = yaml.safe_load(path.read_text(encoding="utf-8"))
+            if {k: v for k, v in old.items() if k not in ("id", "created")} == {
+                k: v for k, v in body.items() if k not in ("id", "created")
+            }:
+                body = profile_dict(f, old["created"])
+        path.write_text(yaml.safe_dump(body, sort_keys=False, width=110), encoding="utf-8")
+        written.append(path)
+    shipped_profiles.cache_clear()
+    written.append(transfer.write_table(fits))
+    return written
+
+
+def main() -> None:
+    for path in write_all():
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+"""Where the shipped calibrations live, and what was profiled: the one module start-up needs to find them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "calibrations"  # planner/calibrations/<gpu>-tp<N>.yaml
+DATA_DIR = PROFILE_DIR / "vidur"  # the public data they were fitted to, with its licence
+PROFILED_GPUS = ("a100-80gb", "a40", "h100-sxm")
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+
+
+def profile_path(gpu: str, tp: int) -> Path:
+    return PROFILE_DIR / f"{gpu}-tp{tp}.yaml"

@@ -1,0 +1,235 @@
+"""Coefficients for a GPU nobody profiled, transferred from the profiled ones by spec-sheet ratios.
+
+The coefficients are efficiencies against a GPU's own spec sheet (dense bf16 peak, memory bandwidth,
+interconnect bandwidth), so transferring them means: fit ONE set of efficiencies jointly to the source GPUs'
+measured operators, each row priced against its own GPU's peaks, and apply it to the target's peaks; the
+predicted times then scale by the targets' spec ratios. Which sources: the profiled GPUs of the target's
+architecture generation; else those with the same kind of memory (HBM or GDDR, which sets how close to the
+spec bandwidth a GPU streams); else all of them (a GPU given as a mapping, whose generation we do not know).
+
+The uncertainty is measured, not guessed: leave-one-GPU-out over the profiled GPUs (A100-80GB, A40, H100),
+each held-out GPU predicted by the same rule from the others. Per rule, the root-mean-square relative
+deviation of the transferred coefficients from the held-out GPU's own fit becomes each coefficient's std,
+and the operator-time errors of those folds are reported in docs/fidelity.md. The joint fits and the folds
+run once, in `python -m planner.calibration.public_profiles`, into `planner/calibrations/vidur/transfer.yaml`;
+`public_cost_model` only reads that file and the profiles (no scipy at start-up).
+"""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+
+import numpy as np
+import yaml
+
+from planner.calibration.shipped import DATA_DIR, PROFILED_GPUS, profile_path
+from sim.config import GpuSpec
+
+TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread
+FOLDS_PATH = DATA_DIR / "transfer_folds.yaml"  # the leave-one-GPU-out folds, for docs/fidelity.md
+
+# Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml) and the A40.
+ARCHITECTURE = {
+    "a10": "ampere",
+    "a10g": "ampere",
+    "a40": "ampere",
+    "a100-40gb": "ampere",
+    "a100-80gb": "ampere",
+    "l4": "ada",
+    "l40s": "ada",
+    "rtx-4090": "ada",
+    "h100-sxm": "hopper",
+    "h100-pcie": "hopper",
+    "h200": "hopper",
+    "mi300x": "cdna3",
+}
+GDDR = {"a10", "a10g", "a40", "l4", "l40s", "rtx-4090"}
+RULES = ("same_architecture", "same_memory", "all")
+CALIBRATED_DTYPES = ("float16", "bfloat16")  # Vidur measured float16; bf16 runs the same tensor cores
+
+
+def profiled_tp(tp: int) -> int:
+    """The profiled tensor-parallel degree used for `tp`: itself, or the largest power of two below (max 8)."""
+    return min(8, 1 << (max(tp, 1).bit_length() - 1))
+
+
+def choose_sources(target: str, profiled: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """The profiled GPUs a target's coefficients come from, and the rule that chose them."""
+    others = tuple(g for g in profiled if g != target)
+    arch = ARCHITECTURE.get(target)
+    same_arch = tuple(g for g in others if arch is not None and ARCHITECTURE[g] == arch)
+    if same_arch:
+        return same_arch, "same_architecture"
+    if arch is not None:
+        same_memory = tuple(g for g in others if (g in GDDR) == (target in GDDR))
+        if same_memory:
+            return same_memory, "same_memory"
+    return others, "all"
+
+
+def subset_key(gpus) -> str:
+    return "+".join(sorted(gpus))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building the table (at fit time)
+
+
+def joint_fit(ops, ar, gpus: tuple[str, ...], tp: int) -> dict[str, float]:
+    """One set of efficiencies fitted to all `gpus`' operator (and all-reduce) rows at tensor parallel tp."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.public_data import gpu_spec
+    from planner.calibration.public_profiles import all_reduce_rows
+
+    b = pf.batch([r for r in ops if r.gpu in gpus and r.tensor_parallel_size == tp])
+    coefficients = pf.fit_layers(b).as_dict()
+    if tp > 1:
+        ar_rows, links = [], []
+        for g in gpus:
+            rows = all_reduce_rows(g, tp, ar)
+            ar_rows += rows
+            links += [gpu_spec(g).interconnect_bandwidth_gbps * 1e9] * len(rows)
+        if ar_rows:
+            coefficients |= pf.fit_allreduce(ar_rows, np.asarray(links)).as_dict()
+    return coefficients
+
+
+def write_table(fits) -> str:
+    """Joint fits for every subset of the profiled GPUs, and the leave-one-GPU-out folds."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.public_data import gpu_spec, load_all_reduce, load_operators
+    from planner.calibration.public_profiles import all_reduce_rows, step_times_s
+    from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
+
+    ops, ar = load_operators(), load_all_reduce()
+    own = {(f.gpu, f.tensor_parallel_size): f.coefficients() for f in fits}
+    joint: dict[str, dict[int, dict[str, float]]] = {}
+    for n in range(1, len(PROFILED_GPUS) + 1):
+        for gpus in itertools.combinations(PROFILED_GPUS, n):
+            joint[subset_key(gpus)] = {
+                tp: {k: float(f"{v:.6g}") for k, v in joint_fit(ops, ar, gpus, tp).items()}
+                for tp in TENSOR_PARALLEL_SIZES
+            }
+    folds = []
+    for held_out in PROFILED_GPUS:
+        chosen, rule = choose_sources(held_out, PROFILED_GPUS)
+        candidates = {(chosen, rule)}
+        candidates.add((tuple(g for g in PROFILED_GPUS if g != held_out), "all"))
+        for sources, fold_rule in sorted(candidates, key=lambda c: RULES.index(c[1])):
+            for tp in TENSOR_PARALLEL_SIZES:
+                coefficients = fill_interconnect(joint, sources, tp)
+                b = pf.batch([r for r in ops if r.gpu == held_out and r.tensor_parallel_size == tp])
+                layer_err = pf.predicted_layer_s(b, coefficients) / b.layer_s - 1
+                ar_rows = all_reduce_rows(held_out, tp, ar) if tp > 1 else []
+                link = (gpu_spec(held_out).interconnect_bandwidth_gbps or 0) * 1e9
+                measured, predicted = step_times_s(b, coefficients, link, ar_rows)
+                step_err = predicted / measured - 1
+                deviation = {
+                    k: float(f"{coefficients[k] / v - 1:.4g}")
+                    for k, v in own[held_out, tp].items()
+                    if k in coefficients
+                }
+                folds.append(
+                    {
+                        "held_out": held_out,
+                        "sources": list(sources),
+                        "rule": fold_rule,
+                        "tensor_parallel_size": tp,
+                        "layer_median_abs_error": round(float(np.median(np.abs(layer_err))), 4),
+                        "layer_p90_abs_error": round(float(np.percentile(np.abs(layer_err), 90)), 4),
+                        "step_median_abs_error": round(float(np.median(np.abs(step_err))), 4),
+                        "step_p90_abs_error": round(float(np.percentile(np.abs(step_err), 90)), 4),
+                        "coefficient_relative_deviation": deviation,
+                    }
+                )
+    table = {"joint": joint, "relative_std": relative_std(folds)}
+    TABLE_PATH.write_text(yaml.safe_dump(table, sort_keys=False, width=110), encoding="utf-8")
+    FOLDS_PATH.write_text(yaml.safe_dump({"folds": folds}, sort_keys=False, width=110), encoding="utf-8")
+    load_table.cache_clear()
+    return TABLE_PATH
+
+
+def fill_interconnect(joint, sources, tp: int) -> dict[str, float]:
+    """The sources' joint coefficients; where none of them has a measured all-reduce (the A40), the
+    interconnect terms of all profiled GPUs that have one (NVSwitch nodes: optimistic for PCIe parts)."""
+    coefficients = dict(joint[subset_key(sources)][tp])
+    if tp > 1 and "interconnect_efficiency" not in coefficients:
+        with_ar = max((k for k in joint if "interconnect_efficiency" in joint[k][tp]), key=len)
+        for k in ("interconnect_efficiency", "allreduce_latency_s"):
+            coefficients[k] = joint[with_ar][tp][k]
+    return coefficients
+
+
+def relative_std(folds) -> dict[str, dict[str, float]]:
+    """Per rule: root-mean-square relative deviation of each transferred coefficient over that rule's folds."""
+    out = {}
+    for rule in RULES:
+        devs: dict[str, list[float]] = {}
+        for f in folds:
+            if f["rule"] == rule:
+                for k, v in f["coefficient_relative_deviation"].items():
+                    devs.setdefault(k, []).append(v)
+        if devs:
+            out[rule] = {k: round(float(np.sqrt(np.mean(np.square(v)))), 4) for k, v in devs.items()}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Using it (at start-up: a YAML file or two, no scipy)
+
+
+def load_yaml(path) -> dict:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser where PyYAML has it
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+
+
+@cache
+def load_table() -> dict:
+    return load_yaml(TABLE_PATH)
+
+
+@cache
+def load_profile(gpu: str, tp: int) -> dict | None:
+    """One shipped profile, or None: start-up reads only the files it needs."""
+    path = profile_path(gpu, tp)
+    return load_yaml(path) if path.exists() else None
+
+
+def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple[str, ...], str]:
+    """(coefficients, std per coefficient, source profile ids, rule) for `gpu`, from the profiled GPUs.
+    The std is the coefficient times the spread leave-one-GPU-out measured for the rule that chose them."""
+    sources, rule = choose_sources(gpu.name, PROFILED_GPUS)
+    table = load_table()
+    tp = profiled_tp(tensor_parallel_size)
+    coefficients = fill_interconnect(table["joint"], sources, tp)
+    ids = tuple(load_profile(g, tp)["id"] for g in sources)
+    return coefficients, _spread(coefficients, rule), ids, rule
+
+
+def _spread(coefficients: dict, rule: str) -> dict:
+    spread = load_table()["relative_std"]
+    spread = spread.get(rule) or spread["all"]  # a rule no fold exercised (none today): the widest spread
+    return {k: abs(v) * spread[k] for k, v in coefficients.items() if k in spread}
+
+
+def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tuple[dict, dict, str]:
+    """The shipped coefficients for `gpu`: its own public profile where one was measured (same GPU, tensor
+    parallel degree, a float16/bfloat16 model), else transferred. Returns (coefficients, std per
+    coefficient, label). Coefficients not in the dict (the CPU-side overheads) keep the cost model's defaults."""
+    tp = profiled_tp(tensor_parallel_size)
+    own = load_profile(gpu.name, tp)
+    if own is not None and tp == tensor_parallel_size and dtype in CALIBRATED_DTYPES:
+        return (
+            dict(own["coefficients"]),
+            dict(own["uncertainty"]),
+            f"calibrated (public profile {own['id']}, {gpu.name})",
+        )
+    if own is not None:
+        # Its own profile at another tp or dtype: the nearest measurement, but no fold measured that step,
+        # so it carries the widest spread leave-one-GPU-out measured.
+        coefficients, ids = dict(own["coefficients"]), (own["id"],)
+        uncertainty = _spread(coefficients, "all")
+    else:
+        coefficients, uncertainty, ids, _ = transfer(gpu, tensor_parallel_size)
+    return coefficients, uncertainty, f"transferred (from {', '.join(ids)})"

@@ -1,0 +1,563 @@
+"""How faithful the shipped calibrations are: `python -m planner.fidelity` prints docs/fidelity.md
+(`--write` rewrites it; tests/test_fidelity.py checks the two agree).
+
+Everything here is computed from the shipped data (planner/calibrations/vidur/*.csv), the shipped profiles
+and transfer table (planner/calibrations/*.yaml, written by `python -m planner.calibration.public_profiles`)
+and, for the public end-to-end figures, by running the simulator. Nothing is tuned to the figures listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "fidelity.md"
+COMMAND = "python -m planner.fidelity"
+
+
+@dataclasses.dataclass(frozen=True)
+class PublicFigure:
+    """A published end-to-end measurement, with the settings needed to simulate it."""
+
+    key: str
+    source: str
+    engine: str  # what produced the figure
+    gpu: str  # catalog name
+    model: str  # catalog name
+    dtype: str
+    tensor_parallel_size: int
+    concurrency: int  # requests in flight (a static batch, or a closed-loop client's concurrency)
+    num_requests: int
+    prompt_tokens: int
+    output_tokens: int
+    metric: str  # a key of the simulator's summary: mean_ttft_ms | output_throughput
+    published: float
+    note: str
+
+
+TRT_DOC = (
+    "NVIDIA/TensorRT-LLM docs/source/performance.md (commit 138f96d45f90, data of v0.5/v0.6.1), A100 GPUs (FP16) tables"
+)
+# Listed before any comparison was run; see the section's rules in the printed page.
+PUBLIC_FIGURES = (
+    PublicFigure("trt-a100-7b-ttft-128", TRT_DOC + ", Low Latency", "TensorRT-LLM v0.5", "a100-80gb",
+                 "llama-2-7b", "float16", 1, 1, 3, 128, 1, "mean_ttft_ms", 16.0,
+                 "1st-token latency, batch 1; the doc says A100, not which (80GB SXM assumed)"),
+    PublicFigure("trt-a100-7b-ttft-2048", TRT_DOC + ", Low Latency", "TensorRT-LLM v0.5", "a100-80gb",
+                 "llama-2-7b", "float16", 1, 1, 3, 2048, 1, "mean_ttft_ms", 133.0,
+                 "1st-token latency, batch 1"),
+    PublicFigure("trt-a100-70b-ttft-128", TRT_DOC + ", Low Latency", "TensorRT-LLM v0.5", "a100-80gb",
+                 "llama-2-70b", "float16", 4, 1, 3, 128, 1, "mean_ttft_ms", 47.0,
+                 "1st-token latency, batch 1, TP 4"),
+    PublicFigure("trt-a100-70b-ttft-2048", TRT_DOC + ", Low Latency", "TensorRT-LLM v0.5", "a100-80gb",
+                 "llama-2-70b", "float16", 4, 1, 3, 2048, 1, "mean_ttft_ms", 377.0,
+                 "1st-token latency, batch 1, TP 4"),
+    PublicFigure("trt-a100-7b-60x128x2048", TRT_DOC + ", Peak Throughput", "TensorRT-LLM v0.6.1", "a100-80gb",
+                 "llama-2-7b", "float16", 1, 60, 60, 128, 2048, "output_throughput", 1928.0,
+                 "output tok/s, batch 60"),
+    PublicFigure("trt-a100-7b-52x2048x128", TRT_DOC + ", Peak Throughput", "TensorRT-LLM v0.6.1", "a100-80gb",
+                 "llama-2-7b", "float16", 1, 52, 52, 2048, 128, "output_throughput", 591.0,
+                 "output tok/s, batch 52"),
+    PublicFigure("musgrave-a100-40gb-8b-c1", "johnmusgrave.com/p/vllm-throughput-latency-sweep-on "
+                 "(vLLM throughput-latency sweep on NVIDIA A100)", "vLLM 0.23.0 (vllm bench serve)", "a100-40gb",
+                 "llama-3.1-8b", "bfloat16", 1, 1, 20, 1024, 128, "output_throughput", 75.0,
+                 "'about 75 tokens/sec' at concurrency 1, random 1024 in / 128 out, --ignore-eos"),
+)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Formatting
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def errors(e: np.ndarray) -> tuple[float, float]:
+    a = np.abs(np.asarray(e))
+    return float(np.median(a)), float(np.percentile(a, 90))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sections
+
+
+def _data():
+    from planner.calibration.public_data import load_all_reduce, load_operators
+
+    return load_operators(), load_all_reduce()
+
+
+def _link(gpu: str) -> float:
+    from planner.calibration.public_data import gpu_spec
+
+    return (gpu_spec(gpu).interconnect_bandwidth_gbps or 0) * 1e9
+
+
+def _defaults() -> dict[str, float]:
+    from sim.cost_model import CostCoefficients
+
+    return CostCoefficients().to_dict()
+
+
+def _step_errors(rows, ar, gpu, tp, coefficients, form=None) -> tuple[np.ndarray, np.ndarray]:
+    """(per-layer, per-step) relative errors of `coefficients` on `rows` (one GPU, one tp)."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.public_profiles import all_reduce_rows, step_times_s
+
+    b = pf.batch(rows)
+    layer = pf.predicted_layer_s(b, coefficients, form)
+    ar_rows = all_reduce_rows(gpu, tp, ar) if tp > 1 else []
+    measured, predicted = step_times_s(b, coefficients, _link(gpu), ar_rows, form)
+    return layer / b.layer_s - 1, predicted / measured - 1
+
+
+def section_profiles(ops, ar) -> list[str]:
+    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.transfer import load_profile
+
+    out = [
+        "## Shipped profiles: fit quality on their own measurements",
+        "",
+        (
+            "One profile per GPU and tensor-parallel degree (`planner/calibrations/<gpu>-tp<N>.yaml`). Per-layer: "
+            "the cost model's linear roofline against the measured time of a whole layer (every operator Vidur "
+            "timed). Per-step: all layers, two all-reduces per layer at tp > 1 (measured vs the fitted all-reduce "
+            "price) and the embedding: the part of a step's GPU time these data cover (no attention, LM head or "
+            "CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
+            "on the same rows. The form change proposed below is in the next table."
+        ),
+        "",
+    ]
+    rows = []
+    for gpu in PROFILED_GPUS:
+        for tp in TENSOR_PARALLEL_SIZES:
+            p = load_profile(gpu, tp)
+            c = p["coefficients"]
+            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+            layer, step = _step_errors(sel, ar, gpu, tp, c)
+            _, step_default = _step_errors(sel, ar, gpu, tp, _defaults())
+            med, p90 = errors(step)
+            met = "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"
+            coeffs = ", ".join(f"{k.replace('_efficiency', '')} {v:.3g}" for k, v in c.items())
+            rows.append(
+                [gpu, tp, f"`{p['id']}`", coeffs, len(sel), *map(pct, errors(layer)), pct(med), pct(p90), met,
+                 "{} / {}".format(*map(pct, errors(step_default)))]
+            )  # fmt: skip
+    out += table(
+        ["GPU", "tp", "id", "coefficients", "rows", "layer median", "layer p90", "step median", "step p90",
+         "target met", "spec-sheet step med / p90"],
+        rows,
+    )  # fmt: skip
+    return out
+
+
+def proposed_fit(ops, gpus: tuple[str, ...], tp: int):
+    from planner.calibration import public_fit as pf
+
+    return pf.fit_linear_proposed(pf.batch([r for r in ops if r.gpu in gpus and r.tensor_parallel_size == tp]))
+
+
+def proposed_form(fit):
+    from planner.calibration import public_fit as pf
+
+    floor = fit.as_dict()["kernel_floor_s"]
+    return lambda b, fe, be: pf.layer_time_proposed_s(b, fe, be, floor)
+
+
+def section_proposed(ops, ar) -> list[str]:
+    from planner.calibration import public_fit as pf
+    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.transfer import load_profile
+
+    out = [
+        "The same fit (same rows, same fitter) with the proposed form; all-reduce terms as in the profiles.",
+        "",
+    ]
+    rows = []
+    for gpu in PROFILED_GPUS:
+        for tp in TENSOR_PARALLEL_SIZES:
+            fit = proposed_fit(ops, (gpu,), tp)
+            profile = load_profile(gpu, tp)["coefficients"]
+            c = {k: v for k, v in profile.items() if k != pf.LAUNCH_NAME} | fit.as_dict()
+            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+            layer, step = _step_errors(sel, ar, gpu, tp, c, proposed_form(fit))
+            med, p90 = errors(step)
+            rows.append(
+                [gpu, tp, f"{c['flops_efficiency']:.3f}", f"{c['bandwidth_efficiency']:.3f}",
+                 f"{1e6 * c['kernel_floor_s']:.2f}", *map(pct, errors(layer)), pct(med), pct(p90),
+                 "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"]
+            )  # fmt: skip
+    out += table(
+        ["GPU", "tp", "flops_efficiency", "bandwidth_efficiency", "kernel_floor_s (us)", "layer median",
+         "layer p90", "step median", "step p90", "target met"],
+        rows,
+    )  # fmt: skip
+    return out
+
+
+def section_launch(ops, ar) -> list[str]:
+    """The max form plus a per-layer launch floor: the cost model's form on the calib branch."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.transfer import load_profile
+
+    out = [
+        (
+            "The max form plus a per-layer launch floor (`public_fit.fit_linear_launch`; the cost model on the "
+            "calib branch adds `launch_overhead_per_layer_s` to steps not replayed from a CUDA graph, and "
+            "`public_profiles` fits it whenever `CostCoefficients` has that field):"
+        ),
+        "",
+    ]
+    rows = []
+    for gpu in PROFILED_GPUS:
+        for tp in TENSOR_PARALLEL_SIZES:
+            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+            fit = pf.fit_linear_launch(pf.batch(sel))
+            c = load_profile(gpu, tp)["coefficients"] | fit.as_dict()
+            layer, step = _step_errors(sel, ar, gpu, tp, c)
+            med, p90 = errors(step)
+            rows.append(
+                [gpu, tp, f"{c['flops_efficiency']:.3f}", f"{c['bandwidth_efficiency']:.3f}",
+                 f"{1e6 * c[pf.LAUNCH_NAME]:.1f}", *map(pct, errors(layer)), pct(med), pct(p90),
+                 "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"]
+            )  # fmt: skip
+    out += table(
+        ["GPU", "tp", "flops_efficiency", "bandwidth_efficiency", "launch per layer (us)", "layer median",
+         "layer p90", "step median", "step p90", "target met"],
+        rows,
+    )  # fmt: skip
+    return out
+
+
+def section_streaming(ops) -> list[str]:
+    """How close to the spec bandwidth the kernels stream at decode batch sizes (1-8 tokens)."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.transfer import load_profile
+
+    out = [
+        (
+            "Weights streamed per second at decode batch sizes (1-8 tokens), as a fraction of the spec bandwidth, "
+            "median over models: the four linear kernels alone, and the whole layer; beside it the max-form "
+            "profile's bandwidth_efficiency, which attention inherits in the cost model."
+        ),
+        "",
+    ]
+    rows = []
+    for gpu in PROFILED_GPUS:
+        for tp in TENSOR_PARALLEL_SIZES:
+            b = pf.batch([r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.num_tokens <= 8])
+            nbytes = b.params_per_layer * pf.DTYPE_BYTES / b.tensor_parallel_size
+            linear = float(np.median(nbytes / b.linear_s / b.bandwidth))
+            layer = float(np.median(nbytes / b.layer_s / b.bandwidth))
+            fitted = load_profile(gpu, tp)["coefficients"]["bandwidth_efficiency"]
+            rows.append([gpu, tp, f"{linear:.3f}", f"{layer:.3f}", f"{fitted:.3f}"])
+    out += table(["GPU", "tp", "linears", "whole layer", "profile's bandwidth_efficiency"], rows)
+    return out
+
+
+def section_models(ops, ar) -> list[str]:
+    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.transfer import load_profile
+
+    out = [
+        "## Fit quality per GPU and model",
+        "",
+        (
+            "Each GPU's profiles (one per tp, each on its own tp's rows), errors pooled over tp 1, 2, 4, 8 (phi-2: tp 1 "
+            "only) and batch sizes 1-4096 tokens."
+        ),
+        "",
+    ]
+    rows = []
+    for gpu in PROFILED_GPUS:
+        for model in sorted({r.model for r in ops if r.gpu == gpu}):
+            layer_e, step_e = [], []
+            for tp in TENSOR_PARALLEL_SIZES:
+                sel = [r for r in ops if r.gpu == gpu and r.model == model and r.tensor_parallel_size == tp]
+                if sel:
+                    layer, step = _step_errors(sel, ar, gpu, tp, load_profile(gpu, tp)["coefficients"])
+                    layer_e.append(layer)
+                    step_e.append(step)
+            layer_e, step_e = np.concatenate(layer_e), np.concatenate(step_e)
+            rows.append([gpu, model, len(layer_e), *map(pct, errors(layer_e)), *map(pct, errors(step_e))])
+    out += table(["GPU", "model", "rows", "layer median", "layer p90", "step median", "step p90"], rows)
+    return out
+
+
+def section_leave_gpu_out(ops, ar) -> list[str]:
+    from planner.calibration.transfer import FOLDS_PATH, load_table, load_yaml
+
+    folds = load_yaml(FOLDS_PATH)["folds"]
+    out = [
+        "## Leave-one-GPU-out: the honest error of transfer",
+        "",
+        (
+            "Each profiled GPU held out in turn; its operators predicted with efficiencies fitted jointly to the "
+            "others (each row against its own GPU's spec sheet), by the rule `transferred` uses (`same_architecture`, "
+            "else `same_memory`, else `all`) and by pooling both others (`all`: e.g. fit on A100 + A40, predict "
+            "H100). Operator error = per-layer time (all of a layer's measured operators). Target: within 15% "
+            "median. Beside it, today's spec-sheet defaults on the same held-out rows, and the proposed form "
+            "(below) fitted to the same sources."
+        ),
+        "",
+    ]
+    rows = []
+    for f in folds:
+        gpu, tp = f["held_out"], f["tensor_parallel_size"]
+        sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+        layer_d, step_d = _step_errors(sel, ar, gpu, tp, _defaults())
+        fit = proposed_fit(ops, tuple(f["sources"]), tp)
+        layer_p, _ = _step_errors(sel, [], gpu, 1, fit.as_dict(), proposed_form(fit))  # layers only
+        met = "yes" if f["layer_median_abs_error"] <= 0.15 else "**no**"
+        rows.append(
+            [gpu, " + ".join(f["sources"]), f["rule"], tp, pct(f["layer_median_abs_error"]),
+             pct(f["layer_p90_abs_error"]), met, pct(f["step_median_abs_error"]), pct(f["step_p90_abs_error"]),
+             "{} / {}".format(*map(pct, errors(layer_d))), "{} / {}".format(*map(pct, errors(step_d))),
+             "{} / {}".format(*map(pct, errors(layer_p)))]
+        )  # fmt: skip
+    out += table(
+        ["held out", "fitted on", "rule", "tp", "layer median", "layer p90", "<= 15%", "step median", "step p90",
+         "spec-sheet layer med / p90", "spec-sheet step med / p90", "proposed form layer med / p90"],
+        rows,
+    )  # fmt: skip
+    spread = load_table()["relative_std"]
+    out += [
+        "",
+        (
+            "What `transferred` carries as uncertainty: per rule, the root-mean-square relative deviation of the "
+            "transferred coefficients from the held-out GPU's own fit, over that rule's folds and tp 1-8 "
+            "(`planner/calibrations/vidur/transfer.yaml`); a coefficient's std = this x its value."
+        ),
+        "",
+    ]
+    names = sorted({k for v in spread.values() for k in v})
+    out += table(
+        ["rule", *names], [[rule, *(pct(v.get(k, float("nan"))) for k in names)] for rule, v in spread.items()]
+    )
+    return out
+
+
+def section_leave_models_out(ops, ar) -> list[str]:
+    from planner.calibration import public_fit as pf
+    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+
+    out = [
+        "## Leave-one-model-out on the same GPU",
+        "",
+        (
+            "Per GPU and tp, efficiencies fitted to every other model, then the held-out model's layers predicted; "
+            "errors pooled over tp. Beside: spec-sheet defaults."
+        ),
+        "",
+    ]
+    rows = []
+    for gpu in PROFILED_GPUS:
+        for model in sorted({r.model for r in ops if r.gpu == gpu}):
+            e, d = [], []
+            for tp in TENSOR_PARALLEL_SIZES:
+                held = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.model == model]
+                rest = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.model != model]
+                if held and rest:
+                    c = pf.fit_layers(pf.batch(rest)).as_dict()
+                    b = pf.batch(held)
+                    e.append(pf.predicted_layer_s(b, c) / b.layer_s - 1)
+                    d.append(pf.predicted_layer_s(b, _defaults()) / b.layer_s - 1)
+            e, d = np.concatenate(e), np.concatenate(d)
+            rows.append([gpu, model, len(e), *map(pct, errors(e)), "{} / {}".format(*map(pct, errors(d)))])
+    out += table(["GPU", "held-out model", "rows", "layer median", "layer p90", "spec-sheet med / p90"], rows)
+    return out
+
+
+def section_transfer() -> list[str]:
+    from planner.calibration.shipped import PROFILED_GPUS
+    from planner.calibration.transfer import choose_sources, public_cost_model
+    from planner.catalog import load_gpu_catalog
+
+    out = [
+        "## What each catalog GPU gets (`public_cost_model`, bfloat16, tp 1)",
+        "",
+    ]
+    rows = []
+    for name, gpu in load_gpu_catalog().items():
+        if name == "cpu":
+            continue
+        c, u, label = public_cost_model(gpu, "bfloat16", 1)
+        rule = "own profile" if label.startswith("calibrated") else choose_sources(name, PROFILED_GPUS)[1]
+        cells = [f"{c[k]:.3f} ± {u[k]:.3f}" for k in ("flops_efficiency", "bandwidth_efficiency")]
+        rows.append([name, rule, *cells, label])
+    out += table(["GPU", "rule", "flops_efficiency", "bandwidth_efficiency", "label"], rows)
+    return out
+
+
+def simulate_figure(f: PublicFigure, coefficients: dict[str, float]) -> float:
+    from planner.scenario import validate_mapping
+    from sim.cost_model import CostCoefficients
+    from sim.driver import simulate
+    from sim.metrics import summarize
+
+    scenario = validate_mapping(
+        {
+            "model": f.model,
+            "dtype": f.dtype,
+            "hardware": {"gpu": f.gpu, "tensor_parallel_size": f.tensor_parallel_size},
+            "engine": {
+                "max_model_len": f.prompt_tokens + f.output_tokens,
+                "max_num_seqs": max(f.concurrency, 1),
+                "max_num_batched_tokens": max(2048, f.prompt_tokens),
+            },
+            "workload": {
+                "num_requests": f.num_requests,
+                "arrival": {"process": "closed", "concurrency": f.concurrency},
+                "prompt_tokens": {"dist": "fixed", "value": f.prompt_tokens},
+                "output_tokens": {"dist": "fixed", "value": f.output_tokens},
+            },
+        },
+        f"<public figure {f.key}>",
+        Path("."),
+    )
+    result = simulate(scenario, CostCoefficients(**(CostCoefficients().to_dict() | coefficients)), record_steps=False)
+    summary = summarize(result.recorder, scenario.slo)
+    return float(summary[f.metric])
+
+
+def section_public() -> list[str]:
+    from planner.calibration.transfer import public_cost_model
+    from planner.catalog import load_gpu_catalog
+
+    out = [
+        "## Public end-to-end figures",
+        "",
+        (
+            "Published throughput/latency on these GPUs, listed (with their settings) before any was simulated; each "
+            "simulated with the scenario they describe: fixed lengths, a closed loop of `concurrency` users (a "
+            "static batch of that size for TensorRT-LLM's session benchmark), vLLM's defaults otherwise "
+            "(chunked prefill, 2048 batched tokens or the prompt if longer). A gap is reported, never tuned away: "
+            "the cost model's coefficients come only from the operator data above. What none of our data cover "
+            "(attention, the LM head, CPU-side step overhead, TensorRT-LLM's fused kernels) is where gaps come from. "
+            "No H100 or A40 figure in float16/bfloat16 with its full settings was found (TensorRT-LLM's H100 "
+            "tables are FP8, which these profiles do not cover), so all figures are A100s. `without CPU-side "
+            "defaults` is the same simulation with step_overhead_s and per_row_overhead_s at 0: those two are not "
+            "in any data here, and vLLM's async scheduling and TensorRT-LLM's C++ runtime hide most of them."
+        ),
+        "",
+    ]
+    catalog = load_gpu_catalog()
+    rows = []
+    for f in PUBLIC_FIGURES:
+        c, _, label = public_cost_model(catalog[f.gpu], f.dtype, f.tensor_parallel_size)
+        ours = simulate_figure(f, c)
+        # Attribution, not tuning: the same run without the CPU-side defaults that no data here measured.
+        gpu_only = simulate_figure(f, c | {"step_overhead_s": 0.0, "per_row_overhead_s": 0.0})
+        dflt = simulate_figure(f, {})
+        unit = "ms" if f.metric.endswith("_ms") else "tok/s"
+        rows.append(
+            [f.key, f.source, f.engine, f"{f.gpu}, {f.model}, {f.dtype}, tp {f.tensor_parallel_size}",
+             f"{f.concurrency} x ({f.prompt_tokens} in, {f.output_tokens} out), {f.num_requests} requests",
+             f"{f.published:g} {unit} ({f.note})", f"{ours:.4g} {unit}", pct(ours / f.published - 1), label,
+             f"{gpu_only:.4g} ({pct(gpu_only / f.published - 1)})", f"{dflt:.4g} ({pct(dflt / f.published - 1)})"]
+        )  # fmt: skip
+    out += table(
+        ["figure", "source", "engine", "GPU, model, dtype, tp", "batch x lengths", "published", "simulated",
+         "error", "coefficients", "without CPU-side defaults (error)", "spec-sheet defaults (error)"],
+        rows,
+    )  # fmt: skip
+    return out
+
+
+HEADER = f"""# Fidelity of the shipped calibrations
+
+Produced by `{COMMAND}` (this page is its output; tests/test_fidelity.py keeps them equal). Data: Vidur's
+public per-operator timings (microsoft/vidur, MIT licence; compact copy in `planner/calibrations/vidur/`),
+fitted by `python -m planner.calibration.public_profiles`. Times are GPU time of the operators Vidur measured,
+in float16. **Attention is not in the data**: the cost model prices it from the fitted bandwidth and flops
+efficiencies (the kernels' bandwidth). Nor are the LM head, the sampler or the CPU side of a step: those keep
+the cost model's defaults until `planner calibrate` measures them.
+"""
+
+FORM_NOTE = """## The cost model's form, as the per-operator data see it
+
+The cost model prices a layer's linears as one roofline, max(compute, memory). The data show two things it
+cannot express, and the per-step target is missed because of them (table above):
+
+- **The ridge**: between about 64 and 512 tokens, measured layers are 15-30% slower than max(compute, memory)
+  (the GEMMs do not turn sharply from bandwidth- to compute-bound). A max-form fit trades this off against
+  the ends, so no coefficient pair reaches 5% / 10%.
+- **A floor per kernel**: a layer runs 9 kernels, each costing a few microseconds whatever its size. The
+  max form can only absorb that into bandwidth_efficiency, which then falls as tensor parallel shrinks the
+  shards (H100: 0.73 at tp 1, 0.48 at tp 8) although the kernels stream no slower.
+
+Proposed minimal change (`planner/calibration/public_fit.py::layer_time_proposed_s`, not adopted here: the
+cost model is another module's): the linear term as sqrt(compute^2 + memory^2) (a fitted exponent
+(c^p + m^p)^(1/p) lands at p = 1.5-2.2 everywhere, so p = 2 is fixed) plus one new coefficient,
+kernel_floor_s, per kernel per layer. Its efficiencies then hardly move with tp, which also makes transfer
+across tp and GPUs more reliable (leave-one-GPU-out column `proposed form` below).
+"""
+
+STREAMING_NOTE = """The max-form fit puts bandwidth_efficiency 5-15% below what the kernels stream at decode batch
+sizes (it trades the ridge off against the ends), so decode steps, and attention, which inherits the same
+efficiency, come out slow: the main cause of the decode-heavy end-to-end figures below being
+under-predicted. The proposed form fits bandwidth_efficiency {proposed} (tp 1), at the streaming figures.
+A cost model that keeps the max form could instead price attention's KV reads with the streaming
+efficiency of the first column (a separate coefficient); neither change is made here.
+"""
+
+
+def _proposed_bandwidth(ops) -> str:
+    from planner.calibration.shipped import PROFILED_GPUS
+
+    return ", ".join(f"{proposed_fit(ops, (g,), 1).as_dict()['bandwidth_efficiency']:.2f} ({g})" for g in PROFILED_GPUS)
+
+
+def render() -> str:
+    ops, ar = _data()
+    parts = [
+        HEADER,
+        *section_profiles(ops, ar),
+        "",
+        FORM_NOTE,
+        *section_proposed(ops, ar),
+        "",
+        *section_launch(ops, ar),
+        "",
+        *section_streaming(ops),
+        "",
+        STREAMING_NOTE.format(proposed=_proposed_bandwidth(ops)),
+        *section_models(ops, ar),
+        "",
+        *section_leave_gpu_out(ops, ar),
+        "",
+        *section_leave_models_out(ops, ar),
+        "",
+        *section_transfer(),
+        "",
+        *section_public(),
+    ]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Print docs/fidelity.md (the shipped calibrations' evidence).")
+    parser.add_argument("--write", action="store_true", help=f"rewrite {DOC_PATH.name} instead of printing")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.write:
+        DOC_PATH.write_text(text, encoding="utf-8")
+        print(f"wrote {DOC_PATH}")
+    else:
+        print(text, end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""The shipped calibration profiles: schema, reproducibility from the shipped data, agreement with the cost
+model, and transfer to GPUs nobody profiled."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from planner.calibration import public_fit as pf
+from planner.calibration.public_data import LAYER_OPERATORS, OperatorRow, load_all_reduce, load_operators
+from planner.calibration.public_profiles import fit_all, shipped_profiles
+from planner.calibration.shipped import PROFILE_DIR, PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+from planner.calibration.transfer import FOLDS_PATH, load_table, load_yaml, public_cost_model, relative_std
+from planner.catalog import load_gpu_catalog
+from planner.scenario import validate_mapping
+from sim.cost_model import CostCoefficients, CostModel
+
+SCHEMA_KEYS = [
+    "format", "id", "created", "source", "device", "model", "dtype", "tensor_parallel_size", "engine",
+    "coefficients", "uncertainty", "fit", "rows", "provenance",
+]  # fmt: skip
+DEVICE_KEYS = ["name", "kind", "gpu", "memory_bytes", "driver", "runtime", "torch"]
+COEFFICIENT_NAMES = {f.name for f in dataclasses.fields(CostCoefficients)}
+
+
+def test_one_profile_per_gpu_and_tp():
+    keys = sorted((p["device"]["gpu"], p["tensor_parallel_size"]) for p in shipped_profiles())
+    assert keys == sorted((g, tp) for g in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES)
+
+
+@pytest.mark.parametrize("path", sorted(PROFILE_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_profile_follows_the_schema(path: Path):
+    p = yaml.safe_load(path.read_text())
+    assert list(p) == SCHEMA_KEYS
+    assert p["format"] == "planner-calibration/1"
+    assert p["source"] == "public-operator-profiles" and p["model"] is None
+    assert list(p["device"]) == DEVICE_KEYS and p["device"]["kind"] == "cuda"
+    assert p["dtype"] in ("bfloat16", "float16", "float32")
+    assert isinstance(p["tensor_parallel_size"], int) and p["engine"] == {}
+    assert set(p["coefficients"]) <= COEFFICIENT_NAMES
+    assert set(p["uncertainty"]) == set(p["coefficients"])
+    assert all(math.isfinite(v) and v >= 0 for v in [*p["coefficients"].values(), *p["uncertainty"].values()])
+    assert 0 < p["coefficients"]["flops_efficiency"] <= 1 and 0 < p["coefficients"]["bandwidth_efficiency"] <= 1
+    if p["tensor_parallel_size"] > 1 and p["device"]["gpu"] != "a40":  # the A40 has no all-reduce data
+        assert {"interconnect_efficiency", "allreduce_latency_s"} <= set(p["coefficients"])
+    fit = p["fit"]
+    assert set(fit) == {"rows", "median_abs_error", "p90_abs_error", "by_class"} and fit["rows"] > 0
+    assert 0 <= fit["median_abs_error"] <= fit["p90_abs_error"]
+    assert all(set(c) == {"median", "p90"} for c in fit["by_class"].values())
+    assert (PROFILE_DIR / p["rows"]).exists()
+    assert "MIT" in p["provenance"] and "vidur" in p["provenance"]
+    rest = {k: v for k, v in p.items() if k != "id"}  # as planner.calibration.profile.content_id
+    assert p["id"] == hashlib.sha256(yaml.safe_dump(rest, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def test_refit_from_the_shipped_data_gives_the_shipped_coefficients():
+    shipped = {(p["device"]["gpu"], p["tensor_parallel_size"]): p for p in shipped_profiles()}
+    for f in fit_all():
+        p = shipped[f.gpu, f.tensor_parallel_size]
+        assert p["coefficients"].keys() == f.coefficients().keys()
+        for k, v in f.coefficients().items():
+            assert p["coefficients"][k] == pytest.approx(v, rel=1e-5), (f.gpu, f.tensor_parallel_size, k)
+        assert p["fit"]["median_abs_error"] == pytest.approx(float(np.median(np.abs(f.step_errors))), abs=1e-4)
+
+
+def test_transfer_uncertainty_is_the_spread_of_the_leave_one_gpu_out_folds():
+    folds = load_yaml(FOLDS_PATH)["folds"]
+    assert {f["held_out"] for f in folds} == set(PROFILED_GPUS)
+    assert relative_std(folds) == load_table()["relative_std"]
+
+
+def _scenario(tp: int):
+    return validate_mapping(
+        {
+            "model": "llama-2-7b",
+            "dtype": "float16",
+            "hardware": {"gpu": "a100-80gb", "tensor_parallel_size": tp},
+            "workload": {"arrival": {"process": "closed", "concurrency": 1}},
+        },
+        "<test>",
+        Path("."),
+    )
+
+
+def _row_like(scenario, tokens: int) -> OperatorRow:
+    m = scenario.model
+    return OperatorRow(
+        "a100-80gb", m.name, scenario.hardware.tensor_parallel_size, tokens, m.num_hidden_layers,
+        m.num_attention_heads, m.num_key_value_heads, m.hidden_size, m.intermediate_size, m.vocab_size, True,
+        {op: 1.0 for op in ("emb", *LAYER_OPERATORS)},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("tokens", [1, 64, 200, 4096])
+def test_the_fitted_terms_are_the_cost_models_terms(tokens):
+    """layer_time_s and allreduce_time_s price exactly what CostModel prices, so the fitted coefficients
+    mean the same in the simulator."""
+    c = CostCoefficients(0.55, 0.7, 0.6, 0.0, 0.0, 2e-5)
+    for tp in (1, 2):
+        scenario = _scenario(tp)
+        cm = CostModel(scenario, c)
+        b = pf.batch([_row_like(scenario, tokens)])
+        layers = scenario.model.num_hidden_layers
+        kv_write_s = tokens * cm.kv_bytes_per_token / cm.bytes_per_s  # the attention term with no context
+        step = cm.step_time_s(tokens, 0, 0, 0, 0) - kv_write_s
+        linear = layers * pf.layer_time_s(b, c.flops_efficiency, c.bandwidth_efficiency)[0]
+        link = scenario.hardware.gpu.interconnect_bandwidth_gbps * 1e9
+        allreduce = (
+            layers
+            * pf.ALLREDUCES_PER_LAYER
+            * pf.allreduce_time_s(pf.allreduce_bytes(b), tp, link, c.interconnect_efficiency, c.allreduce_latency_s)[0]
+        )
+        assert step == pytest.approx(linear + (allreduce if tp > 1 else 0), rel=2e-3)
+
+
+def test_profiled_gpu_is_calibrated():
+    gpu = load_gpu_catalog()["h100-sxm"]
+    coefficients, uncertainty, label = public_cost_model(gpu, "bfloat16", 4)
+    p = next(p for p in shipped_profiles() if p["device"]["gpu"] == "h100-sxm" and p["tensor_parallel_size"] == 4)
+    assert label == f"calibrated (public profile {p['id']}, h100-sxm)"
+    assert coefficients == p["coefficients"] and uncertainty == p["uncertainty"]
+
+
+@pytest.mark.parametrize("name", ["a10", "l4", "l40s", "rtx-4090", "h200", "mi300x", "h100-pcie"])
+def test_unprofiled_gpu_is_transferred_with_a_measured_uncertainty(name):
+    ids = {p["id"] for p in shipped_profiles()}
+    for tp in (1, 2):
+        coefficients, uncertainty, label = public_cost_model(load_gpu_catalog()[name], "bfloat16", tp)
+        assert label.startswith("transferred (from ") and label.endswith(")")
+        assert set(label[len("transferred (from ") : -1].split(", ")) <= ids
+        assert set(uncertainty) == set(coefficients) and set(coefficients) <= COEFFICIENT_NAMES
+        assert all(math.isfinite(s) and s > 0 for s in uncertainty.values())
+        if tp > 1:
+            assert "interconnect_efficiency" in coefficients
+
+
+def test_a_gpu_given_as_a_mapping_is_transferred_from_every_profiled_gpu():
+    gpu = dataclasses.replace(load_gpu_catalog()["l40s"], name="my-accelerator")
+    _, uncertainty, label = public_cost_model(gpu, "bfloat16", 1)
+    assert label.count(",") == len(PROFILED_GPUS) - 1
+    assert all(math.isfinite(s) and s > 0 for s in uncertainty.values())
+
+
+def test_a_dtype_that_was_not_profiled_is_not_called_calibrated():
+    _, _, label = public_cost_model(load_gpu_catalog()["a100-80gb"], "float32", 1)
+    assert label.startswith("transferred (from ")
+
+
+def test_shipped_data_cover_every_profiled_gpu():
+    ops = load_operators()
+    assert {r.gpu for r in ops} == set(PROFILED_GPUS)
+    assert all(r.layer_ms > r.linear_ms > 0 for r in ops)
+    assert {r.setup for r in load_all_reduce()} >= {"a100_dgx", "h100_dgx"}
+
+
+def test_transfer_table_refits_from_the_shipped_data():
+    from planner.calibration.transfer import joint_fit, subset_key
+
+    ops, ar = load_operators(), load_all_reduce()
+    for gpus, tp in ((("a100-80gb", "a40"), 1), (("a100-80gb", "h100-sxm"), 2)):
+        shipped = load_table()["joint"][subset_key(gpus)][tp]
+        refit = joint_fit(ops, ar, gpus, tp)
+        assert shipped.keys() == refit.keys()
+        assert all(shipped[k] == pytest.approx(v, rel=1e-5) for k, v in refit.items())
+
+
+def test_a_cost_model_with_a_launch_term_gets_it_fitted(monkeypatch):
+    """On a cost model that prices launches per layer (the calib branch), the profiles fit that term
+    rather than folding the floors into the efficiencies (which the launch term would then count twice)."""
+    from planner.calibration.public_profiles import fit_gpu
+
+    monkeypatch.setattr(pf, "cost_model_has_launch_term", lambda: True)
+    f = fit_gpu(load_operators(), load_all_reduce(), "h100-sxm", 2)
+    c = f.coefficients()
+    assert set(c) == {*pf.LINEAR_NAMES, pf.LAUNCH_NAME, *pf.ALLREDUCE_NAMES}
+    assert 10e-6 < c[pf.LAUNCH_NAME] < 200e-6  # a few microseconds per kernel, ~9 kernels per layer
+    monkeypatch.setattr(pf, "cost_model_has_launch_term", lambda: False)
+    without = fit_gpu(load_operators(), load_all_reduce(), "h100-sxm", 2)
+    assert without.coefficients()["bandwidth_efficiency"] < c["bandwidth_efficiency"]
+
+
+VIDUR_DIR = Path(os.environ.get("PLANNER_VIDUR_DIR", "/work/shared/profiles/vidur"))
+
+
+@pytest.mark.skipif(not (VIDUR_DIR / "compute").is_dir(), reason="Vidur's profiling data not on this machine")
+def test_the_shipped_data_derive_from_vidurs_files(tmp_path):
+    """`python -m planner.calibration.public_data <vidur>` rebuilds the shipped data byte for byte."""
+    from planner.calibration.public_data import ALL_REDUCE_CSV, OPERATORS_CSV, derive
+
+    derive(VIDUR_DIR, tmp_path)
+    assert (tmp_path / "operators.csv").read_bytes() == OPERATORS_CSV.read_bytes()
+    assert (tmp_path / "all_reduce.csv").read_bytes() == ALL_REDUCE_CSV.read_bytes()
+    assert (tmp_path / "LICENSE").read_bytes() == (ALL_REDUCE_CSV.parent / "LICENSE").read_bytes()
+
+
+def test_start_up_path_imports_neither_scipy_nor_the_fitting_modules():
+    """public_cost_model only reads YAML: the fit (scipy, the CSVs) stays off `planner simulate`'s start-up."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from planner.catalog import load_gpu_catalog; "
+        "from planner.calibration.transfer import public_cost_model; c = load_gpu_catalog(); "
+        "public_cost_model(c['a100-80gb'], 'bfloat16', 1); public_cost_model(c['mi300x'], 'bfloat16', 2); "
+        "print([m for m in ('scipy', 'planner.calibration.public_fit', 'planner.calibration.public_data') "
+        "if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
