@@ -99,7 +99,7 @@ def summary_lines(s: dict) -> list[str]:
             f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
         )
     if "cost_model_provenance" in s:
-        lines.append(f"Cost model: {s['cost_model_provenance']['label']}")
+        lines.append(f"Cost model: {s['cost_model_provenance']['label']}{_uncertainty(s)}")
     for check in s["slo"]["checks"]:
         verdict = {True: "met", False: "MISSED", None: "n/a (no value)"}[check["met"]]
         lines.append(
@@ -156,3 +156,15 @@ def compare_lines(a: dict, b: dict, name_a: str, name_b: str) -> list[str]:
         diff = "-" if row["diff_percent"] is None else f"{row['diff_percent']:+.1f}%"
         lines.append(f"{row['label']:<26}{fmt(row['a']):>24}{fmt(row['b']):>24}{diff:>12}")
     return lines
+
+
+def _uncertainty(s: dict) -> str:
+    """The fit's (or the transfer's measured) one-std spread of the efficiencies, in % of their values."""
+    std, values = s["cost_model_provenance"].get("uncertainty") or {}, s.get("cost_model") or {}
+    spread = [
+        f"{name.removesuffix('_efficiency')} ±{std[name] / values[name]:.0%}"
+        for name in ("flops_efficiency", "bandwidth_efficiency", "interconnect_efficiency")
+        if name in std and values.get(name) and std[name] / values[name] < 10
+    ]
+    return f"; efficiencies {', '.join(spread)} (1 std)" if spread else ""
+

@@ -201,7 +201,9 @@ def test_a_profile_round_trips(tmp_path):
 
 def test_auto_picks_the_newest_matching_profile_else_transfers_else_spec_sheet():
     scenario = make_scenario()
-    assert resolve_cost_model(scenario)[1].kind == "spec-sheet"
+    shipped = resolve_cost_model(scenario)[1]  # an empty profile folder: the shipped public profile of the A100
+    assert shipped.kind == "calibrated" and shipped.label.startswith("calibrated (public profile ")
+    assert resolve_cost_model(make_scenario(hardware={"gpu": "cpu"}))[1].kind == "spec-sheet"
     other = make_scenario(model="llama-3.1-8b")
     transferred = save_profile(make_profile(other, bandwidth_efficiency=0.5))
     coefficients, provenance = resolve_cost_model(scenario)

@@ -376,8 +376,9 @@ def resolve_cost_model(
     `calibration` (the --calibration flag; None: the scenario's `calibration` key): a profile FILE, used
     only if it was measured on the scenario's GPU, dtype, tensor parallel size and model (or is GPU-wide);
     or `auto`: the newest profile in the user's folder that matches all four (`calibrated`), else the
-    newest there on the same GPU, dtype and tensor parallel size for another model (`transferred`), else a
-    shipped profile for the GPU (planner/calibrations/), else the spec-sheet defaults.
+    newest there on the same GPU, dtype and tensor parallel size for another model (`transferred`), else the
+    shipped public calibrations: the GPU's own (`calibrated`) or transferred to it from the profiled GPUs;
+    a CPU keeps the spec-sheet defaults.
     """
     choice = calibration if calibration is not None else scenario.calibration
     if choice != "auto":
@@ -393,12 +394,29 @@ def resolve_cost_model(
                 + " (use `calibration: auto`, or calibrate for this scenario: planner calibrate)"
             )
         return profile.cost_coefficients(), calibrated(profile)
-    for folder in (default_profile_dir(), SHIPPED_DIR):
-        profiles = _profiles_in(folder)
-        same = _newest([p for p in profiles if not mismatches(p, scenario)])
-        if same is not None:
-            return same.cost_coefficients(), calibrated(same)
-        other = _newest([p for p in profiles if not mismatches(p, scenario, check_model=False)])
-        if other is not None:
-            return other.cost_coefficients(), transferred(other)
-    return CostCoefficients(), SPEC_SHEET
+    profiles = _profiles_in(default_profile_dir())
+    same = _newest([p for p in profiles if not mismatches(p, scenario)])
+    if same is not None:
+        return same.cost_coefficients(), calibrated(same)
+    other = _newest([p for p in profiles if not mismatches(p, scenario, check_model=False)])
+    if other is not None:
+        return other.cost_coefficients(), transferred(other)
+    return _public(scenario)
+
+
+def _public(scenario: Scenario) -> tuple[CostCoefficients, Provenance]:
+    """The shipped public calibrations (planner/calibrations/): the GPU's own profile, or coefficients
+    transferred from the profiled GPUs with the spread leave-one-GPU-out measured. A CPU is no GPU:
+    nothing transfers to it, it keeps the spec-sheet defaults until `planner calibrate --device cpu`."""
+    gpu = scenario.hardware.gpu
+    if gpu.name == "cpu":
+        return CostCoefficients(), SPEC_SHEET
+    from planner.calibration.transfer import public_cost_model  # reads one to three small YAML files
+
+    coefficients, uncertainty, label = public_cost_model(gpu, scenario.dtype, scenario.hardware.tensor_parallel_size)
+    kind = "calibrated" if label.startswith("calibrated") else "transferred"
+    # "calibrated (public profile <id>, <gpu>)" | "transferred (from public profiles <gpu> <id>, ...)"
+    inside = label.split("(", 1)[1].rstrip(")").removeprefix("public profile ").removeprefix("from public profiles ")
+    parts = [part.split()[-1] for part in inside.split(", ")]
+    profile_id = parts[0] if kind == "calibrated" else ", ".join(parts)
+    return CostCoefficients(**coefficients), Provenance(kind, label, profile_id, uncertainty)

@@ -29,18 +29,6 @@ ALL_REDUCE_CSV = DATA_DIR / "all_reduce.csv"
 # profiles say so): the SXM part.
 GPU_NAMES = {"a100": "a100-80gb", "a40": "a40", "h100": "h100-sxm"}
 
-# The A40 is not in planner/catalog/gpus.yaml; its spec sheet ("NVIDIA A40" datasheet) for the fit only:
-# 48 GB GDDR6, 696 GB/s, BF16 tensor 149.7 TFLOPS dense (299.4 with sparsity), NVLink bridge 112.5 GB/s
-# bidirectional between two cards (56.25 one way), 300 W.
-A40 = GpuSpec(
-    name="a40",
-    memory_bytes=48 * 10**9,  # estimate: nominal 48 GB; not used by the fit
-    bf16_tflops=149.7,
-    memory_bandwidth_gbps=696.0,
-    interconnect_bandwidth_gbps=56.25,
-    tdp_w=300.0,
-)
-
 # Layers per model (the models' config.json num_hidden_layers): Vidur's rows are per layer.
 NUM_LAYERS = {
     "Qwen-72B": 80,
@@ -109,9 +97,7 @@ class AllReduceRow:
 
 
 def gpu_spec(name: str) -> GpuSpec:
-    """The spec sheet of a profiled GPU: the catalog's, or the A40 above."""
-    if name == "a40":
-        return A40
+    """The spec sheet of a profiled GPU, from the catalog."""
     from planner.catalog import load_gpu_catalog
 
     return load_gpu_catalog()[name]

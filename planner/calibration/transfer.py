@@ -29,7 +29,7 @@ from sim.config import GpuSpec
 TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread
 FOLDS_PATH = DATA_DIR / "transfer_folds.yaml"  # the leave-one-GPU-out folds, for docs/fidelity.md
 
-# Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml) and the A40.
+# Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml).
 ARCHITECTURE = {
     "a10": "ampere",
     "a10g": "ampere",
@@ -228,8 +228,10 @@ def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tu
     if own is not None:
         # Its own profile at another tp or dtype: the nearest measurement, but no fold measured that step,
         # so it carries the widest spread leave-one-GPU-out measured.
-        coefficients, ids = dict(own["coefficients"]), (own["id"],)
+        coefficients, sources = dict(own["coefficients"]), [f"{gpu.name} tp{tp} {own['id']}"]
         uncertainty = _spread(coefficients, "all")
     else:
         coefficients, uncertainty, ids, _ = transfer(gpu, tensor_parallel_size)
-    return coefficients, uncertainty, f"transferred (from {', '.join(ids)})"
+        names, _ = choose_sources(gpu.name, PROFILED_GPUS)
+        sources = [f"{name} {profile_id}" for name, profile_id in zip(names, ids)]
+    return coefficients, uncertainty, f"transferred (from public profiles {', '.join(sources)})"
