@@ -11,10 +11,11 @@
 2. Compile each distinct variant with Triton's own compiler (`triton.compile(ASTSource(...),
    target=GPUTarget(...))`, the path JITFunction takes) and the ptxas bundled in the triton wheel
    (TRITON_PTXAS_PATH overrides it), for each target, two processes at a time.
-3. Fail on: a compile error; local memory (register spills: the cubin's STACK + LOCAL bytes per thread from
-   the bundled cuobjdump, the figure the driver reports as a kernel's `n_spills`/local size) in a bf16/fp16
-   variant (fp32 variants are printed, not failed: fp32 is the engine's correctness dtype, not its speed
-   one); shared memory (metadata.shared) over the target's opt-in per-block limit (CUDA programming guide,
+3. Fail on: a compile error; register spills in a bf16/fp16 variant: when the cubin has local memory
+   (STACK + LOCAL bytes per thread from the bundled cuobjdump, the figure Triton's `n_spills` reads from the
+   driver), ptxas -v is run again on the PTX, and its "bytes spill stores/loads" decide: a stack frame
+   without spills (a call frame) is printed, not failed; fp32 variants are printed, not failed (fp32 is the
+   engine's correctness dtype, not its speed one); shared memory (metadata.shared) over the target's opt-in per-block limit (CUDA programming guide,
    compute capabilities table: 227 KiB on 9.0, 163 KiB on 8.0; the per-SM 228/164 KiB keep 1 KiB back for
    the system); int32 offset arithmetic on a KV-cache pointer (see int32_cache_offsets).
 """
@@ -346,7 +347,8 @@ class Result:
     arch: int
     error: str | None = None
     shared_bytes: int = 0
-    local_bytes: int = 0  # per thread: spills (stack frame) + local arrays
+    local_bytes: int = 0  # per thread: the stack frame (spills, call frames) + local arrays
+    spill_bytes: int = 0  # per thread: ptxas's spill stores + spill loads
     registers: int = 0
     int32_offsets: list[str] = field(default_factory=list)
 
@@ -368,6 +370,8 @@ def compile_variant(variant: Variant, arch: int) -> Result:
         return result
     result.shared_bytes = kernel.metadata.shared
     result.registers, result.local_bytes = resource_usage(kernel.asm["cubin"])
+    if result.local_bytes:  # a stack frame is not always a spill: ask ptxas
+        result.spill_bytes = ptxas_spill_bytes(kernel.asm["ptx"], arch)
     cache_args = [name for name, ty in variant.signature if name.endswith("cache_ptr") and ty.startswith("*")]
     result.int32_offsets = int32_cache_offsets(kernel.asm["ttir"], cache_args)
     return result
@@ -384,6 +388,24 @@ def resource_usage(cubin: bytes) -> tuple[int, int]:
     if match is None:
         raise RuntimeError(f"cuobjdump -res-usage printed no resource line:\n{out.stdout}")
     return int(match[1]), int(match[2]) + int(match[3])
+
+
+def ptxas_spill_bytes(ptx: str, arch: int) -> int:
+    """Spill stores + spill loads (bytes per thread) that ptxas -v reports, with the flags Triton's make_cubin
+    passes (the same register allocation)."""
+    from triton.backends.nvidia.compiler import sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cmd = [ptxas_path(arch), "-lineinfo", "-v", "--regAllocOptLevel=2", f"--gpu-name={sm_arch_from_capability(arch)}",
+               src, "-o", os.path.join(tmp, "k.cubin")]  # fmt: skip
+        log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+    found = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    if not found:
+        raise RuntimeError(f"ptxas -v printed no spill line:\n{log}")
+    return sum(int(a) + int(b) for a, b in found)
 
 
 # --- 3. the int32-offset check on KV-cache pointers --------------------------------------------------------
@@ -465,8 +487,8 @@ def findings_of(result: Result) -> list[str]:
     v, out = result.variant, []
     if result.error:
         return [f"compile error: {result.error}"]
-    if result.local_bytes and v.dtype in LOW_PRECISION:
-        out.append(f"{result.local_bytes} B/thread of local memory (register spills), {result.registers} registers")
+    if result.spill_bytes and v.dtype in LOW_PRECISION:
+        out.append(f"register spills: {result.spill_bytes} B/thread stored + loaded, {result.registers} registers")
     if result.shared_bytes > MAX_SHARED_BYTES[result.arch]:
         out.append(f"{result.shared_bytes} B shared memory > {MAX_SHARED_BYTES[result.arch]} B per block")
     out += result.int32_offsets
@@ -517,7 +539,8 @@ def main(argv: list[str] | None = None) -> int:
             for b in bad:
                 print(f"     {b}")
         elif r.local_bytes:
-            print(f"note sm_{r.arch} {r.variant.label()}: {r.local_bytes} B/thread local memory (fp32: not failed)")
+            print(f"note sm_{r.arch} {r.variant.label()}: {r.local_bytes} B/thread stack frame, {r.spill_bytes} B "
+                  f"spilled{' (fp32: not failed)' if r.spill_bytes else ' (no spill: not failed)'}")  # fmt: skip
     counts = ", ".join(f"sm_{a}: {sum(arch == a for _, arch in work)}" for a in archs)
     print(f"{len(work)} variant compiles ({counts}; {'--all' if opts.all else 'the CI set'}) in "
           f"{time.perf_counter() - start:.0f} s (recording {recorded_s:.1f} s); {failed} failed")  # fmt: skip

@@ -8,6 +8,7 @@ forward and samples one token for each request that reached the end of its known
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -227,6 +228,9 @@ class ModelRunner:
         self.generator = torch.Generator(self.device).manual_seed(sample_seed)
         self.cuda_graph_sizes = DEFAULT_CAPTURE_SIZES if cuda_graph_sizes is None else tuple(cuda_graph_sizes)
         self.decode_graphs: DecodeGraphs | None = None
+        # host seconds of the last execute() before it waited for the sampled ids: the CPU's share of a step
+        # (on CUDA the GPU runs behind it; when this exceeds the GPU's time, the GPU idles)
+        self.last_host_s = 0.0
         self.kv_caches: list[KVCache] = []
         if num_blocks is not None:
             self.allocate(num_blocks)
@@ -257,16 +261,19 @@ class ModelRunner:
     def execute(self, scheduled: Scheduled) -> dict[int, int]:
         if not scheduled:
             return {}
+        start = time.perf_counter()
         graphs = self.decode_graphs
         if graphs is not None and graphs.fits(
             len(scheduled), max(n for _, n in scheduled), max(len(r.block_ids) for r, _ in scheduled)
         ):
-            return self._execute_graph(scheduled, graphs)
-        batch = build_batch(scheduled, self.block_size, self.device, self.block_rows)
-        token_ids = self.run(batch, self.kv_caches)
-        return dict(zip(batch.sampled_request_ids, token_ids.tolist(), strict=True))
+            request_ids, token_ids = self._execute_graph(scheduled, graphs)
+        else:
+            batch = build_batch(scheduled, self.block_size, self.device, self.block_rows)
+            request_ids, token_ids = batch.sampled_request_ids, self.run(batch, self.kv_caches)
+        self.last_host_s = time.perf_counter() - start
+        return dict(zip(request_ids, token_ids.tolist(), strict=True))
 
-    def _execute_graph(self, scheduled: Scheduled, graphs: DecodeGraphs) -> dict[int, int]:
+    def _execute_graph(self, scheduled: Scheduled, graphs: DecodeGraphs) -> tuple[list[int], torch.Tensor]:
         """A decode step through the graph of its padded size: the batch is packed on the host only."""
         host = build_batch(scheduled, self.block_size, "cpu", self.block_rows)
         attn = host.attn
@@ -275,8 +282,7 @@ class ModelRunner:
         num_sampled = len(host.sampled_request_ids)
         if num_sampled < len(scheduled):  # a one-token prefill chunk short of its prompt's end samples nothing
             logits = logits[attn.logits_indices.to(self.device, torch.long)]
-        token_ids = sample(logits, self.sampling, self.generator)
-        return dict(zip(host.sampled_request_ids, token_ids.tolist(), strict=True))
+        return host.sampled_request_ids, sample(logits, self.sampling, self.generator)
 
     def run(self, batch: Batch, kv_caches: list[KVCache]) -> torch.Tensor:  # [R] int64 sampled ids
         logits = self.model(batch.input_ids, batch.positions, batch.attn, kv_caches)  # [R, vocab]

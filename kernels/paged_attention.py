@@ -333,18 +333,21 @@ def _cuda_arch(device: torch.device) -> int:
 
 
 def launch_config(decode: bool, dtype: torch.dtype, head_dim: int, arch: int) -> LaunchConfig:
-    """The decode or prefill config, changed where the compile check (gpu_engine.compile_check) found
-    register spills: smaller tiles at head_dim 256 and for fp32 prefill (BLOCK_M 64 at head_dim 128), and
-    8 warps for prefill before sm_90 (without wgmma, 4 warps hold a 64 x 128 fp32 accumulator in 255
-    registers a thread and spill)."""
+    """The decode or prefill config, changed where `python -m gpu_engine.compile_check` found register
+    spills with it (ptxas, per thread): bf16 prefill at head_dim 256 (BLOCK_M 64: 40 B on sm_90), prefill
+    before sm_90 (without wgmma, 4 warps hold the 64 x 128 fp32 accumulator in 255 registers and spill
+    32-64 B), fp32 prefill (up to 70 KB on sm_90 at BLOCK_M 64; none at 32 rows and 8 warps), and decode at
+    head_dim < 64 (8 B on sm_90 at TILE_N 64)."""
     config = DECODE_CONFIG if decode else PREFILL_CONFIG
     block_m, tile_n, num_warps = config.block_m, config.tile_n, config.num_warps
     if head_dim > 128:
         block_m, tile_n = min(block_m, 32), 32
-    elif dtype == torch.float32 and not decode:
-        block_m = 32
-    if not decode and arch < 90:
+    elif not decode and dtype == torch.float32:
+        block_m, num_warps = 32, 8
+    elif not decode and arch < 90:
         num_warps = 8
+    if decode and head_dim < 64:
+        tile_n = 32
     return LaunchConfig(block_m, tile_n, num_warps, config.num_stages)
 
 

@@ -67,9 +67,10 @@ def variant(dtype: str) -> Variant:
 
 
 def test_spills_fail_in_bf16_and_fp16_only_and_shared_memory_against_each_target():
-    assert findings_of(Result(variant("bf16"), 90, local_bytes=8, registers=255))
-    assert findings_of(Result(variant("fp16"), 80, local_bytes=8, registers=255))
-    assert findings_of(Result(variant("fp32"), 90, local_bytes=8, registers=255)) == []
+    assert findings_of(Result(variant("bf16"), 90, local_bytes=8, spill_bytes=16, registers=255))
+    assert findings_of(Result(variant("fp16"), 80, local_bytes=8, spill_bytes=16, registers=255))
+    assert findings_of(Result(variant("fp32"), 90, local_bytes=8, spill_bytes=16, registers=255)) == []
+    assert findings_of(Result(variant("bf16"), 90, local_bytes=8, spill_bytes=0, registers=96)) == []  # call frame
     assert findings_of(Result(variant("bf16"), 90, shared_bytes=MAX_SHARED_BYTES[90])) == []
     assert findings_of(Result(variant("bf16"), 90, shared_bytes=MAX_SHARED_BYTES[90] + 1))
     assert findings_of(Result(variant("bf16"), 80, shared_bytes=MAX_SHARED_BYTES[90]))  # 227 KiB > sm_80's 163

@@ -162,9 +162,11 @@ def test_split_choice_fills_the_sms_whenever_a_context_spans_two_tiles():
 
 def test_launch_configs_avoid_the_spilling_tiles():
     # gpu_engine.compile_check found spills with the plain prefill config (BLOCK_M 64, 4 warps) at these
-    assert launch_config(False, torch.float32, 128, 90).block_m == 32
+    assert launch_config(False, torch.float32, 128, 90) == LaunchConfig(32, 64, 8, PREFILL_CONFIG.num_stages)
+    assert launch_config(True, torch.bfloat16, 16, 90).tile_n == 32
     assert launch_config(False, torch.bfloat16, 256, 90).block_m == 32
     assert launch_config(True, torch.bfloat16, 256, 90).tile_n == 32
     assert launch_config(False, torch.bfloat16, 128, 80).num_warps == 8
+    assert launch_config(False, torch.bfloat16, 256, 80).num_warps == 4
     assert launch_config(False, torch.bfloat16, 128, 90) == PREFILL_CONFIG  # the H100/H200 config stays
     assert launch_config(True, torch.bfloat16, 128, 80) == DECODE_CONFIG
