@@ -124,7 +124,9 @@ class DecodeGraphs:
         staged = self.staging.numpy()
         staged[0, :n], staged[1, :n], staged[2, :n], staged[3, :n] = input_ids, positions, slot_mapping, seq_lens
         staged[:2, n:size], staged[2, n:size], staged[3, n:size] = 0, -1, 1
-        self.rows[:, :size].copy_(self.staging[:, :size], non_blocking=True)
+        # all of it (a few KiB, contiguous, so truly async): rows past `size` are not read by this graph, and a
+        # step that replays a larger graph writes its own padding there first
+        self.rows.copy_(self.staging, non_blocking=True)
         self.block_tables[:n, : block_tables.shape[1]].copy_(block_tables, non_blocking=True)
         self.num_replays += 1
         if size in self.graphs:
