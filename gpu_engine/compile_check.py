@@ -1,23 +1,24 @@
 """Ahead-of-time compile check of every Triton kernel variant, for sm_90 and sm_80, without a GPU:
 `python -m gpu_engine.compile_check` (exit 1 on a finding; tests/kernels/test_compile_check.py runs it).
 
-1. Record the variants. A stand-in Triton driver reports GPUTarget('cuda', 90, 32) and JITFunction._do_compile
-   is replaced by a recorder that returns None, so a launch binds its arguments exactly as on a GPU (dtypes,
-   16-divisibility of pointers and ints, constexprs, num_warps/num_stages) and then launches nothing. Under
-   it run, on `meta` tensors (shapes without storage): the live engine's forward (gpu_engine.model) for every
-   catalog model geometry, plus head_dim 64 and 256 (models an HF config may add), in bf16/fp16/fp32, a decode
-   step and a mixed prefill step, the split-context decode path and its merge; and the GPU-size shapes the
-   kernel tests launch (tests/kernels with FULL=True, listed in TEST_CASES below by hand, mirroring them).
+1. Record the variants. A stand-in Triton driver reports GPUTarget('cuda', 90, 32) (then 80) and
+   JITFunction._do_compile is replaced by a recorder that returns None, so a launch binds its arguments as
+   on a GPU (dtypes, 16-divisibility of pointers and ints, constexprs, num_warps/num_stages, launch configs
+   chosen for that arch) and launches nothing. Under it run, on `meta` tensors (shapes without storage):
+   the live engine's forward (gpu_engine.model) for every catalog model geometry plus head_dim 64 and 256
+   (models an HF config may add), a mixed prefill step, a decode step, the split-context decode path and
+   its merge; and the GPU-size launches of the kernel tests (tests/kernels with FULL=True, listed by hand
+   in kernel_test_launches, mirroring them). record_variants says which dtypes and block sizes.
 2. Compile each distinct variant with Triton's own compiler (`triton.compile(ASTSource(...),
-   target=GPUTarget(...))`, the path JITFunction takes) and the ptxas bundled in the triton wheel
-   (TRITON_PTXAS_PATH overrides it), for each target, two processes at a time.
-3. Fail on: a compile error; register spills in a bf16/fp16 variant: when the cubin has local memory
-   (STACK + LOCAL bytes per thread from the bundled cuobjdump, the figure Triton's `n_spills` reads from the
-   driver), ptxas -v is run again on the PTX, and its "bytes spill stores/loads" decide: a stack frame
-   without spills (a call frame) is printed, not failed; fp32 variants are printed, not failed (fp32 is the
-   engine's correctness dtype, not its speed one); shared memory (metadata.shared) over the target's opt-in per-block limit (CUDA programming guide,
-   compute capabilities table: 227 KiB on 9.0, 163 KiB on 8.0; the per-SM 228/164 KiB keep 1 KiB back for
-   the system); int32 offset arithmetic on a KV-cache pointer (see int32_cache_offsets).
+   target=GPUTarget(...))`, the call JITFunction makes) and the ptxas in the triton wheel (TRITON_PTXAS_PATH
+   overrides it), two processes at a time.
+3. Fail on: a compile error; register spills in a bf16/fp16 variant (when `cuobjdump -res-usage` shows
+   local memory, STACK + LOCAL bytes per thread, the figure Triton's `n_spills` reads from the driver,
+   ptxas -v is run again on the PTX and its "bytes spill stores/loads" decide: a stack frame without
+   spills is printed, not failed; so are fp32 spills, fp32 being the engine's correctness dtype, not its
+   speed one); shared memory (metadata.shared) over the target's opt-in limit per block (CUDA programming
+   guide, compute capabilities table: 227 KiB on 9.0, 163 KiB on 8.0; of the 228/164 KiB per SM, 1 KiB is
+   kept for the system); 32-bit offset arithmetic on a KV-cache pointer (int32_cache_offsets says how).
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ DECODE = [(1, 1), (1, 15), (1, 16), (1, 17), (1, 4097)]  # tests/kernels/test_pa
 MIXED = [(1, 33), (7, 7), (5, 40), (16, 17), (1, 1), (3, 4097)]
 
 
-def test_cases() -> Iterator[tuple[str, str, Callable[[], None]]]:
+def kernel_test_launches() -> Iterator[tuple[str, str, Callable[[], None]]]:
     """(dtype, where, launch) for the GPU-size launches of tests/kernels (FULL=True: HEAD_DIM 128)."""
     from kernels import rms_norm, rotary, silu_and_mul, store_kv
     from kernels.paged_attention import LaunchConfig, _launch, compile_split_path, paged_attention
@@ -307,7 +308,7 @@ def record_variants(arch: int, everything: bool) -> list[Variant]:
         # the engine tests' CUDA run (tests/test_engine_parity.py): tiny-llama, float32, block size 4
         engine_forwards(load_model_catalog()["tiny-llama"], torch_dtype("float32"), 4)
         keep(take("fp32", "engine test_engine_parity"))
-        for name, where, launch in test_cases():
+        for name, where, launch in kernel_test_launches():
             launch()
             keep(take(name, where))
     return list(variants)
