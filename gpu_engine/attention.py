@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
 import torch
 
@@ -41,6 +41,13 @@ class KernelOps:
     rms_norm: Callable  # (x, weight, eps, residual=None) -> normed | (normed, new_residual)
     rotary: Callable  # (positions, q, k, cos_sin_cache), in place
     silu_and_mul: Callable  # (gate_up) -> silu(gate) * up
+    # the same kernels without their input checks, for the layers after the first: every layer's inputs have
+    # the same shapes, dtypes and devices, so the model checks once per step (None: no such set)
+    unchecked: KernelOps | None = None
+
+    @property
+    def fast(self) -> KernelOps:
+        return self.unchecked or self
 
 
 def _paged_attention_torch(*args, max_query_len: int | None = None) -> torch.Tensor:
@@ -50,11 +57,13 @@ def _paged_attention_torch(*args, max_query_len: int | None = None) -> torch.Ten
 TORCH_OPS = KernelOps(_paged_attention_torch, store_kv_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref)
 
 
+@cache
 def triton_ops() -> KernelOps:
     """The Triton kernels (on CPU tensors they need TRITON_INTERPRET=1, set before kernels/ is imported)."""
     from kernels import paged_attention, rms_norm, rotary, silu_and_mul, store_kv
 
-    return KernelOps(paged_attention, store_kv, rms_norm, rotary, silu_and_mul)
+    kernels = (paged_attention, store_kv, rms_norm, rotary, silu_and_mul)
+    return KernelOps(*kernels, unchecked=KernelOps(*(partial(k, check=False) for k in kernels)))
 
 
 @cache

@@ -143,8 +143,11 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:  # [len(attn.logits_indices), vocab] in the model's dtype
         ops = kernel_ops(input_ids.device.type)
         x, residual = self.embed_tokens(input_ids), None  # [T, hidden]
-        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            x, residual = layer(positions, x, residual, kv_cache, attn, self.cos_sin_cache, ops)
+        if len(kv_caches) != len(self.layers):
+            raise ValueError(f"{len(kv_caches)} KV caches for {len(self.layers)} layers")
+        for i, (layer, kv_cache) in enumerate(zip(self.layers, kv_caches)):
+            # the kernels check their inputs in the first layer only: the rest see the same shapes
+            x, residual = layer(positions, x, residual, kv_cache, attn, self.cos_sin_cache, ops if i == 0 else ops.fast)
         rows = attn.logits_indices  # the norm is per row, so only the sampled rows
         x, _ = self.norm(x[rows], ops, residual[rows])  # [R, hidden]
         return F.linear(x, self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight)

@@ -8,12 +8,15 @@ forward and samples one token for each request that reached the end of its known
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from gpu_engine.attention import TORCH_OPS, AttentionMetadata, kernel_ops
+from gpu_engine.cuda_graphs import DEFAULT_CAPTURE_SIZES, DecodeGraphs
 from gpu_engine.model import KVCache, Transformer, build_model
 from gpu_engine.weights import init_random_weights, load_weights
 from sim.config import ModelSpec
@@ -185,7 +188,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # the tokens before it already reach top_p
-    sorted_probs[outside] = 0.0  # the most likely token is never outside
+    sorted_probs.masked_fill_(outside, 0.0)  # the most likely token is never outside; no host sync
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
 
 
@@ -194,6 +197,10 @@ class ModelRunner:
 
     num_blocks=None leaves the cache unallocated: profile first (profiling.profile_num_blocks), then call
     allocate(num_blocks), as vLLM does at start-up.
+
+    On CUDA with the Triton kernels, allocate() also captures decode steps of up to max(cuda_graph_sizes)
+    sequences in CUDA graphs (cuda_graphs.DecodeGraphs; None: vLLM's default sizes up to 256, (): none, every
+    step eager). Prefill and mixed steps, and larger decode batches, run eagerly.
     """
 
     def __init__(
@@ -206,6 +213,7 @@ class ModelRunner:
         seed: int = 0,
         sampling: SamplingParams = SamplingParams(),
         weights_path: str | None = None,  # a local HF safetensors directory; None: seeded random weights
+        cuda_graph_sizes: Sequence[int] | None = None,
     ):
         self.spec, self.dtype, self.device = spec, torch_dtype(dtype), torch.device(device)
         self.block_size, self.sampling = block_size, sampling
@@ -218,18 +226,32 @@ class ModelRunner:
         else:
             load_weights(self.model, weights_path)
         self.generator = torch.Generator(self.device).manual_seed(sample_seed)
+        self.cuda_graph_sizes = DEFAULT_CAPTURE_SIZES if cuda_graph_sizes is None else tuple(cuda_graph_sizes)
+        self.decode_graphs: DecodeGraphs | None = None
+        # host seconds of the last execute() before it waited for the sampled ids: the CPU's share of a step
+        # (on CUDA the GPU runs behind it; when this exceeds the GPU's time, the GPU idles)
+        self.last_host_s = 0.0
         self.kv_caches: list[KVCache] = []
         if num_blocks is not None:
             self.allocate(num_blocks)
 
     def allocate(self, num_blocks: int) -> None:
-        """Allocate the KV cache; with the Triton kernels, also compile the split-context decode variant."""
-        self.kv_caches = []  # free the old cache before the new one is allocated
+        """Allocate the KV cache; with the Triton kernels, also compile the split-context decode variant and,
+        on CUDA, capture the decode graphs."""
+        self.kv_caches, self.decode_graphs = [], None  # free the old cache before the new one is allocated
         self.kv_caches = allocate_kv_caches(self.spec, num_blocks, self.block_size, self.dtype, self.device)
         if kernel_ops(self.device.type) is not TORCH_OPS:
             from kernels.paged_attention import compile_split_path
 
             compile_split_path(self.spec.num_attention_heads, *self.kv_caches[0])
+            if self.device.type == "cuda" and self.cuda_graph_sizes:
+                self.use_decode_graphs(capture=True)
+
+    def use_decode_graphs(self, capture: bool) -> None:
+        """Route decode steps through DecodeGraphs (capture=False: its padded buffers, run eagerly: for tests)."""
+        max_blocks = min(self.num_blocks, -(-self.spec.max_position_embeddings // self.block_size))
+        sizes = self.cuda_graph_sizes or DEFAULT_CAPTURE_SIZES
+        self.decode_graphs = DecodeGraphs(self.model, self.kv_caches, sizes, max_blocks, capture)
 
     @property
     def num_blocks(self) -> int:
@@ -239,9 +261,28 @@ class ModelRunner:
     def execute(self, scheduled: Scheduled) -> dict[int, int]:
         if not scheduled:
             return {}
-        batch = build_batch(scheduled, self.block_size, self.device, self.block_rows)
-        token_ids = self.run(batch, self.kv_caches)
-        return dict(zip(batch.sampled_request_ids, token_ids.tolist(), strict=True))
+        start = time.perf_counter()
+        graphs = self.decode_graphs
+        if graphs is not None and graphs.fits(
+            len(scheduled), max(n for _, n in scheduled), max(len(r.block_ids) for r, _ in scheduled)
+        ):
+            request_ids, token_ids = self._execute_graph(scheduled, graphs)
+        else:
+            batch = build_batch(scheduled, self.block_size, self.device, self.block_rows)
+            request_ids, token_ids = batch.sampled_request_ids, self.run(batch, self.kv_caches)
+        self.last_host_s = time.perf_counter() - start
+        return dict(zip(request_ids, token_ids.tolist(), strict=True))
+
+    def _execute_graph(self, scheduled: Scheduled, graphs: DecodeGraphs) -> tuple[list[int], torch.Tensor]:
+        """A decode step through the graph of its padded size: the batch is packed on the host only."""
+        host = build_batch(scheduled, self.block_size, "cpu", self.block_rows)
+        attn = host.attn
+        logits = graphs.run(host.input_ids.numpy(), host.positions.numpy(), attn.slot_mapping.numpy(),
+                            attn.seq_lens.numpy(), attn.block_tables)  # fmt: skip
+        num_sampled = len(host.sampled_request_ids)
+        if num_sampled < len(scheduled):  # a one-token prefill chunk short of its prompt's end samples nothing
+            logits = logits[attn.logits_indices.to(self.device, torch.long)]
+        return host.sampled_request_ids, sample(logits, self.sampling, self.generator)
 
     def run(self, batch: Batch, kv_caches: list[KVCache]) -> torch.Tensor:  # [R] int64 sampled ids
         logits = self.model(batch.input_ids, batch.positions, batch.attn, kv_caches)  # [R, vocab]

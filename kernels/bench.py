@@ -7,11 +7,14 @@ Bandwidth = bytes the kernel must move / time, shown as a share of the device's 
 device-to-device copy bandwidth (read + write of a large tensor copy).
 
 `--sweep` also times the decode attention kernel under each launch config (TILE_N x num_stages x
-num_warps) and prints the best, to be copied into paged_attention.DECODE_CONFIG.
+num_warps) and prints the best, to be copied into paged_attention.DECODE_CONFIG. `--tiny` uses the CPU's
+tiny shapes on any device (the tests check the plumbing with it, in seconds on a GPU too); `--json PATH`
+writes the figures (gpu_engine.gpu_check reads them).
 """
 
 import argparse
 import itertools
+import json
 import os
 import statistics
 import sys
@@ -28,15 +31,15 @@ from kernels.store_kv import store_kv
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GPU = DEVICE == "cuda"
-TARGETS = {"decode attention": 0.70, "store_kv": 0.60}  # share of copy bandwidth (issue 5)
+TARGETS = {"decode attention": 0.80, "store_kv": 0.70}  # share of copy bandwidth, at least (issue 15)
 DECODE_SHAPE = {"num_seqs": 64, "q_len": 1, "context_len": 4096}  # 32 / 8 heads, head_dim 128: Llama-3.1-8B
 DECODE_SHAPE_TINY = {"num_seqs": 2, "q_len": 1, "context_len": 64, "num_heads": 4, "num_kv_heads": 2, "head_dim": 32}
 SWEEP = {"tile_n": (16, 32, 64), "num_stages": (1, 2, 3), "num_warps": (2, 4)}
 
 
-def median_ms(fn, gpu: bool = GPU) -> float:
-    if gpu:
-        return triton.testing.do_bench(fn, return_mode="median")
+def median_ms(fn, gpu: bool = GPU, quick: bool = False) -> float:
+    if gpu:  # quick: a few ms of repetitions (plumbing checks), not a measurement
+        return triton.testing.do_bench(fn, warmup=5 if quick else 25, rep=5 if quick else 100, return_mode="median")
     fn()  # warm-up
     times = []
     for _ in range(3):
@@ -112,37 +115,42 @@ def bench_rms_norm(num_tokens, hidden):
     }  # fmt: skip
 
 
-def sweep_decode_attention(shape: dict, copy_gbs: float) -> LaunchConfig:
-    """Time every launch config of SWEEP on the decode case (its own split count each); print and return
-    the fastest."""
+def sweep_decode_attention(shape: dict, copy_gbs: float, quick: bool = False) -> tuple[LaunchConfig, list[dict]]:
+    """Time every launch config of SWEEP on the decode case (its own split count each); print them, return
+    the fastest and the rows."""
     _, num_bytes, _ = bench_attention("decode attention", **shape)
     args = paged_inputs(shape["num_seqs"], 1, shape["context_len"], shape.get("num_heads", 32),
                         shape.get("num_kv_heads", 8), shape.get("head_dim", 128), 16, torch.bfloat16)  # fmt: skip
     query, k_cache, block_tables, num_seqs = args[0], args[1], args[3], shape["num_seqs"]
     print(f"\ndecode attention sweep (current {DECODE_CONFIG}):")
     print(f"{'tile_n':>7}{'stages':>7}{'warps':>6}{'splits':>7}{'median ms':>11}{'% copy':>8}")
-    results = []
+    results, rows = [], []
     for tile_n, num_stages, num_warps in itertools.product(*SWEEP.values()):
         config = LaunchConfig(DECODE_CONFIG.block_m, tile_n, num_warps, num_stages)
         splits = _choose_num_splits(query, k_cache, block_tables, num_seqs, True, tile_n)
-        ms = median_ms(lambda: _launch(*args, num_splits=splits, config=config))  # noqa: B023 (called at once)
+        ms = median_ms(lambda: _launch(*args, num_splits=splits, config=config), quick=quick)  # noqa: B023
         results.append((ms, config))
+        rows.append({"tile_n": tile_n, "num_stages": num_stages, "num_warps": num_warps, "splits": splits, "ms": ms,
+                     "copy_share": num_bytes / ms / 1e6 / copy_gbs})  # fmt: skip
         print(f"{tile_n:>7}{num_stages:>7}{num_warps:>6}{splits:>7}{ms:>11.3f}{num_bytes / ms / 1e6 / copy_gbs:>8.0%}")
     ms, best = min(results, key=lambda r: r[0])
     print(f"best: {best} at {ms:.3f} ms ({num_bytes / ms / 1e6 / copy_gbs:.0%} of copy bandwidth)")
-    return best
+    return best, rows
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also sweep the decode attention launch config")
+    parser.add_argument("--tiny", action="store_true", help="tiny shapes, quick timings, on any device")
+    parser.add_argument("--json", help="also write the figures to this file")
     opts = parser.parse_args(argv)
     if not GPU and os.environ.get("TRITON_INTERPRET") != "1":
         # the kernels were decorated for a GPU when kernels/ was imported: restart interpreted
         os.execve(sys.executable, [sys.executable, "-m", "kernels.bench", *sys.argv[1:]],
                   {**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
-    decode = DECODE_SHAPE if GPU else DECODE_SHAPE_TINY
-    if GPU:
+    full = GPU and not opts.tiny
+    decode = DECODE_SHAPE if full else DECODE_SHAPE_TINY
+    if full:
         cases = [
             bench_attention("decode attention", **decode),
             bench_attention("prefill attention", num_seqs=4, q_len=2048, context_len=2048),
@@ -160,15 +168,22 @@ def main(argv: list[str] | None = None) -> None:
     where = torch.cuda.get_device_name() if GPU else "CPU, Triton interpreter (timings say nothing about GPUs)"
     print(f"device: {where}; measured copy bandwidth {copy_gbs:.0f} GB/s")
     print(f"{'case':<22}{'impl':<12}{'median ms':>11}{'GB/s':>9}{'% copy':>8}  target")
+    figures = {"device": where, "full_size": full, "copy_bandwidth_gbs": copy_gbs, "cases": [], "sweep": None}
     for name, num_bytes, impls in cases:
         for impl, fn in impls.items():
-            ms = median_ms(fn)
+            ms = median_ms(fn, quick=not full)
             gbs = num_bytes / ms / 1e6
-            target = TARGETS.get(name) if impl == "triton" and GPU else None
+            target = TARGETS.get(name) if impl == "triton" and full else None
             verdict = "" if target is None else f">= {target:.0%} {'met' if gbs / copy_gbs >= target else 'MISSED'}"
             print(f"{name:<22}{impl:<12}{ms:>11.3f}{gbs:>9.1f}{gbs / copy_gbs:>8.0%}  {verdict}")
+            figures["cases"].append({"case": name, "impl": impl, "ms": ms, "gbs": gbs, "copy_share": gbs / copy_gbs,
+                                     "target_min_copy_share": target})  # fmt: skip
     if opts.sweep:
-        sweep_decode_attention(decode, copy_gbs)
+        best, rows = sweep_decode_attention(decode, copy_gbs, quick=not full)
+        figures["sweep"] = {"best": vars(best), "rows": rows}
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(figures, f, indent=2)
 
 
 if __name__ == "__main__":

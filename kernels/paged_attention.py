@@ -43,6 +43,7 @@ class LaunchConfig:
 DECODE_CONFIG = LaunchConfig(block_m=16, tile_n=64, num_warps=4, num_stages=3)
 PREFILL_CONFIG = LaunchConfig(block_m=64, tile_n=64, num_warps=4, num_stages=2)
 INTERPRETER_TILE_N = 16  # under TRITON_INTERPRET: small tiles keep the CPU tests quick
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"  # read once, as triton.jit reads it at decoration
 
 
 @triton.jit
@@ -133,13 +134,15 @@ def _paged_attention_kernel(
     L = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM_PADDED], tl.float32)
     block_table_ptr = block_tables_ptr + seq.to(tl.int64) * stride_bt
+    kv_head_offset = kv_head.to(tl.int64) * stride_ch
     n = tl.arange(0, TILE_N)
     for tile in range(tile_lo, tile_hi):
         kv_pos = tile * TILE_N + n
         kv_ok = kv_pos < kv_end
-        # int64: block * stride_cb overflows int32 once the cache passes 2^31 elements
+        # int64 (every product with a stride): block * stride_cb overflows int32 once the cache passes 2^31
+        # elements; gpu_engine.compile_check fails any 32-bit stride product on a cache pointer
         block = tl.load(block_table_ptr + kv_pos // BLOCK_SIZE, mask=kv_ok, other=0).to(tl.int64)
-        slot = block * stride_cb + (kv_pos % BLOCK_SIZE) * stride_ct + kv_head * stride_ch
+        slot = block * stride_cb + (kv_pos % BLOCK_SIZE).to(tl.int64) * stride_ct + kv_head_offset
         k = tl.load(
             k_cache_ptr + slot[None, :] + d[:, None],
             mask=kv_ok[None, :] & d_ok[:, None],
@@ -210,8 +213,7 @@ def _fp32_dot(dtype: torch.dtype) -> bool:
     """fp32 inputs get ieee fp32 dots (tf32 would miss fp32 tolerances). So does bf16 under the
     CPU interpreter, whose tl.dot multiplies bf16 as raw uint16 integers (triton 3.9); on GPU,
     bf16 dots run on tensor cores with fp32 accumulation like fp16."""
-    interpreting = os.environ.get("TRITON_INTERPRET") == "1"
-    return dtype == torch.float32 or (dtype == torch.bfloat16 and interpreting)
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and INTERPRETING)
 
 
 def _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc) -> None:
@@ -294,17 +296,66 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _choose_num_splits(query, k_cache, block_tables, num_seqs, decode: bool, tile_n: int) -> int:
-    """Split a decode batch's contexts when seqs x kv_heads programs would leave SMs idle.
+MIN_TILES_TO_SPLIT = 2  # a context of one tile has nothing to share out
 
-    Uses the block table's width as the context bound, so no host sync on seq_lens.
-    Untuned guess: aim for ~4 programs per SM, each split at least 8 tiles long.
-    """
+
+def choose_num_splits(num_programs: int, max_tiles: int, num_sms: int) -> int:
+    """KV splits for a decode batch of num_programs (sequences x KV heads) programs whose longest context
+    spans max_tiles tiles: split only when the programs leave SMs idle and the context spans at least
+    MIN_TILES_TO_SPLIT tiles; then enough splits to give every SM a program, at most one split per tile
+    and MAX_SPLITS (flash-decoding, as vLLM's unified attention splits its 3D decode path)."""
+    if num_programs >= num_sms or max_tiles < MIN_TILES_TO_SPLIT:
+        return 1
+    return min(triton.cdiv(num_sms, num_programs), max_tiles, MAX_SPLITS)
+
+
+def _choose_num_splits(query, k_cache, block_tables, num_seqs, decode: bool, tile_n: int) -> int:
+    """choose_num_splits for a launch: CUDA decode batches only. The block table's width bounds the context,
+    so there is no host sync on seq_lens (and a CUDA graph's padded table gives one fixed choice)."""
     if not decode or query.device.type != "cuda":
         return 1
-    programs = num_seqs * k_cache.shape[2]
     max_tiles = triton.cdiv(block_tables.shape[1] * k_cache.shape[1], tile_n)
-    return max(1, min(triton.cdiv(4 * _num_sms(query.device), programs), max_tiles // 8, MAX_SPLITS))
+    return choose_num_splits(num_seqs * k_cache.shape[2], max_tiles, _num_sms(query.device))
+
+
+def target_arch(device: torch.device) -> int:
+    """The compute capability the kernels compile for (90 for sm_90): the CUDA device's or, for tensors
+    elsewhere (the ahead-of-time compile check's meta tensors), that of Triton's active driver."""
+    if device.type == "cuda":
+        return _cuda_arch(device)
+    return triton.runtime.driver.active.get_current_target().arch
+
+
+@functools.cache
+def _cuda_arch(device: torch.device) -> int:
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def launch_config(decode: bool, dtype: torch.dtype, head_dim: int, arch: int) -> LaunchConfig:
+    """The decode or prefill config, changed where `python -m gpu_engine.compile_check` found register
+    spills with it (ptxas, per thread): bf16 prefill at head_dim 256 (BLOCK_M 64: 40 B on sm_90), prefill
+    before sm_90 (without wgmma, 4 warps hold the 64 x 128 fp32 accumulator in 255 registers and spill
+    32-64 B), fp32 prefill (up to 70 KB on sm_90 at BLOCK_M 64; none at 32 rows and 8 warps), and decode at
+    head_dim < 64 (8 B on sm_90 at TILE_N 64)."""
+    config = DECODE_CONFIG if decode else PREFILL_CONFIG
+    block_m, tile_n, num_warps = config.block_m, config.tile_n, config.num_warps
+    if head_dim > 128:
+        block_m, tile_n = min(block_m, 32), 32
+    elif not decode and dtype == torch.float32:
+        block_m, num_warps = 32, 8
+    elif not decode and arch < 90:
+        num_warps = 8
+    if decode and head_dim < 64:
+        tile_n = 32
+    return LaunchConfig(block_m, tile_n, num_warps, config.num_stages)
+
+
+def _config(decode: bool, dtype: torch.dtype, head_dim: int, device: torch.device) -> LaunchConfig:
+    if INTERPRETING:  # the interpreter runs a program per tile in Python: small tiles keep the CPU tests quick
+        config = DECODE_CONFIG if decode else PREFILL_CONFIG
+        return LaunchConfig(config.block_m, INTERPRETER_TILE_N, config.num_warps, config.num_stages)
+    return launch_config(decode, dtype, head_dim, target_arch(device))
 
 
 def compile_split_path(num_heads: int, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
@@ -314,7 +365,8 @@ def compile_split_path(num_heads: int, k_cache: torch.Tensor, v_cache: torch.Ten
     ints = {"dtype": torch.int32, "device": k_cache.device}
     query = torch.zeros(1, num_heads, k_cache.shape[3], dtype=k_cache.dtype, device=k_cache.device)
     block_tables, seq_lens, query_start_loc = torch.zeros(1, 1, **ints), torch.ones(1, **ints), torch.arange(2, **ints)
-    _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, 1.0, num_splits=2, config=DECODE_CONFIG)
+    config = _config(True, k_cache.dtype, k_cache.shape[3], k_cache.device)
+    _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, 1.0, num_splits=2, config=config)
 
 
 def paged_attention(
@@ -326,18 +378,20 @@ def paged_attention(
     query_start_loc: torch.Tensor,  # [num_seqs + 1] int32
     scale: float,
     max_query_len: int | None = None,
+    check: bool = True,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Same semantics as reference.paged_attention_ref; no host sync.
 
     max_query_len is only a performance hint (1 selects the decode config and its split-context path,
     more the prefill config); when None, a batch with one token per sequence is taken as decode.
     Output rows of tokens past query_start_loc[-1] (padding) are left undefined.
+    check=False skips the input checks: for callers that checked the same shapes once (the engine checks
+    its first layer each step; the other layers have the same shapes, dtypes and devices).
     """
-    _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
+    if check:
+        _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
     num_seqs = seq_lens.shape[0]
     decode = max_query_len == 1 if max_query_len is not None else query.shape[0] == num_seqs
-    config = DECODE_CONFIG if decode else PREFILL_CONFIG
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        config = LaunchConfig(config.block_m, INTERPRETER_TILE_N, config.num_warps, config.num_stages)
+    config = _config(decode, query.dtype, query.shape[2], query.device)
     num_splits = _choose_num_splits(query, k_cache, block_tables, num_seqs, decode, config.tile_n)
     return _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, config)

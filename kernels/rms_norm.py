@@ -42,17 +42,13 @@ def rms_norm(
     weight: torch.Tensor,  # [hidden]
     eps: float,
     residual: torch.Tensor | None = None,  # [num_tokens, hidden]
+    check: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Same semantics as reference.rms_norm_ref: out of place; returns normed, or
-    (normed, new_residual) when residual is given. Outputs are contiguous, in x's dtype."""
-    if x.dim() != 2 or weight.shape != (x.shape[1],):
-        raise ValueError(
-            f"want x [num_tokens, hidden] and weight [hidden], got {tuple(x.shape)}, {tuple(weight.shape)}"
-        )
-    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
-        raise ValueError(f"residual {residual.dtype} {tuple(residual.shape)} must match x {x.dtype} {tuple(x.shape)}")
-    if x.stride(1) != 1 or weight.stride(0) != 1 or (residual is not None and residual.stride(1) != 1):
-        raise ValueError("x, residual and weight need a contiguous hidden dim (stride 1)")
+    (normed, new_residual) when residual is given. Outputs are contiguous, in x's dtype.
+    check=False skips the input checks (for a caller that checked the same shapes once)."""
+    if check:
+        _check_inputs(x, weight, residual)
     num_tokens, hidden = x.shape
     out = torch.empty(num_tokens, hidden, dtype=x.dtype, device=x.device)
     new_residual = torch.empty_like(out) if residual is not None else out
@@ -64,3 +60,14 @@ def rms_norm(
             HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(1, block // 256)),
         )  # fmt: skip
     return out if residual is None else (out, new_residual)
+
+
+def _check_inputs(x, weight, residual) -> None:
+    if x.dim() != 2 or weight.shape != (x.shape[1],):
+        raise ValueError(
+            f"want x [num_tokens, hidden] and weight [hidden], got {tuple(x.shape)}, {tuple(weight.shape)}"
+        )
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        raise ValueError(f"residual {residual.dtype} {tuple(residual.shape)} must match x {x.dtype} {tuple(x.shape)}")
+    if x.stride(1) != 1 or weight.stride(0) != 1 or (residual is not None and residual.stride(1) != 1):
+        raise ValueError("x, residual and weight need a contiguous hidden dim (stride 1)")

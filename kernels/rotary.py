@@ -64,9 +64,26 @@ def rotary(
     q: torch.Tensor,  # [num_tokens, num_heads, >= rot_dim]
     k: torch.Tensor,  # [num_tokens, num_kv_heads, >= rot_dim]
     cos_sin_cache: torch.Tensor,  # [max_positions, rot_dim], reference.rope_cos_sin_cache
+    check: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Same semantics as reference.rotary_ref: in place into q and k (views such as slices of a fused
-    qkv tensor are fine); returns (q, k)."""
+    qkv tensor are fine); returns (q, k). check=False skips the input checks (for a caller that checked
+    the same shapes once)."""
+    if check:
+        _check_inputs(positions, q, k, cos_sin_cache)
+    if q.shape[0] == 0:
+        return q, k
+    half = cos_sin_cache.shape[-1] // 2
+    _rotary_kernel[(q.shape[0],)](
+        q, k, positions, cos_sin_cache, q.shape[1], k.shape[1],
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+        HALF=half, HEADS_PADDED=triton.next_power_of_2(max(q.shape[1], k.shape[1])),
+        HALF_PADDED=triton.next_power_of_2(half), num_warps=4,
+    )  # fmt: skip
+    return q, k
+
+
+def _check_inputs(positions, q, k, cos_sin_cache) -> None:
     if q.dim() != 3 or k.dim() != 3 or q.shape[0] != k.shape[0] or positions.shape != (q.shape[0],):
         raise ValueError(f"want positions [T], q [T, H, D], k [T, Hkv, D]; got "
                          f"{tuple(positions.shape)}, {tuple(q.shape)}, {tuple(k.shape)}")  # fmt: skip
@@ -75,13 +92,3 @@ def rotary(
         raise ValueError(f"cos_sin_cache {tuple(cos_sin_cache.shape)}: want [max_positions, even rot_dim <= head_dim]")
     if q.stride(2) != 1 or k.stride(2) != 1 or not cos_sin_cache.is_contiguous():
         raise ValueError("q and k need a contiguous head_dim (stride 1), cos_sin_cache to be contiguous")
-    if q.shape[0] == 0:
-        return q, k
-    half = rot_dim // 2
-    _rotary_kernel[(q.shape[0],)](
-        q, k, positions, cos_sin_cache, q.shape[1], k.shape[1],
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1),
-        HALF=half, HEADS_PADDED=triton.next_power_of_2(max(q.shape[1], k.shape[1])),
-        HALF_PADDED=triton.next_power_of_2(half), num_warps=4,
-    )  # fmt: skip
-    return q, k

@@ -32,7 +32,7 @@ def _store_kv_kernel(
     h = tl.arange(0, HEADS_PADDED)[:, None]
     d = tl.arange(0, HEAD_DIM_PADDED)[None, :]
     mask = (h < NUM_KV_HEADS) & (d < HEAD_DIM)
-    cache_offs = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_ct + h * stride_ch + d
+    cache_offs = (slot // BLOCK_SIZE) * stride_cb + (slot % BLOCK_SIZE) * stride_ct + h.to(tl.int64) * stride_ch + d
     k = tl.load(key_ptr + token * stride_kt + h * stride_kh + d, mask=mask)
     v = tl.load(value_ptr + token * stride_vt + h * stride_vh + d, mask=mask)
     tl.store(k_cache_ptr + cache_offs, k.to(k_cache_ptr.dtype.element_ty), mask=mask)
@@ -45,8 +45,27 @@ def store_kv(
     k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
     v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
     slot_mapping: torch.Tensor,  # [num_tokens] int32/int64, -1 = padding, skipped
+    check: bool = True,
 ) -> None:
-    """Same semantics as reference.store_kv_ref: in place, casting to the cache dtype."""
+    """Same semantics as reference.store_kv_ref: in place, casting to the cache dtype.
+    check=False skips the input checks (for a caller that checked the same shapes once)."""
+    if check:
+        _check_inputs(key, value, k_cache, v_cache, slot_mapping)
+    num_tokens, num_kv_heads, head_dim = key.shape
+    if num_tokens == 0:
+        return
+    _store_kv_kernel[(num_tokens,)](
+        key, value, k_cache, v_cache, slot_mapping,
+        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        BLOCK_SIZE=k_cache.shape[1], NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
+        HEADS_PADDED=triton.next_power_of_2(num_kv_heads),
+        HEAD_DIM_PADDED=triton.next_power_of_2(head_dim),
+        num_warps=4,
+    )  # fmt: skip
+
+
+def _check_inputs(key, value, k_cache, v_cache, slot_mapping) -> None:
     if key.dim() != 3 or key.shape != value.shape:
         raise ValueError(f"want key, value [num_tokens, num_kv_heads, head_dim], got {key.shape}, {value.shape}")
     if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or k_cache.stride() != v_cache.stride():
@@ -62,15 +81,3 @@ def store_kv(
         raise ValueError("key, value and the caches need a contiguous head_dim (stride 1)")
     if len({t.device for t in (key, value, k_cache, v_cache, slot_mapping)}) != 1:
         raise ValueError("key, value, caches and slot_mapping must be on one device")
-    num_tokens, num_kv_heads, head_dim = key.shape
-    if num_tokens == 0:
-        return
-    _store_kv_kernel[(num_tokens,)](
-        key, value, k_cache, v_cache, slot_mapping,
-        key.stride(0), key.stride(1), value.stride(0), value.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        BLOCK_SIZE=k_cache.shape[1], NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim,
-        HEADS_PADDED=triton.next_power_of_2(num_kv_heads),
-        HEAD_DIM_PADDED=triton.next_power_of_2(head_dim),
-        num_warps=4,
-    )  # fmt: skip

@@ -31,11 +31,13 @@ def bench_run(tmp_path_factory) -> tuple[dict, str]:
 def test_decode_section_compares_the_step_with_the_weights_read_floor(bench_run):
     figures, printed = bench_run
     decode = figures["decode"]
-    for key in ("step_ms", "weights_read_bytes", "copy_bandwidth_gbs", "floor_ms", "ratio"):
+    for key in ("step_ms", "host_ms", "weights_read_bytes", "copy_bandwidth_gbs", "floor_ms", "ratio"):
         assert decode[key] > 0, key
+    assert decode["host_ms"] <= decode["step_ms"] * 1.01  # the host part of a step (CPU: all of it)
+    assert decode["cuda_graphs"] is False  # CPU: eager
     assert decode["ratio"] == pytest.approx(decode["step_ms"] / decode["floor_ms"])
     assert decode["verdict"].startswith("n/a")  # CPU: no PASS/MISS
-    assert "1. decode" in printed and "floor (weights / copy bw)" in printed
+    assert "1. decode" in printed and "floor (weights / copy bw)" in printed and "host time per step" in printed
 
 
 def test_throughput_section_runs_the_engine_and_static_generate_on_the_same_requests(bench_run):

@@ -7,7 +7,17 @@ import torch
 from kernels_testutil import DEVICE, FULL, make_case, require_triton
 
 require_triton()
-from kernels.paged_attention import MAX_SPLITS, LaunchConfig, _launch, compile_split_path, paged_attention
+from kernels.paged_attention import (
+    DECODE_CONFIG,
+    MAX_SPLITS,
+    PREFILL_CONFIG,
+    LaunchConfig,
+    _launch,
+    choose_num_splits,
+    compile_split_path,
+    launch_config,
+    paged_attention,
+)
 from kernels.reference import paged_attention_ref
 
 TOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
@@ -55,12 +65,13 @@ def test_split_context_path(num_splits, lens):
     torch.testing.assert_close(out, paged_attention_ref(*case.args(scale)), atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("block_m,tile_n", [(16, 32), (64, 16), (128, 16)])
-def test_launch_configs(block_m, tile_n):
+# 8 warps at BLOCK_M 128: with 4, sm_80 spills (gpu_engine.compile_check)
+@pytest.mark.parametrize("block_m,tile_n,num_warps", [(16, 32, 4), (64, 16, 4), (128, 16, 8)])
+def test_launch_configs(block_m, tile_n, num_warps):
     # the prefill config's larger BLOCK_M: several query blocks per sequence, partial last blocks
     case = make_case(MIXED, 8, 2, HEAD_DIM, 16, torch.float16, DEVICE)
     scale = 1 / math.sqrt(HEAD_DIM)
-    out = _launch(*case.args(scale), num_splits=1, config=LaunchConfig(block_m, tile_n, 4, 2))
+    out = _launch(*case.args(scale), num_splits=1, config=LaunchConfig(block_m, tile_n, num_warps, 2))
     torch.testing.assert_close(out, paged_attention_ref(*case.args(scale)), atol=2e-3, rtol=2e-3)
 
 
@@ -116,3 +127,46 @@ def test_compile_split_path_leaves_the_cache_alone():
     before = k_cache.clone(), v_cache.clone()
     compile_split_path(8, k_cache, v_cache)
     assert torch.equal(k_cache, before[0]) and torch.equal(v_cache, before[1])
+
+
+@pytest.mark.parametrize(
+    "num_programs,max_tiles,num_sms,expect",
+    [
+        (8, 5, 132, 5),  # batch-1 Llama-3.1-8B decode, 300 tokens in 64-token tiles: one split per tile
+        (8, 64, 132, 16),  # 4k tokens: SMs / programs = 17, capped at MAX_SPLITS
+        (8, 2, 132, 2),  # two tiles are enough to split
+        (8, 1, 132, 1),  # one tile: nothing to split
+        (64, 64, 132, 3),  # 8 sequences: ceil(132 / 64)
+        (131, 64, 132, 2),
+        (132, 64, 132, 1),  # as many programs as SMs: no split
+        (512, 64, 132, 1),  # 64 sequences x 8 KV heads (the kernel sweep's shape on an H200)
+        (8, 64, 108, 14),  # A100
+    ],
+)
+def test_choose_num_splits(num_programs, max_tiles, num_sms, expect):
+    assert choose_num_splits(num_programs, max_tiles, num_sms) == expect
+    assert 1 <= expect <= MAX_SPLITS
+
+
+def test_split_choice_fills_the_sms_whenever_a_context_spans_two_tiles():
+    for num_sms in (108, 132):
+        for num_programs in range(1, 2 * num_sms):
+            for max_tiles in (1, 2, 3, 8, 1000):
+                splits = choose_num_splits(num_programs, max_tiles, num_sms)
+                if num_programs >= num_sms or max_tiles < 2:
+                    assert splits == 1
+                else:
+                    assert 1 < splits <= min(max_tiles, MAX_SPLITS)
+                    assert num_programs * splits >= num_sms or splits in (max_tiles, MAX_SPLITS)
+
+
+def test_launch_configs_avoid_the_spilling_tiles():
+    # gpu_engine.compile_check found spills with the plain prefill config (BLOCK_M 64, 4 warps) at these
+    assert launch_config(False, torch.float32, 128, 90) == LaunchConfig(32, 64, 8, PREFILL_CONFIG.num_stages)
+    assert launch_config(True, torch.bfloat16, 16, 90).tile_n == 32
+    assert launch_config(False, torch.bfloat16, 256, 90).block_m == 32
+    assert launch_config(True, torch.bfloat16, 256, 90).tile_n == 32
+    assert launch_config(False, torch.bfloat16, 128, 80).num_warps == 8
+    assert launch_config(False, torch.bfloat16, 256, 80).num_warps == 4
+    assert launch_config(False, torch.bfloat16, 128, 90) == PREFILL_CONFIG  # the H100/H200 config stays
+    assert launch_config(True, torch.bfloat16, 128, 80) == DECODE_CONFIG
