@@ -172,7 +172,8 @@ def calibrate_scenario(
         f" (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit",
     )
     fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
-    fit = fitting.fit_steps(scenario, fitted_rows)
+    # On CUDA the runner replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py): fit that form.
+    fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=runner.decode_graphs is not None)
     say("", *fit.lines())
 
     path = out or profile.default_profile_dir() / f"{scenario.model.name}-{scenario.dtype}-{device}.yaml"

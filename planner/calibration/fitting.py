@@ -302,8 +302,10 @@ def fit_from_runs(run_dirs: list[Path]) -> Profile:
             )
     names = runs[0][2].keys()
     rows = {n: np.concatenate([r[2][n] for r in runs]) for n in names if all(n in r[2] for r in runs)}
-    fit = fit_steps(scenario, rows, robust=True)
     kind = "cuda" if summary0.get("device") == "cuda" else "cpu"
+    # `planner run --device cuda` replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py); on CPU
+    # there are none.
+    fit = fit_steps(scenario, rows, robust=True, cuda_graphs=kind == "cuda")
     device = {
         "name": str(summary0.get("device_name") or kind),
         "kind": kind,
