@@ -160,6 +160,8 @@ def calibrate_scenario(
         rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar)
     finally:
         bar.close()
+    # On CUDA the runner replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py): fit that form.
+    cuda_graphs = runner.decode_graphs is not None
     del runner  # the held-out runs build their own engines: free this one's weights and KV first
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -172,8 +174,7 @@ def calibrate_scenario(
         f" (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit",
     )
     fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
-    # On CUDA the runner replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py): fit that form.
-    fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=runner.decode_graphs is not None)
+    fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=cuda_graphs)
     say("", *fit.lines())
 
     path = out or profile.default_profile_dir() / f"{scenario.model.name}-{scenario.dtype}-{device}.yaml"
