@@ -57,6 +57,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path)
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("size", help="the cheapest hardware and engine settings that meet the SLOs")
+    _scenario_args(p)
+    p.add_argument("--out", type=Path, help="write report.md, report.html, sizing.json and the figures here")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--workers", type=int, help="worker processes (default: all cores)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the candidates on this Ray cluster (needs the ray extra)")
+
     p = sub.add_parser("compare", help="two runs' summaries side by side")
     p.add_argument("a", type=Path, help="a run's output folder (or its summary.json)")
     p.add_argument("b", type=Path)
@@ -348,6 +355,12 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_size(args) -> int:
+    from planner.sizing.cli import run_size
+
+    return run_size(args)
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "catalog": cmd_catalog,
@@ -355,6 +368,7 @@ COMMANDS = {
     "simulate": cmd_simulate,
     "run": cmd_run,
     "compare": cmd_compare,
+    "size": cmd_size,
 }
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ it at any load: only the one closest to it on each GPU is simulated, to show how
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -235,7 +236,8 @@ def _task(q: SizingQuestion, r: Result, shape: Shape) -> Task:
     d, a = q.search.demand, r.analytic
     if a.batch_within_tpot == 0:  # hopeless: one probe at the lightest load shows how close it comes
         lightest = 1.0 if d.kind == "users" else a.rate_bound * MIN_RATE_FRACTION
-        return Task(r.candidate, d, q.search.probe, lightest, lightest, q.search.replicas)
+        one_probe = dataclasses.replace(q.search.probe, max_probes=1)
+        return Task(r.candidate, d, one_probe, lightest, lightest, q.search.replicas)
     if d.kind == "rate":
         upper = a.rate_bound
         guess = 0.7 * upper
