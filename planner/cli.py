@@ -90,11 +90,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_validate(args) -> int:
     from planner.scenario import load_scenario
+    from planner.sizing.spec import load_sizing
 
     status = 0
     for path in args.files:
-        try:
-            scenario = load_scenario(path, args.overrides)
+        try:  # a sizing file (a scenario + `search:`) validates both parts
+            scenario = (
+                load_sizing(path, args.overrides).scenario if _has_search(path) else load_scenario(path, args.overrides)
+            )
         except PlannerError as e:
             print(f"planner: error: {e}", file=sys.stderr)
             status = EXIT_USAGE
@@ -109,6 +112,13 @@ def cmd_validate(args) -> int:
                 f"{scenario.hardware.gpu.name}, {scenario.workload.num_requests} requests)"
             )
     return status
+
+
+def _has_search(path: str) -> bool:
+    try:
+        return any(line.startswith("search:") for line in Path(path).read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):
+        return False  # load_scenario reports it
 
 
 def _catalog_entry(entry) -> dict:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.cost_model import CostCoefficients, CostModel
 from sim.config import Scenario
+from sim.cost_model import CostCoefficients, CostModel
 from sim.memory import memory_breakdown
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 from planner.cross_checks import check_relations
 from planner.errors import ScenarioError
@@ -108,7 +108,11 @@ def _build(q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict)
 
 def _price_problem(s: SearchSpec, gpu: GpuSpec) -> str | None:
     m = s.money
-    if m.objective in ("rental", "both") and gpu.rental_usd_per_hour is None and gpu.name not in m.rental_usd_per_gpu_hour:
+    if (
+        m.objective in ("rental", "both")
+        and gpu.rental_usd_per_hour is None
+        and gpu.name not in m.rental_usd_per_gpu_hour
+    ):
         return f"no rental price for {gpu.name} in the catalog (set search.money.rental_usd_per_gpu_hour)"
     if m.objective in ("purchase", "both") and gpu.purchase_usd is None and gpu.name not in m.purchase_usd_per_gpu:
         return f"no purchase price for {gpu.name} in the catalog (set search.money.purchase_usd_per_gpu)"

@@ -64,4 +64,6 @@ def run_size(args) -> int:
         print("\n".join(terminal_lines(out, ranking)))
         if args.out:
             print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
+    if ranking.recommended is None:  # the report says how close each came; the exit status says it failed
+        raise PlannerError(f"{question.source}: no candidate meets the SLOs at the demand; {data['answer']}")
     return 0

@@ -72,9 +72,7 @@ def costs(p: Prices, money: Money, num_gpus: int, output_tokens_per_s: float) ->
         return None if usd_per_month is None or tokens_per_month <= 0 else usd_per_month / tokens_per_month * 1e6
 
     rent_month = None if rent_h is None else rent_h * hours
-    return Costs(
-        num_gpus, rent_h, rent_month, capex, power, buy_month, per_million(rent_month), per_million(buy_month)
-    )
+    return Costs(num_gpus, rent_h, rent_month, capex, power, buy_month, per_million(rent_month), per_million(buy_month))
 
 
 def objective_usd_per_month(c: Costs, objective: str) -> float | None:

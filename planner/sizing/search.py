@@ -24,8 +24,14 @@ from planner.errors import PlannerError
 from planner.sizing.bound import Analytic, Shape, analyse, users_bound
 from planner.sizing.candidates import Candidate, Pruned, enumerate_candidates
 from planner.sizing.capacity import MIN_RATE_FRACTION, Capacity, find_capacity
-from planner.sizing.money import Costs, costs, objective_usd_per_month, objective_usd_per_month_bound, prices
-from planner.sizing.money import replicas_needed
+from planner.sizing.money import (
+    Costs,
+    costs,
+    objective_usd_per_month,
+    objective_usd_per_month_bound,
+    prices,
+    replicas_needed,
+)
 from planner.sizing.probe import ProbeResult, run_probe, scenario_at
 from planner.sizing.spec import Demand, Probe, SizingQuestion
 from sim.config import SloConfig
@@ -156,7 +162,9 @@ def _analyse(q: SizingQuestion, c: Candidate, shape: Shape, tpot_bound: float | 
     floor = None
     if upper is not None:
         replicas = replicas_needed(d, upper, None)
-        floor = objective_usd_per_month_bound(prices(c.gpu, q.search.money), q.search.money, replicas * c.tensor_parallel_size)
+        floor = objective_usd_per_month_bound(
+            prices(c.gpu, q.search.money), q.search.money, replicas * c.tensor_parallel_size
+        )
     mem = memory_breakdown(c.scenario)
     tpot_floor = CostModel(c.scenario, c.coefficients).floors(c.scenario, shape.prompt_tokens)["tpot_floor_ms"]
     return Result(c, a, tpot_floor, floor, mem.to_dict())
@@ -229,7 +237,9 @@ def _next_wave(q: SizingQuestion, by_gpu: dict[str, list[Result]], best: dict[st
 
 
 def _cannot_win(r: Result, best_on_gpu: float | None) -> bool:
-    return best_on_gpu is not None and r.cost_floor_usd_per_month is not None and r.cost_floor_usd_per_month > best_on_gpu
+    return (
+        best_on_gpu is not None and r.cost_floor_usd_per_month is not None and r.cost_floor_usd_per_month > best_on_gpu
+    )
 
 
 def _task(q: SizingQuestion, r: Result, shape: Shape) -> Task:

@@ -181,7 +181,9 @@ def _demand_from_workload(scenario: Scenario, headroom: float, ctx: Ctx) -> Dema
     wl = generate_workload(scenario.workload, scenario.max_model_len)
     span_s = float(wl.arrival_s[-1]) if len(wl) > 1 else 0.0
     if span_s <= 0:
-        raise ScenarioError(ctx.file, "search.demand", NO_VALUE, "missing, and the trace has no arrival span; give rate")
+        raise ScenarioError(
+            ctx.file, "search.demand", NO_VALUE, "missing, and the trace has no arrival span; give rate"
+        )
     return Demand("rate", (len(wl) - 1) / span_s, headroom, f"the trace's mean rate ({scenario.workload.trace.path})")
 
 
@@ -300,7 +302,10 @@ def _replicas(raw: Any, ctx: Ctx) -> tuple[int, ...] | None:
         return None
     if isinstance(raw, str):
         raise ScenarioError(
-            ctx.file, "search.candidates.replicas", raw, "must be as_needed or a list of replica counts" + did_you_mean(raw, ["as_needed"])
+            ctx.file,
+            "search.candidates.replicas",
+            raw,
+            "must be as_needed or a list of replica counts" + did_you_mean(raw, ["as_needed"]),
         )
     return _int_list(raw, "search.candidates.replicas", ctx)
 

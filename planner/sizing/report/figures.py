@@ -20,7 +20,9 @@ def shown(out: SizingResult, ranking: Ranking) -> list[Result]:
     """The candidates the figures draw: the recommendation, the runner-ups, then the closest misses."""
     picks = ([ranking.recommended] if ranking.recommended else []) + [r for r, _ in ranking.runner_ups]
     picks += [r for r in ranking.closest if r not in picks]
-    picks += [r for r in out.evaluated if r not in picks and r.candidate.gpu.name not in {p.candidate.gpu.name for p in picks}]
+    picks += [
+        r for r in out.evaluated if r not in picks and r.candidate.gpu.name not in {p.candidate.gpu.name for p in picks}
+    ]
     return picks[:MAX_CURVES]
 
 
@@ -37,7 +39,10 @@ def latency_vs_load(out: SizingResult, ranking: Ranking, command: str) -> bytes:
     slo = out.question.scenario.slo
     unit = out.question.search.demand.unit
     axes = fig.subplots(1, 2)
-    for ax, key, metric, title in ((axes[0], "p99_ttft", "ttft_ms", "p99 TTFT"), (axes[1], "p99_tpot", "tpot_ms", "p99 TPOT")):
+    for ax, key, metric, title in (
+        (axes[0], "p99_ttft", "ttft_ms", "p99 TTFT"),
+        (axes[1], "p99_tpot", "tpot_ms", "p99 TPOT"),
+    ):
         for i, r in enumerate(shown(out, ranking)):
             probes = [p for p in r.evaluation.capacity.probes if p.latency_ms[key] is not None]
             if not probes:
@@ -46,7 +51,9 @@ def latency_vs_load(out: SizingResult, ranking: Ranking, command: str) -> bytes:
             ax.plot([p.load for p in probes], [p.latency_ms[key] for p in probes], "-", color=color, lw=1.2,
                     label=r.candidate.label)  # fmt: skip
             for p in probes:
-                ax.plot(p.load, p.latency_ms[key], "o" if p.met else "x", color=color, ms=5, mfc=color if p.met else "none")
+                ax.plot(
+                    p.load, p.latency_ms[key], "o" if p.met else "x", color=color, ms=5, mfc=color if p.met else "none"
+                )
         for stat, bound in getattr(slo, metric).items():
             ax.axhline(bound, color="#d62728", ls="--", lw=1)
             ax.annotate(f"SLO {stat} {bound:g} ms", (0.99, bound), xycoords=("axes fraction", "data"), ha="right",
@@ -121,7 +128,9 @@ def memory_per_gpu(out: SizingResult, ranking: Ranking, command: str) -> bytes:
     ax.invert_yaxis()
     ax.set_xlabel("GiB per GPU (memory model)")
     ax.set_title("Memory per GPU: weights / activations / non-torch / KV cache", fontsize=10)
-    ax.legend(fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(picks) < 4 else -0.15), frameon=False)
+    ax.legend(
+        fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(picks) < 4 else -0.15), frameon=False
+    )
     fig.subplots_adjust(left=0.42, right=0.98, bottom=0.35 if len(picks) < 4 else 0.22, top=0.86)
     return _png(fig, command)
 

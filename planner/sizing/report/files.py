@@ -39,7 +39,11 @@ def _sections(out: SizingResult, ranking: Ranking):
 
 def _md_table(headers, rows) -> list[str]:
     esc = [[str(c).replace("|", "\\|") for c in rw] for rw in rows]
-    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers), *("| " + " | ".join(rw) + " |" for rw in esc)]
+    return [
+        "| " + " | ".join(headers) + " |",
+        "|" + "---|" * len(headers),
+        *("| " + " | ".join(rw) + " |" for rw in esc),
+    ]
 
 
 def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
@@ -53,9 +57,15 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
         lines += [f"- {r.candidate.label} x {r.evaluation.replicas}: {why}" for r, why in ranking.runner_ups]
     if ranking.cheapest_to_buy and ranking.cheapest_to_buy is not ranking.recommended:
         b = ranking.cheapest_to_buy
-        lines += ["", f"Cheapest to buy: {b.candidate.label} x {b.evaluation.replicas}"
-                  f" (${b.costs.purchase_usd_per_month:,.0f}/month amortised with power)."]  # fmt: skip
-    lines += ["", "## Candidates", "", "Capacities per replica and latencies at the demand (one replica at its share).", ""]
+        lines += ["", (f"Cheapest to buy: {b.candidate.label} x {b.evaluation.replicas}"
+                  f" (${b.costs.purchase_usd_per_month:,.0f}/month amortised with power).")]  # fmt: skip
+    lines += [
+        "",
+        "## Candidates",
+        "",
+        "Capacities per replica and latencies at the demand (one replica at its share).",
+        "",
+    ]
     lines += _md_table(tables.HEADERS, rows)
     lines += ["", "## Figures", ""]
     for name, (title, _) in pngs.items():
@@ -63,7 +73,9 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
     lines += ["## Serve it", "", "```", *tables.serve_lines(ranking), "```", "", "## Assumptions", ""]
     lines += [f"- {x}" for x in tables.assumptions(out)]
     if skipped:
-        lines += ["", f"## Not simulated ({len(skipped):,})", ""] + _md_table(("candidate", "why"), skipped[:MAX_LISTED])
+        lines += ["", f"## Not simulated ({len(skipped):,})", ""] + _md_table(
+            ("candidate", "why"), skipped[:MAX_LISTED]
+        )
     if pruned:
         lines += ["", f"## Cannot run ({len(pruned):,})", ""] + _md_table(("candidate", "why"), pruned[:MAX_LISTED])
     return "\n".join(lines) + "\n"
@@ -89,7 +101,9 @@ pre { padding: .7em; overflow-x: auto; white-space: pre-wrap; word-break: break-
 def _html_table(headers, rows, classes=None) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
-        f"<tr class='{classes[i] if classes else ''}'>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in rw) + "</tr>"
+        f"<tr class='{classes[i] if classes else ''}'>"
+        + "".join(f"<td>{html.escape(str(c))}</td>" for c in rw)
+        + "</tr>"
         for i, rw in enumerate(rows)
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -115,14 +129,16 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
         _html_table(tables.HEADERS, rows, classes),
         "<h2>Figures</h2>",
     ]
-    for _, (title, png) in pngs.items():
+    for title, png in pngs.values():
         data = base64.b64encode(png).decode("ascii")
         parts.append(
             f"<figure><img alt='{e(title)}' src='data:image/png;base64,{data}'>"
             f"<figcaption>{e(title)}. Produced by <code>{e(command)}</code>.</figcaption></figure>"
         )
     parts += [
-        "<h2>Serve it</h2><pre>" + e("\n".join(tables.serve_lines(ranking)) or "(no candidate meets the SLOs)") + "</pre>",
+        "<h2>Serve it</h2><pre>"
+        + e("\n".join(tables.serve_lines(ranking)) or "(no candidate meets the SLOs)")
+        + "</pre>",
         "<h2>Assumptions</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in tables.assumptions(out)) + "</ul>",
     ]
     if skipped:

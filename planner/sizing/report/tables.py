@@ -32,8 +32,10 @@ def question_lines(out: SizingResult) -> list[str]:
     return [
         f"model: {s.model.name} ({s.model.num_params / 1e9:.2f}B parameters, {s.dtype})",
         f"workload: prompts {_dist(w.prompt_tokens)}, replies {_dist(w.output_tokens)} tokens",
-        f"demand: {d.value:g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
-        f" = {d.value * d.headroom:g} {d.unit}",
+        (
+            f"demand: {d.value:g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
+            f" = {d.value * d.headroom:g} {d.unit}"
+        ),
         f"SLOs: {slo or 'none (capacity = the highest steady-state load)'}",
         f"objective: {q.search.money.objective} cost per month ({q.search.money.hours_per_month:g} h)",
     ]
@@ -112,18 +114,20 @@ def gpu_verdicts(out: SizingResult, ranking: Ranking) -> list[str]:
     gpus = dict.fromkeys(r.candidate.gpu.name for r in out.results)
     tpot = out.question.scenario.slo.tpot_ms
     for gpu in gpus:
+        own = [r for r in out.results if r.candidate.gpu.name == gpu]
         if gpu in best:
             r = best[gpu]
-            lines.append(
-                f"{gpu}: {r.candidate.label} x {r.evaluation.replicas}, {_usd(r.objective_usd_per_month)}/month"
-            )
-            continue
-        own = [r for r in out.results if r.candidate.gpu.name == gpu]
-        floor = min(r.tpot_floor_ms for r in own)
-        why = next((r.note for r in own if r.evaluation is not None), own[0].note)
-        text = f"{gpu}: no setup tried meets the SLOs; {why}"
+            text = f"{gpu}: {r.candidate.label} x {r.evaluation.replicas}, {_usd(r.objective_usd_per_month)}/month"
+        else:
+            why = next((r.note for r in own if r.evaluation is not None), own[0].note)
+            text = f"{gpu}: no setup tried meets the SLOs; {why}"
+        smallest_tp = min(r.candidate.tensor_parallel_size for r in own)
+        floor = min(r.tpot_floor_ms for r in own if r.candidate.tensor_parallel_size == smallest_tp)
         if tpot and floor > min(tpot.values()):
-            text += f" (physics: reading the weights takes {floor:.1f} ms per token even at the best tensor parallel tried)"
+            text += (
+                f". At tensor parallel {smallest_tp} no engine can meet TPOT {min(tpot.values()):g} ms: reading the"
+                f" weights once takes {floor:.1f} ms per token (the physics floor, at the spec bandwidth)"
+            )
         lines.append(text)
     return lines
 
@@ -153,14 +157,18 @@ def assumptions(out: SizingResult) -> list[str]:
     c = next(iter(out.results)).candidate.coefficients if out.results else None
     provenances = sorted({r.candidate.provenance for r in out.results})
     lines += [
-        f"power: TDP x {m.power_utilization:g} utilisation x ${m.power_usd_per_kwh:g}/kWh; purchase amortised over"
-        f" {m.amortization_months:g} months; hosts, networking, cooling and staff are not included",
+        (
+            f"power: TDP x {m.power_utilization:g} utilisation x ${m.power_usd_per_kwh:g}/kWh; purchase amortised over"
+            f" {m.amortization_months:g} months; hosts, networking, cooling and staff are not included"
+        ),
         f"cost-model coefficients: {', '.join(provenances)}"
         + (f" ({', '.join(f'{k} {v:g}' for k, v in c.to_dict().items())})" if c else ""),
         "spec-sheet figures are not calibrated against a measured engine: treat capacities as estimates",
-        f"each capacity is the highest load whose {q.search.probe.num_requests:,}-request simulation meets every SLO"
-        f" in a steady state (bisection to {q.search.probe.tolerance:.0%}); latencies at the demand come from one"
-        " more simulation of one replica at its share of the demand",
+        (
+            f"each capacity is the highest load whose {q.search.probe.num_requests:,}-request simulation meets every SLO"
+            f" in a steady state (bisection to {q.search.probe.tolerance:.0%}); latencies at the demand come from one"
+            " more simulation of one replica at its share of the demand"
+        ),
         f"search: {len(out.results) + len(out.pruned):,} candidates, {len(out.pruned):,} cannot run,"
         f" {len(not_simulated(out)):,} not simulated (cannot win or cannot meet the TPOT bound at any load),"
         f" {len(out.evaluated):,} simulated in {out.num_simulations:,} simulations"
