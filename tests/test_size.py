@@ -33,7 +33,7 @@ def sets(*items: str) -> list[str]:
 
 
 def _probe(load: float, met: bool) -> ProbeResult:
-    return ProbeResult(load, met, False, None, 10, 10, 1.0, 10.0, {}, (), 0.0)
+    return ProbeResult(load, met, False, None, 10, 10, 1.0, 10.0, {}, (), 0.0, 0.0)
 
 
 def test_a_plain_scenario_is_a_sizing_question_over_the_catalog():
@@ -197,3 +197,10 @@ def test_search_runs_on_a_local_ray_instance():
     assert [r.evaluation.capacity.load for r in on_ray.evaluated] == [
         r.evaluation.capacity.load for r in local.evaluated
     ]
+
+
+def test_a_capacity_that_cannot_beat_the_best_stops_at_one_probe():
+    cap = find_capacity(lambda x: _probe(x, x <= 5), "rate", 4.0, None, 8, 0.1, step=1.1, must_reach=6.0)
+    assert cap.short_of == 6.0 and cap.load == 0 and len(cap.probes) == 1
+    cap = find_capacity(lambda x: _probe(x, x <= 7), "rate", 4.0, None, 8, 0.1, step=1.1, must_reach=6.0)
+    assert cap.short_of is None and 7 / 1.1 <= cap.load <= 7

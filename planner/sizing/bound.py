@@ -1,9 +1,14 @@
-"""Fast analytic figures from the cost model: an upper bound on a replica's throughput, the load to try
-first, and whether a latency bound is below what one request alone can get.
+"""Fast analytic figures from the cost model: an upper bound on a replica's throughput, the largest batch
+whose decode step meets the TPOT bound, and the best TPOT of one request alone.
 
-The bound ignores prefill work that can ride along decode steps and takes every running request at its
-shortest context, so no simulation of the same candidate goes faster; it is used to prune candidates that
-cannot win and to bracket the simulator's search, never as a reported capacity.
+The throughput bound adds up, per request, what the cost model says no schedule can avoid: the linear
+layers' FLOPs of every prompt and output token at the flops roof, or the weight reads of its decode steps
+shared by the largest batch, whichever is longer (the roofline of a sum is at least the sum's roofline),
+plus the per-step and per-row overheads and the tensor-parallel all-reduces. Attention and the KV writes
+are left out, so it is an upper bound. The largest batch is what `max_num_seqs` and the KV pool allow at
+the shortest context and, with a TPOT bound, the largest batch whose decode step meets it (a replica whose
+steps are mostly slower than the bound misses it on most requests). It prunes candidates that cannot win
+and brackets the simulator's search; it is never reported as a capacity.
 """
 
 from __future__ import annotations
@@ -42,13 +47,29 @@ def analyse(scenario: Scenario, coefficients: CostCoefficients, shape: Shape, tp
     max_batch = max(1, min(scenario.engine.max_num_seqs, kv_fit))
     batches = np.arange(1, max_batch + 1, dtype=np.float64)
     steps_s = np.asarray(cost.step_time_s(batches, batches, batches, batches * context, batches * context))
-    decode_s = max(shape.output_tokens - 1, 0.0) * steps_s[-1] / max_batch
-    prefill_s = shape.prompt_tokens * cost.linear_flops_per_token / cost.flops_per_s
     within = None
+    batch = max_batch
     if tpot_bound_ms is not None:
         ok = np.nonzero(steps_s * 1e3 <= tpot_bound_ms)[0]
         within = int(ok[-1]) + 1 if len(ok) else 0
-    return Analytic(max_batch, float(steps_s[0]) * 1e3, 1.0 / max(decode_s, prefill_s, 1e-9), within)
+        batch = max(within, 1)
+    request_s = _request_floor_s(cost, coefficients, shape, batch)
+    return Analytic(max_batch, float(steps_s[0]) * 1e3, 1.0 / request_s, within)
+
+
+def _request_floor_s(cost: CostModel, c: CostCoefficients, shape: Shape, batch: int) -> float:
+    """GPU seconds one request costs at least (sim/cost_model.py's terms, attention and KV writes left out)."""
+    tokens = shape.prompt_tokens + max(shape.output_tokens - 1, 0)
+    decode_steps = max(shape.output_tokens - 1, 0) / batch  # this request's share of the decode steps
+    steps = max(decode_steps, 1 / batch)
+    linear = max(tokens * cost.linear_flops_per_token / cost.flops_per_s, steps * cost.linear_bytes / cost.bytes_per_s)
+    lm_head = max(
+        shape.output_tokens * cost.lm_head_flops_per_row / cost.flops_per_s,
+        steps * cost.lm_head_bytes / cost.bytes_per_s,
+    )
+    allreduce = tokens * cost.allreduce_s_per_token + steps * cost.allreduce_fixed_s
+    overhead = steps * c.step_overhead_s + max(shape.output_tokens, 1) * c.per_row_overhead_s
+    return linear + lm_head + allreduce + overhead
 
 
 def users_bound(a: Analytic, shape: Shape, e2e_bound_ms: float | None) -> float | None:

@@ -24,6 +24,7 @@ class Capacity:
     probes: tuple[ProbeResult, ...]  # sorted by load: the latency-vs-load curve
     best: ProbeResult | None  # the passing probe at `load` (None if none passed)
     lightest: ProbeResult  # the lightest load tried: how close a candidate with no capacity came
+    short_of: float | None = None  # it failed at this load, the least it needed: the search stopped there
 
 
 def find_capacity(
@@ -33,8 +34,15 @@ def find_capacity(
     upper: float | None,
     max_probes: int,
     tolerance: float,
+    step: float = 2.0,
+    must_reach: float | None = None,
 ) -> Capacity:
-    """`probe(load)` runs one simulation; `upper` is a load no steady state passes (None: unknown)."""
+    """`probe(load)` runs one simulation; `upper` is a load no steady state passes (None: unknown).
+
+    `step`: the factor between bracketing probes (a guess from a similar candidate is close: step by the
+    tolerance). `must_reach`: a load below which the capacity is of no use (the candidate could not beat
+    one already found): probed first, and if it fails the search stops there (`short_of`).
+    """
     users = kind == "users"
     snap = (lambda x: max(1, round(x))) if users else (lambda x: x)
     floor_load = 1 if users else guess * MIN_RATE_FRACTION
@@ -47,13 +55,20 @@ def find_capacity(
         return results[x].met
 
     lo, hi = 0.0, upper
+    if must_reach is not None:
+        if not run(must_reach):
+            probes = tuple(results.values())
+            return Capacity(0.0, probes, None, probes[0], short_of=snap(must_reach))
+        lo = snap(must_reach)
+        guess = max(guess, lo * step, lo + 1 if users else lo)
     x = snap(min(guess, upper) if upper else guess)
     while len(results) < max_probes:  # bracket
         if run(x):
             lo = x
             if hi is not None and (hi <= x * (1 + tolerance) or (users and hi - x <= 1)):
                 break
-            x = snap(min(2 * x, hi) if hi is not None else 2 * x)
+            up = max(step * x, x + 1) if users else step * x  # users: at least one more
+            x = snap(min(up, hi) if hi is not None else up)
             if hi is not None and x >= hi:  # the bound itself: try it once only if it is the next step
                 x = snap(hi)
                 if x in results:
@@ -62,7 +77,8 @@ def find_capacity(
             hi = x
             if lo > 0 or x <= floor_load:
                 break
-            x = snap(max(x / 2, floor_load))
+            down = min(x / step, x - 1) if users else x / step
+            x = snap(max(down, floor_load))
     while lo > 0 and hi is not None and len(results) < max_probes:  # bisect
         if hi / lo <= 1 + tolerance or (users and hi - lo <= 1):
             break

@@ -40,6 +40,7 @@ class ProbeResult:
     latency_ms: dict  # {"p50_ttft": .., "p99_ttft": .., "p50_tpot": .., "p99_tpot": .., "p50_e2el": .., "p99_e2el": ..}
     checks: tuple  # (metric, stat, bound_ms, value_ms, met)
     wall_s: float
+    cpu_s: float  # this process's CPU time for the run: the same on a busy machine as on an idle one
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -67,7 +68,7 @@ def scenario_at(scenario: Scenario, kind: str, load: float, num_requests: int) -
 def run_probe(
     scenario: Scenario, kind: str, load: float, num_requests: int, coefficients: CostCoefficients
 ) -> ProbeResult:
-    start = time.perf_counter()
+    start, start_cpu = time.perf_counter(), time.process_time()
     s = scenario_at(scenario, kind, load, num_requests)
     sim = Simulation(s, coefficients, record_steps=False)
     total = len(sim.workload)
@@ -99,6 +100,7 @@ def run_probe(
         latency_ms={k: _finite(v) for k, v in latency.items()},
         checks=checks,
         wall_s=time.perf_counter() - start,
+        cpu_s=time.process_time() - start_cpu,
     )
 
 

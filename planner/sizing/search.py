@@ -3,9 +3,10 @@ waves over worker processes (or a Ray cluster), pruning between waves.
 
 Pruning is deterministic (it depends on finished waves only, never on which worker finished first), so the
 same sizing file gives the same report with any number of workers. Per GPU, a candidate whose analytic cost
-floor (the replicas its throughput bound needs, priced) is above the cheapest cost already simulated on
-that GPU cannot be that GPU's best and is not simulated; every GPU keeps its best configuration in the
-report. A candidate whose decode step for one request is already slower than the TPOT bound cannot meet
+floor (the replicas its throughput bound needs, priced) is not below the cheapest cost already simulated on
+that GPU cannot beat that GPU's best and is not simulated (costs come in whole GPUs, so an equal floor can
+at most tie); every GPU keeps its best configuration in the report, and the Pareto front is drawn over the
+simulated candidates. A candidate whose decode step for one request is already slower than the TPOT bound cannot meet
 it at any load: only the one closest to it on each GPU is simulated, to show how close it came.
 """
 
@@ -52,6 +53,8 @@ class Task:
     guess: float
     upper: float | None
     replicas_allowed: tuple[int, ...] | None
+    step: float = 2.0  # between bracketing probes; close to 1 when the guess comes from a similar candidate
+    must_reach: float | None = None  # the capacity it needs to beat the best already found on its GPU
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class SizingResult:
     pruned: list[Pruned]  # candidates that cannot run
     num_simulations: int = 0
     simulation_wall_s: list[float] = field(default_factory=list)
+    simulation_cpu_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     workers: int = 1
     backend: str = "processes"
@@ -104,7 +108,9 @@ def evaluate(task: Task) -> Evaluation:
     def probe(load: float) -> ProbeResult:
         return run_probe(c.scenario, d.kind, load, task.probe.num_requests, c.coefficients)
 
-    capacity = find_capacity(probe, d.kind, task.guess, task.upper, task.probe.max_probes, task.probe.tolerance)
+    capacity = find_capacity(
+        probe, d.kind, task.guess, task.upper, task.probe.max_probes, task.probe.tolerance, task.step, task.must_reach
+    )
     replicas = replicas_needed(d, capacity.load, task.replicas_allowed)
     at_demand = None
     if replicas is not None:
@@ -194,14 +200,16 @@ def _run_waves(q: SizingQuestion, out: SizingResult, shape: Shape, submit, progr
     for r in out.results:
         if not r.note:
             by_gpu.setdefault(r.candidate.gpu.name, []).append(r)
-    for queue in by_gpu.values():
+    for queue in by_gpu.values():  # cheapest floor first; among equal floors the highest throughput bound
         queue.sort(key=lambda r: (math.inf if r.cost_floor_usd_per_month is None else r.cost_floor_usd_per_month,
-                                  r.candidate.index))  # fmt: skip
-    best: dict[str, float] = {}
+                                  -r.analytic.rate_bound, r.candidate.index))  # fmt: skip
+    best: dict[str, float] = {}  # GPU -> the cheapest cost found on it
+    best_gpus: dict[str, int] = {}  # GPU -> how many GPUs that cheapest deployment uses
+    siblings: dict[tuple[str, int], float] = {}  # (GPU, tensor parallel) -> the first capacity found
     done = 0
     while any(by_gpu.values()):
         wave = _next_wave(q, by_gpu, best)
-        futures = {submit(_task(q, r, shape)): r for r in wave}
+        futures = {submit(_task(q, r, shape, siblings, best_gpus)): r for r in wave}
         pending, finished_in_wave = set(futures), 0
         while pending:
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -211,9 +219,11 @@ def _run_waves(q: SizingQuestion, out: SizingResult, shape: Shape, submit, progr
         done += len(wave)
         for fut, r in futures.items():  # in candidate order: the same result whatever finished first
             _record(q, out, r, fut.result())
-            if r.objective_usd_per_month is not None:
-                gpu = r.candidate.gpu.name
-                best[gpu] = min(best.get(gpu, math.inf), r.objective_usd_per_month)
+            gpu, tp = r.candidate.gpu.name, r.candidate.tensor_parallel_size
+            if r.evaluation.capacity.load > 0:
+                siblings.setdefault((gpu, tp), r.evaluation.capacity.load)
+            if r.objective_usd_per_month is not None and r.objective_usd_per_month < best.get(gpu, math.inf):
+                best[gpu], best_gpus[gpu] = r.objective_usd_per_month, r.costs.num_gpus
 
 
 def _remaining(out: SizingResult) -> int:
@@ -228,8 +238,8 @@ def _next_wave(q: SizingQuestion, by_gpu: dict[str, list[Result]], best: dict[st
             while queue and q.search.bound_pruning and _cannot_win(queue[0], best.get(gpu)):
                 r = queue.pop(0)
                 r.note = (
-                    f"not simulated: at best ${r.cost_floor_usd_per_month:,.0f}/month (analytic throughput bound)"
-                    f" > ${best[gpu]:,.0f}/month already found on {gpu}"
+                    f"not simulated: at best ${r.cost_floor_usd_per_month:,.0f}/month (analytic throughput bound),"
+                    f" no cheaper than ${best[gpu]:,.0f}/month already found on {gpu}"
                 )
             if queue and len(wave) < WAVE_SIZE:
                 wave.append(queue.pop(0))
@@ -237,13 +247,16 @@ def _next_wave(q: SizingQuestion, by_gpu: dict[str, list[Result]], best: dict[st
 
 
 def _cannot_win(r: Result, best_on_gpu: float | None) -> bool:
-    return (
-        best_on_gpu is not None and r.cost_floor_usd_per_month is not None and r.cost_floor_usd_per_month > best_on_gpu
-    )
+    # Costs come in whole GPUs: a floor equal to the best already found can at most tie it, never beat it.
+    if best_on_gpu is None or r.cost_floor_usd_per_month is None:
+        return False
+    return r.cost_floor_usd_per_month >= best_on_gpu - 1e-6
 
 
-def _task(q: SizingQuestion, r: Result, shape: Shape) -> Task:
-    d, a = q.search.demand, r.analytic
+def _task(
+    q: SizingQuestion, r: Result, shape: Shape, siblings: dict[tuple[str, int], float], best_gpus: dict[str, int]
+) -> Task:
+    d, a, c = q.search.demand, r.analytic, r.candidate
     if a.batch_within_tpot == 0:  # hopeless: one probe at the lightest load shows how close it comes
         lightest = 1.0 if d.kind == "users" else a.rate_bound * MIN_RATE_FRACTION
         one_probe = dataclasses.replace(q.search.probe, max_probes=1)
@@ -251,24 +264,41 @@ def _task(q: SizingQuestion, r: Result, shape: Shape) -> Task:
     if d.kind == "rate":
         upper = a.rate_bound
         guess = 0.7 * upper
-        if a.batch_within_tpot:  # the batch that still meets TPOT, turned into a rate
-            per_request_s = max(shape.output_tokens - 1, 1) * r.analytic.batch1_step_ms / 1e3
+        tpot_bound = tightest(q.scenario.slo.tpot_ms)
+        if a.batch_within_tpot:  # the batch whose steps still meet TPOT, each request taking (O - 1) such steps
+            per_request_s = max(shape.output_tokens - 1, 1) * tpot_bound / 1e3
             guess = min(guess, a.batch_within_tpot / per_request_s)
     else:
         upper = users_bound(a, shape, e2e_bound_ms(q.scenario.slo, shape))
         guess = a.batch_within_tpot or a.max_batch
         if upper is not None:
             guess = min(guess, upper)
-    return Task(r.candidate, d, q.search.probe, max(guess, 1e-3), upper, q.search.replicas)
+    step, must_reach = 2.0, None
+    sibling = siblings.get((c.gpu.name, c.tensor_parallel_size))
+    if sibling is not None:  # the same GPU and tensor parallel with other settings: a close first guess
+        guess, step = sibling, 1 + q.search.probe.tolerance
+    if c.gpu.name in best_gpus and q.search.replicas is None and q.search.bound_pruning:
+        # Same GPU, same price per GPU: cheaper means fewer GPUs, i.e. at most this many replicas.
+        max_replicas = (best_gpus[c.gpu.name] - 1) // c.tensor_parallel_size
+        if max_replicas >= 1:  # (0: its cost floor already pruned it)
+            must_reach = d.value * d.headroom / max_replicas
+            must_reach = math.ceil(must_reach - 1e-9) if d.kind == "users" else must_reach
+    return Task(c, d, q.search.probe, max(guess, 1e-3), upper, q.search.replicas, step, must_reach)
 
 
 def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation) -> None:
     r.evaluation = ev
     out.num_simulations += len(ev.capacity.probes) + (ev.at_demand is not None)
-    out.simulation_wall_s += [p.wall_s for p in ev.capacity.probes]
-    if ev.at_demand is not None:
-        out.simulation_wall_s.append(ev.at_demand.wall_s)
+    runs = [*ev.capacity.probes, *([ev.at_demand] if ev.at_demand is not None else [])]
+    out.simulation_wall_s += [p.wall_s for p in runs]
+    out.simulation_cpu_s += [p.cpu_s for p in runs]
     d = q.search.demand
+    if ev.capacity.short_of is not None:
+        r.note = (
+            f"not cheaper: misses the SLOs at {ev.capacity.short_of:,.3g} {d.unit} per replica, the least it needs"
+            f" to use fewer GPUs than the cheapest found on {r.candidate.gpu.name}"
+        )
+        return
     if ev.capacity.load <= 0:
         r.note = "misses the SLOs even at the lightest load: " + _misses(ev.capacity.lightest, d.unit)
         return
@@ -340,5 +370,6 @@ def _inline(task: Task) -> Future:
     return fut
 
 
-def median_simulation_s(out: SizingResult) -> float | None:
-    return statistics.median(out.simulation_wall_s) if out.simulation_wall_s else None
+def median_simulation_s(out: SizingResult, cpu: bool = False) -> float | None:
+    times = out.simulation_cpu_s if cpu else out.simulation_wall_s
+    return statistics.median(times) if times else None

@@ -59,7 +59,7 @@ def latency_vs_load(out: SizingResult, ranking: Ranking, command: str) -> bytes:
             ax.annotate(f"SLO {stat} {bound:g} ms", (0.99, bound), xycoords=("axes fraction", "data"), ha="right",
                         va="bottom", fontsize=8, color="#d62728")  # fmt: skip
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        ax.set_ylim(bottom=0)
         ax.set_xlabel(f"load per replica ({unit})")
         ax.set_ylabel(f"{title} (ms)")
         ax.set_title(f"{title} vs load (o meets every SLO, x misses)", fontsize=10)
@@ -91,7 +91,8 @@ def cost_vs_capacity(out: SizingResult, ranking: Ranking, command: str) -> bytes
     if not ranking.feasible:
         ax.text(0.5, 0.5, "No candidate meets the SLOs at the demand", transform=ax.transAxes, ha="center")
     ax.set_xlabel(f"capacity per replica ({unit} within the SLOs)")
-    ax.set_ylabel(f"{out.question.search.money.objective} cost for the demand ($/month)")
+    objective = "purchase" if out.question.search.money.objective == "purchase" else "rental"
+    ax.set_ylabel(f"{objective} cost for the demand ($/month)")
     ax.set_title("Cost for the demand vs capacity per replica (candidates that meet the SLOs)", fontsize=10)
     ax.grid(True, alpha=0.3)
     if ranking.feasible:
@@ -110,7 +111,7 @@ def memory_per_gpu(out: SizingResult, ranking: Ranking, command: str) -> bytes:
         ("activation_bytes", "activations", "#ff7f0e"),
         ("non_torch_bytes", "non-torch", "#7f7f7f"),
         ("kv_pool", "KV cache pool", "#2ca02c"),
-        ("reserved", "not used (1 - gpu_memory_utilization)", "#dddddd"),
+        ("reserved", "not used (1 - utilisation)", "#dddddd"),
     )
     for y, r in enumerate(picks):
         m = r.memory
