@@ -248,7 +248,8 @@ def _next_wave(q: SizingQuestion, by_gpu: dict[str, list[Result]], best: dict[st
 
 def _cannot_win(r: Result, best_on_gpu: float | None) -> bool:
     # Costs come in whole GPUs: a floor equal to the best already found can at most tie it, never beat it.
-    if best_on_gpu is None or r.cost_floor_usd_per_month is None:
+    # A candidate that cannot meet TPOT at any load is not competing: its one run shows how close it comes.
+    if best_on_gpu is None or r.cost_floor_usd_per_month is None or r.analytic.batch_within_tpot == 0:
         return False
     return r.cost_floor_usd_per_month >= best_on_gpu - 1e-6
 
@@ -321,6 +322,7 @@ def _misses(p: ProbeResult, unit: str) -> str:
         missed.append(f"stopped early ({p.stopped})")
     elif p.saturated:
         missed.append("the queue grows to the end of the run")
+    unit = unit.removesuffix("s") if unit == "users" and p.load == 1 else unit
     return f"at {p.load:g} {unit}: " + ("; ".join(missed) or "no SLO value")
 
 

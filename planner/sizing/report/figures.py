@@ -96,8 +96,8 @@ def cost_vs_capacity(out: SizingResult, ranking: Ranking, command: str) -> bytes
     ax.set_title("Cost for the demand vs capacity per replica (candidates that meet the SLOs)", fontsize=10)
     ax.grid(True, alpha=0.3)
     if ranking.feasible:
-        ax.legend(fontsize=8, loc="best")
-    fig.subplots_adjust(bottom=0.16, left=0.09, right=0.98)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.subplots_adjust(bottom=0.16, left=0.09, right=0.74)
     return _png(fig, command)
 
 
@@ -128,11 +128,9 @@ def memory_per_gpu(out: SizingResult, ranking: Ranking, command: str) -> bytes:
     ax.set_yticks(range(len(picks)), [r.candidate.label for r in picks], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("GiB per GPU (memory model)")
-    ax.set_title("Memory per GPU: weights / activations / non-torch / KV cache", fontsize=10)
-    ax.legend(
-        fontsize=7, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(picks) < 4 else -0.15), frameon=False
-    )
-    fig.subplots_adjust(left=0.42, right=0.98, bottom=0.35 if len(picks) < 4 else 0.22, top=0.86)
+    ax.set_title("Memory per GPU: weights / activations / non-torch / KV cache", fontsize=10, pad=24)
+    ax.legend(fontsize=7, ncol=5, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.subplots_adjust(left=0.42, right=0.98, bottom=0.45 if len(picks) < 3 else 0.2, top=0.8)
     return _png(fig, command)
 
 
