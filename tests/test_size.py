@@ -204,3 +204,10 @@ def test_a_capacity_that_cannot_beat_the_best_stops_at_one_probe():
     assert cap.short_of == 6.0 and cap.load == 0 and len(cap.probes) == 1
     cap = find_capacity(lambda x: _probe(x, x <= 7), "rate", 4.0, None, 8, 0.1, step=1.1, must_reach=6.0)
     assert cap.short_of is None and 7 / 1.1 <= cap.load <= 7
+
+
+def test_the_recommendation_is_on_the_pareto_front():
+    q = load_sizing(ROOT / BASE, [*SMALL, "search.candidates.gpus=[l40s]", "search.candidates.tensor_parallel_sizes=[1]",
+                                  "search.candidates.engine.max_num_seqs=[16, 64]"])  # fmt: skip
+    ranking = rank(run_search(q, workers=1))
+    assert ranking.recommended in ranking.front

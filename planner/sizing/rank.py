@@ -10,7 +10,7 @@ from planner.sizing.search import Result, SizingResult
 
 @dataclass(frozen=True)
 class Ranking:
-    feasible: list[Result]  # cheapest first (ties: lower p99 E2E)
+    feasible: list[Result]  # cheapest first (ties: lower p99 E2E, then higher capacity)
     front: list[Result]  # not beaten on cost, p99 E2E and capacity per replica all at once
     recommended: Result | None
     runner_ups: list[tuple[Result, str]]  # the best of each other GPU, with why it lost
@@ -25,7 +25,12 @@ def p99_e2el_ms(r: Result) -> float:
 
 
 def rank(out: SizingResult) -> Ranking:
-    feasible = sorted((r for r in out.results if r.meets), key=lambda r: (r.objective_usd_per_month, p99_e2el_ms(r)))
+    # Cheapest first; at equal cost the lower p99 E2E, then the larger capacity (more room to grow): so the
+    # first is always on the Pareto front.
+    feasible = sorted(
+        (r for r in out.results if r.meets),
+        key=lambda r: (r.objective_usd_per_month, p99_e2el_ms(r), -r.evaluation.capacity.load),
+    )
     front = [r for r in feasible if not any(_dominates(o, r) for o in feasible if o is not r)]
     best = feasible[0] if feasible else None
     runner_ups, seen = [], {best.candidate.gpu.name} if best else set()

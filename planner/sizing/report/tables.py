@@ -66,8 +66,8 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
     p = ev.at_demand.latency_ms
     verb = "Buy" if out.question.search.money.objective == "purchase" else "Rent"
     return (
-        f"{verb} {ev.replicas} x {r.candidate.gpu.name} replica{'s' if ev.replicas > 1 else ''}"
-        f" (tensor parallel {r.candidate.tensor_parallel_size}, {c.num_gpus} GPU{'s' if c.num_gpus > 1 else ''}):"
+        f"{verb} {ev.replicas} replica{'s' if ev.replicas > 1 else ''} of {r.candidate.label}"
+        f" ({c.num_gpus} {r.candidate.gpu.name} GPU{'s' if c.num_gpus > 1 else ''} in all):"
         f" {_usd(r.objective_usd_per_month)}/month, {_usd(c.rental_usd_per_million_output_tokens, 2)} per 1M output"
         f" tokens, serving {d.value:g} {d.unit} with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
         f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures)."
