@@ -60,6 +60,8 @@ def main() -> None:
     print(f"  cannot run          {len(out.pruned):,}")
     print(f"  not simulated       {sum(1 for r in out.results if r.evaluation is None):,} (analytic: cannot win)")
     print(f"  simulated           {len(out.evaluated):,}")
+    short = sum(1 for r in out.evaluated if r.evaluation.capacity.short_of is not None)
+    print(f"    one probe only    {short:,} (fail at the capacity they need to beat the cheapest on their GPU)")
     print(
         f"simulations           {out.num_simulations:,} of up to 2,000 requests: median {median:.2f} s wall,"
         f" {median_simulation_s(out, cpu=True):.2f} s CPU each"

@@ -55,10 +55,8 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
     if ranking.runner_ups:
         lines += ["", "Runner-ups and why they lost:", ""]
         lines += [f"- {r.candidate.label} x {r.evaluation.replicas}: {why}" for r, why in ranking.runner_ups]
-    if ranking.cheapest_to_buy and ranking.cheapest_to_buy is not ranking.recommended:
-        b = ranking.cheapest_to_buy
-        lines += ["", (f"Cheapest to buy: {b.candidate.label} x {b.evaluation.replicas}"
-                  f" (${b.costs.purchase_usd_per_month:,.0f}/month amortised with power).")]  # fmt: skip
+    if tables.cheapest_to_buy_line(ranking):
+        lines += ["", tables.cheapest_to_buy_line(ranking)]
     lines += [
         "",
         "## Candidates",
@@ -124,6 +122,8 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
         parts.append("<p>Runner-ups and why they lost:</p><ul>" + "".join(
             f"<li>{e(r.candidate.label)} x {r.evaluation.replicas}: {e(why)}</li>" for r, why in ranking.runner_ups
         ) + "</ul>")  # fmt: skip
+    if tables.cheapest_to_buy_line(ranking):
+        parts.append(f"<p>{e(tables.cheapest_to_buy_line(ranking))}</p>")
     parts += [
         "<h2>Candidates</h2><p class='small'>Capacity per replica; latencies at the demand (one replica at its share).</p>",
         _html_table(tables.HEADERS, rows, classes),

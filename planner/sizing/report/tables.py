@@ -12,6 +12,23 @@ HEADERS = (
 )  # fmt: skip
 
 
+OBJECTIVE_WORDS = {
+    "rental": "the cheapest to rent per month",
+    "purchase": "the cheapest to buy per month (price over the amortisation period, plus power)",
+    "both": "the cheapest to rent per month, with the cost of buying beside it",
+}
+
+
+def cheapest_to_buy_line(ranking: Ranking) -> str | None:
+    b = ranking.cheapest_to_buy
+    if b is None or b is ranking.recommended:
+        return None
+    return (
+        f"Cheapest to buy: {b.evaluation.replicas} replica(s) of {b.candidate.label}"
+        f" (${b.costs.purchase_usd_per_month:,.0f}/month amortised, with power)."
+    )
+
+
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:,.1f}"
 
@@ -37,7 +54,7 @@ def question_lines(out: SizingResult) -> list[str]:
             f" = {d.value * d.headroom:g} {d.unit}"
         ),
         f"SLOs: {slo or 'none (capacity = the highest steady-state load)'}",
-        f"objective: {q.search.money.objective} cost per month ({q.search.money.hours_per_month:g} h)",
+        "objective: " + OBJECTIVE_WORDS[q.search.money.objective] + f" ({q.search.money.hours_per_month:g} h a month)",
     ]
 
 
