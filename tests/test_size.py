@@ -143,6 +143,7 @@ def test_a_demand_no_candidate_meets_says_how_close_and_exits_2(tmp_path):
     ("override", "expected"),
     [
         ("search.demand.rat=3", "search.demand.rat: unknown key (did you mean rate?)"),
+        ("serach.demand.rate=3", "serach: unknown key (did you mean search?)"),
         ("search.candidates.gpus=[]", "search.candidates.gpus = []: is empty"),
         ("search.candidates.gpus=[a100]", 'search.candidates.gpus[0] = "a100": unknown GPU'),
         ("search.money.objective=rent", 'search.money.objective = "rent": must be one of rental, purchase, both'),

@@ -21,7 +21,7 @@ from planner.errors import NO_VALUE, PlannerError, ScenarioError
 from planner.rules import Ctx, did_you_mean
 from planner.scenario import _parse_yaml, apply_overrides, validate_mapping
 from planner.special_fields import SPECIAL
-from planner.validation import _convert_scalar
+from planner.validation import _convert_scalar, allowed_keys
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
@@ -120,6 +120,12 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
     if not isinstance(data, dict):
         raise ScenarioError(str(path), "top level", data, "must be a mapping (a scenario with a search section)")
     search_raw = data.pop("search", None)
+    scenario_keys = allowed_keys(Scenario)
+    for key in data:  # the scenario loader would not think of `search` when it names the allowed keys
+        if str(key) not in scenario_keys.split(", ") and did_you_mean(str(key), ["search"]):
+            raise ScenarioError(
+                str(path), str(key), NO_VALUE, f"unknown key (did you mean search?); allowed: {scenario_keys}, search"
+            )
     scenario = validate_mapping(data, str(path), path.absolute().parent)
     ctx = Ctx(str(path), path.absolute().parent)
     search = parse_search({} if search_raw is None else search_raw, scenario, ctx)
