@@ -212,3 +212,9 @@ def test_the_recommendation_is_on_the_pareto_front():
                                   "search.candidates.engine.max_num_seqs=[16, 64]"])  # fmt: skip
     ranking = rank(run_search(q, workers=1))
     assert ranking.recommended in ranking.front
+
+
+def test_a_ray_address_nothing_answers_on_is_one_clear_message():
+    done = size(BASE, *sets("search.candidates.gpus=[a10]"), "--ray", "127.0.0.1:1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--ray" in done.stderr  # no cluster there, or no ray extra installed

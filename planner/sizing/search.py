@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -354,6 +355,7 @@ class _executor:
         except ImportError as e:
             raise PlannerError(f"--ray needs the ray extra (pip install 'planner[ray]'): {e}") from e
         if not ray.is_initialized():
+            _check_reachable(self.ray_address)
             try:
                 ray.init(address=self.ray_address, log_to_driver=False)
             except (ConnectionError, ValueError, RuntimeError) as err:
@@ -364,6 +366,19 @@ class _executor:
     def __exit__(self, *exc) -> None:
         if self.pool is not None:
             self.pool.shutdown(cancel_futures=True)
+
+
+def _check_reachable(address: str) -> None:
+    """A host:port that nothing answers on: say so now (Ray itself retries for minutes)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", "local": Ray resolves them
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise PlannerError(
+            f"--ray {address}: no Ray cluster answers there ({e}); start one with `ray start --head`"
+        ) from None
 
 
 def _inline(task: Task) -> Future:

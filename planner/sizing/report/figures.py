@@ -56,8 +56,15 @@ def latency_vs_load(out: SizingResult, ranking: Ranking, command: str) -> bytes:
                 )
         for stat, bound in getattr(slo, metric).items():
             ax.axhline(bound, color="#d62728", ls="--", lw=1)
-            ax.annotate(f"SLO {stat} {bound:g} ms", (0.99, bound), xycoords=("axes fraction", "data"), ha="right",
-                        va="bottom", fontsize=8, color="#d62728")  # fmt: skip
+            ax.annotate(
+                f"SLO {stat} {bound:g} ms",
+                (0.01, bound),
+                xycoords=("axes fraction", "data"),
+                ha="left",
+                va="bottom",
+                fontsize=8,
+                color="#d62728",
+            )
         ax.set_xscale("log")
         ax.set_ylim(bottom=0)
         ax.set_xlabel(f"load per replica ({unit})")
