@@ -15,17 +15,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import socket
 import statistics
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 from planner.errors import PlannerError
 from planner.sizing.bound import Analytic, Shape, analyse, users_bound
 from planner.sizing.candidates import Candidate, Pruned, enumerate_candidates
 from planner.sizing.capacity import MIN_RATE_FRACTION, Capacity, find_capacity
+from planner.sizing.executor import Executor
 from planner.sizing.money import (
     Costs,
     costs,
@@ -136,7 +136,7 @@ def run_search(
     _prune_hopeless(results, tpot_bound)
     workers = workers or os.cpu_count() or 1
     out = SizingResult(q, results, pruned, workers=workers, backend="ray" if ray_address else "processes")
-    with _executor(workers, ray_address) as submit:
+    with Executor(evaluate, workers, ray_address) as submit:
         _run_waves(q, out, shape, submit, progress)
     out.wall_s = time.perf_counter() - start
     return out
@@ -333,58 +333,6 @@ def _nothing_runs(q: SizingQuestion, pruned: list[Pruned]) -> str:
     if len(pruned) > 20:
         lines.append(f"  ... and {len(pruned) - 20} more")
     return "\n".join(lines)
-
-
-class _executor:
-    """`with _executor(workers, ray_address) as submit:` submit(task) -> a concurrent.futures.Future."""
-
-    def __init__(self, workers: int, ray_address: str | None) -> None:
-        self.workers, self.ray_address, self.pool = workers, ray_address, None
-
-    def __enter__(self):
-        if self.ray_address:
-            return self._ray_submit()
-        if self.workers <= 1:
-            return _inline
-        self.pool = ProcessPoolExecutor(self.workers)
-        return lambda task: self.pool.submit(evaluate, task)
-
-    def _ray_submit(self):
-        try:
-            import ray
-        except ImportError as e:
-            raise PlannerError(f"--ray needs the ray extra (pip install 'planner[ray]'): {e}") from e
-        if not ray.is_initialized():
-            _check_reachable(self.ray_address)
-            try:
-                ray.init(address=self.ray_address, log_to_driver=False)
-            except (ConnectionError, ValueError, RuntimeError) as err:
-                raise PlannerError(f"--ray {self.ray_address}: cannot connect to a Ray cluster: {err}") from err
-        remote = ray.remote(evaluate)
-        return lambda task: remote.remote(task).future()
-
-    def __exit__(self, *exc) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
-
-
-def _check_reachable(address: str) -> None:
-    """A host:port that nothing answers on: say so now (Ray itself retries for minutes)."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit():
-        return  # "auto", "local": Ray resolves them
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-    except OSError as e:
-        raise PlannerError(
-            f"--ray {address}: no Ray cluster answers there ({e}); start one with `ray start --head`"
-        ) from None
-
-
-def _inline(task: Task) -> Future:
-    fut: Future = Future()
-    fut.set_result(evaluate(task))
-    return fut
 
 
 def median_simulation_s(out: SizingResult, cpu: bool = False) -> float | None:
