@@ -65,5 +65,8 @@ def run_size(args) -> int:
         if args.out:
             print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
     if ranking.recommended is None:  # the report says how close each came; the exit status says it failed
-        raise PlannerError(f"{question.source}: no candidate meets the SLOs at the demand; {data['answer']}")
+        closest = f" (closest: {data['closest']})" if data.get("closest") else ""
+        raise PlannerError(
+            f"{question.source}: no candidate meets the SLOs at the demand{closest}; see how close each came above"
+        )
     return 0

@@ -126,6 +126,8 @@ def _watch(sim: Simulation, s: Scenario, total: int):
     ]
 
     def watch(done: int, _total: int) -> None:
+        if done >= total:
+            return  # the run is over anyway: its summary gives the verdict
         waiting = sum(len(r.scheduler.waiting) for r in sim.replicas)
         if sim.workload.arrival_s is not None and waiting > QUEUE_STOP_FRACTION * total:
             raise _Stop(f"{waiting} requests queued at {sim.env.now:.1f} s: overloaded", True)

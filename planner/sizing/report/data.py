@@ -45,6 +45,7 @@ def sizing_data(out: SizingResult, ranking: Ranking) -> dict:
             "objective": out.question.search.money.objective,
             "answer": tables.answer(out, ranking),
             "recommended": ranking.recommended.candidate.label if ranking.recommended else None,
+            "closest": ranking.closest[0].candidate.label if ranking.closest else None,
             "pareto_front": [r.candidate.label for r in ranking.front],
             "runner_ups": [{"label": r.candidate.label, "why": why} for r, why in ranking.runner_ups],
             "per_gpu": tables.gpu_verdicts(out, ranking),
