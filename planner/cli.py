@@ -79,6 +79,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--from", dest="from_runs", nargs="+", type=Path, metavar="RUN_DIR", help="fit `planner run` output folders"
     )
+    p = sub.add_parser("size", help="the cheapest hardware and engine settings that meet the SLOs")
+    _scenario_args(p)
+    p.add_argument("--out", type=Path, help="write report.md, report.html, sizing.json and the figures here")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--workers", type=int, help="worker processes (default: all cores)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run the candidates on this Ray cluster (needs the ray extra)")
 
     p = sub.add_parser("compare", help="two runs' summaries side by side")
     p.add_argument("a", type=Path, help="a run's output folder (or its summary.json)")
@@ -106,11 +112,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_validate(args) -> int:
     from planner.scenario import load_scenario
+    from planner.sizing.spec import load_sizing
 
     status = 0
     for path in args.files:
-        try:
-            scenario = load_scenario(path, args.overrides)
+        try:  # a sizing file (a scenario + `search:`) validates both parts
+            scenario = (
+                load_sizing(path, args.overrides).scenario if _has_search(path) else load_scenario(path, args.overrides)
+            )
         except PlannerError as e:
             print(f"planner: error: {e}", file=sys.stderr)
             status = EXIT_USAGE
@@ -127,6 +136,13 @@ def cmd_validate(args) -> int:
                 f" max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs})"
             )
     return status
+
+
+def _has_search(path: str) -> bool:
+    try:
+        return any(line.startswith("search:") for line in Path(path).read_text(encoding="utf-8").splitlines())
+    except (OSError, UnicodeDecodeError):
+        return False  # load_scenario reports it
 
 
 def _catalog_entry(entry) -> dict:
@@ -395,6 +411,12 @@ def cmd_calibrate(args) -> int:
     return calibrate(args)
 
 
+def cmd_size(args) -> int:
+    from planner.sizing.cli import run_size
+
+    return run_size(args)
+
+
 COMMANDS = {
     "validate": cmd_validate,
     "catalog": cmd_catalog,
@@ -403,6 +425,7 @@ COMMANDS = {
     "run": cmd_run,
     "compare": cmd_compare,
     "calibrate": cmd_calibrate,
+    "size": cmd_size,
 }
 
 if __name__ == "__main__":

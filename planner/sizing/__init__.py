@@ -1,0 +1,16 @@
+"""`planner size`: the cheapest hardware and engine settings that meet a scenario's SLOs.
+
+- spec.py: the sizing file, a scenario + `search:` (demand, candidates, money, probe), validated
+- candidates.py: every combination to try, and why those that cannot run were pruned
+- coefficients.py: the one function that gives a candidate its cost-model coefficients and their provenance
+- bound.py: analytic figures from the cost model: a throughput bound, the batch within TPOT, floors
+- probe.py: one simulation at one load: do the SLOs hold, is it a steady state
+- capacity.py: the highest load per replica at which the SLOs hold (a search over probes)
+- money.py: replicas for the demand, rental and purchase costs
+- search.py: runs the candidates in waves, pruning those that cannot win
+- executor.py: where they run: this process, worker processes or a Ray cluster
+- rank.py: the Pareto front, the recommendation, the runner-ups and why they lost
+- serve.py: the `vllm serve` command line of a candidate
+- cli.py: `planner size`: load, search with a progress bar, print, write the report
+- report/: the terminal text, report.md, report.html, sizing.json and the figures
+"""

@@ -1,0 +1,121 @@
+"""Every combination of the search's GPUs, tensor parallel sizes, weight dtypes and engine settings, as one
+replica's scenario each, and the reasons those that cannot run were pruned: the scenario's own rules
+(tensor parallel not dividing the heads, a token budget below max_num_seqs...), the memory model (weights
+and activations do not fit), a tensor parallel size on a GPU without an interconnect, a missing price."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.cross_checks import check_relations
+from planner.errors import ScenarioError
+from planner.rules import Ctx
+from planner.sizing.coefficients import resolve_coefficients
+from planner.sizing.spec import SearchSpec, SizingQuestion
+from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
+from sim.cost_model import CostCoefficients
+from sim.memory import fit_problems, memory_breakdown
+
+# Short names for the settings in a candidate's label.
+LABELS = {
+    "max_num_seqs": "seqs",
+    "max_num_batched_tokens": "tokens",
+    "enable_chunked_prefill": "chunked",
+    "enable_prefix_caching": "prefix-cache",
+    "kv_cache_dtype": "kv",
+    "gpu_memory_utilization": "mem",
+    "block_size": "block",
+    "max_model_len": "len",
+    "scheduler": "sched",
+    "kv_cache": "kv-layout",
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    index: int
+    label: str
+    gpu: GpuSpec
+    tensor_parallel_size: int
+    dtype: str
+    settings: tuple[tuple[str, object], ...]  # the swept engine values of this candidate
+    scenario: Scenario  # one replica
+    coefficients: CostCoefficients
+    provenance: str  # what the figures rest on (coefficients.resolve_coefficients)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    label: str
+    gpu: str
+    tensor_parallel_size: int
+    reason: str
+
+
+def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Pruned]]:
+    s = q.search
+    sweep_names = list(s.engine)
+    kept: list[Candidate] = []
+    pruned: list[Pruned] = []
+    combos = itertools.product(s.gpus, s.tensor_parallel_sizes, s.dtypes, *(s.engine[n] for n in sweep_names))
+    for gpu, tp, dtype, *values in combos:
+        settings = tuple(zip(sweep_names, values))
+        label = candidate_label(gpu.name, tp, dtype, settings, q.scenario.dtype, len(s.dtypes) > 1)
+        scenario, reason = _build(q, gpu, tp, dtype, dict(settings))
+        if reason is None:
+            reason = _price_problem(s, gpu)
+        if reason is not None:
+            pruned.append(Pruned(label, gpu.name, tp, reason))
+            continue
+        coefficients, provenance = resolve_coefficients(scenario)
+        kept.append(Candidate(len(kept), label, gpu, tp, dtype, settings, scenario, coefficients, provenance))
+    return kept, pruned
+
+
+def candidate_label(gpu: str, tp: int, dtype: str, settings, base_dtype: str, show_dtype: bool) -> str:
+    parts = [f"{gpu} tp{tp}"]
+    if show_dtype or dtype != base_dtype:
+        parts.append(dtype)
+    for name, value in settings:
+        short = LABELS.get(name, name)
+        parts.append(f"{short} {'on' if value is True else 'off' if value is False else value}")
+    return ", ".join(parts)
+
+
+def _build(q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict) -> tuple[Scenario | None, str | None]:
+    """One replica's scenario through the scenario's own relation checks and the memory model."""
+    base = q.scenario
+    raw_engine = dict(q.raw.get("engine") or {}) | settings
+    engine = dataclasses.replace(base.engine, **settings)
+    if "max_num_batched_tokens" not in raw_engine:  # the default for this candidate's chunked-prefill setting
+        engine = dataclasses.replace(engine, max_num_batched_tokens=EngineConfig().max_num_batched_tokens)
+    hardware = HardwareConfig(gpu, tp, 1, base.hardware.router)
+    scenario = dataclasses.replace(base, dtype=dtype, hardware=hardware, engine=engine)
+    try:
+        scenario = check_relations(scenario, {**q.raw, "engine": raw_engine}, Ctx(q.source, Path(q.source).parent))
+    except ScenarioError as e:
+        return None, str(e).removeprefix(f"{q.source}: ")
+    if tp > 1 and not gpu.interconnect_bandwidth_gbps:
+        return None, f"tensor parallel {tp} needs the GPU's interconnect_bandwidth_gbps, which {gpu.name} lacks"
+    problems = fit_problems(scenario, memory_breakdown(scenario))
+    if problems:
+        return None, "does not fit: " + "; ".join(problems)
+    return scenario, None
+
+
+def _price_problem(s: SearchSpec, gpu: GpuSpec) -> str | None:
+    m = s.money
+    if (
+        m.objective in ("rental", "both")
+        and gpu.rental_usd_per_hour is None
+        and gpu.name not in m.rental_usd_per_gpu_hour
+    ):
+        return f"no rental price for {gpu.name} in the catalog (set search.money.rental_usd_per_gpu_hour)"
+    if m.objective in ("purchase", "both") and gpu.purchase_usd is None and gpu.name not in m.purchase_usd_per_gpu:
+        return f"no purchase price for {gpu.name} in the catalog (set search.money.purchase_usd_per_gpu)"
+    if m.objective in ("purchase", "both") and gpu.tdp_w is None and m.power_usd_per_kwh > 0:
+        return f"no tdp_w for {gpu.name}: the power bill of a purchase cannot be priced"
+    return None

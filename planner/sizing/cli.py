@@ -1,0 +1,72 @@
+"""`planner size`: load the sizing file, run the search with a progress bar, print, write the report."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+
+from planner.errors import PlannerError
+from planner.sizing.rank import rank
+from planner.sizing.report.data import sizing_data
+from planner.sizing.report.tables import terminal_lines
+from planner.sizing.search import run_search
+from planner.sizing.spec import load_sizing
+
+
+class CandidateProgress:
+    """A one-line progress bar on stderr (a terminal only), after the first second."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.start
+        if elapsed < 1.0 or not sys.stderr.isatty():
+            return
+        self.shown = True
+        filled = int(30 * done / max(total, 1))
+        bar = "#" * filled + "." * (30 - filled)
+        print(f"\rsizing [{bar}] {done:,}/{total:,} candidates {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
+
+
+def command_line(args) -> str:
+    parts = ["planner", "size", args.scenario, *(f"--set {o}" for o in args.overrides)]
+    if args.out:
+        parts += ["--out", str(args.out)]
+    return " ".join(shlex.quote(p) if " " in p and not p.startswith("--set") else p for p in parts)
+
+
+def run_size(args) -> int:
+    if args.workers is not None and args.workers < 1:
+        raise PlannerError(f"--workers {args.workers}: must be >= 1")
+    question = load_sizing(args.scenario, args.overrides)
+    progress = CandidateProgress()
+    try:
+        out = run_search(question, args.workers, args.ray, progress)
+    finally:
+        progress.close()
+    ranking = rank(out)
+    data = sizing_data(out, ranking)
+    if args.out:
+        from planner.sizing.report.files import write_report
+
+        written = write_report(args.out, out, ranking, command_line(args), data)
+    if args.json:
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        print("\n".join(terminal_lines(out, ranking)))
+        if args.out:
+            print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
+    if ranking.recommended is None:  # the report says how close each came; the exit status says it failed
+        closest = f" (closest: {data['closest']})" if data.get("closest") else ""
+        raise PlannerError(
+            f"{question.source}: no candidate meets the SLOs at the demand{closest}; see how close each came above"
+        )
+    return 0

@@ -1,0 +1,19 @@
+"""The one place a candidate's cost-model coefficients come from, with what they rest on.
+
+Every simulation of a sizing search takes its coefficients from `resolve_coefficients`, and every figure
+carries the provenance label it returns: `spec-sheet` (the defaults of `sim.cost_model.CostCoefficients`),
+`calibrated (...)` or `transferred (...)` — the same resolution as `planner simulate` (the scenario's
+`calibration` key: `auto` uses the user's profiles, else the shipped public calibrations).
+"""
+
+from __future__ import annotations
+
+from planner.calibration.profile import resolve_cost_model
+from sim.config import Scenario
+from sim.cost_model import CostCoefficients
+
+
+def resolve_coefficients(scenario: Scenario) -> tuple[CostCoefficients, str]:
+    """(coefficients, provenance label) for this scenario's GPU, model, dtype and tensor parallel size."""
+    coefficients, provenance = resolve_cost_model(scenario)
+    return coefficients, provenance.label

@@ -1,0 +1,149 @@
+"""One simulation of one replica at one load, and its verdict: do the SLOs hold, and is it a steady state?
+
+A load is a request rate (open loop, the scenario's arrival process at that rate) or a number of users
+(closed loop). A run stops early, saying why, once its verdict cannot change: more requests have missed a
+percentile bound than that percentile allows over the whole run, or the queue holds a tenth of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.config import ArrivalConfig, Scenario
+from sim.cost_model import CostCoefficients
+from sim.driver import Simulation
+from sim.metrics import per_request_latencies_ms, summarize
+
+# A queue growing to the end: requests in the system over the last quarter of the arrivals exceed those
+# over the second quarter by this factor (plus a couple, for nearly empty systems). Steady states
+# fluctuate far less than 1.5x when averaged over a quarter of the run.
+GROWTH_FACTOR = 1.5
+GROWTH_SLACK = 2.0
+QUEUE_STOP_FRACTION = 0.1  # of the run's requests waiting at once: overloaded, stop
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    load: float  # req/s or users, per replica
+    met: bool  # every SLO holds and the run is a steady state
+    saturated: bool
+    stopped: str | None  # why the run ended early, if it did
+    completed: int
+    num_requests: int
+    request_throughput: float
+    output_throughput: float
+    latency_ms: dict  # {"p50_ttft": .., "p99_ttft": .., "p50_tpot": .., "p99_tpot": .., "p50_e2el": .., "p99_e2el": ..}
+    checks: tuple  # (metric, stat, bound_ms, value_ms, met)
+    wall_s: float
+    cpu_s: float  # this process's CPU time for the run: the same on a busy machine as on an idle one
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class _Stop(Exception):
+    def __init__(self, reason: str, saturated: bool) -> None:
+        super().__init__(reason, saturated)  # SimPy re-raises a process's exception as type(e)(*e.args)
+        self.reason, self.saturated = reason, saturated
+
+
+def scenario_at(scenario: Scenario, kind: str, load: float, num_requests: int) -> Scenario:
+    """The candidate's scenario offered `load`: its own arrival process at that rate, or `load` users."""
+    a = scenario.workload.arrival
+    if kind == "users":
+        think = a.think_time_s if a.process == "closed" else 0.0
+        arrival = ArrivalConfig(process="closed", concurrency=int(load), think_time_s=think)
+    else:
+        process = a.process if a.process in ("poisson", "gamma", "constant", "trace") else "poisson"
+        arrival = ArrivalConfig(process=process, rate=float(load), burstiness=a.burstiness)
+    workload = dataclasses.replace(scenario.workload, arrival=arrival, num_requests=num_requests)
+    return dataclasses.replace(scenario, workload=workload)
+
+
+def run_probe(
+    scenario: Scenario, kind: str, load: float, num_requests: int, coefficients: CostCoefficients
+) -> ProbeResult:
+    start, start_cpu = time.perf_counter(), time.process_time()
+    s = scenario_at(scenario, kind, load, num_requests)
+    sim = Simulation(s, coefficients, record_steps=False)
+    total = len(sim.workload)
+    sim.progress = _watch(sim, s, total)
+    stopped, saturated = None, False
+    try:
+        sim.run()
+    except _Stop as e:
+        stopped, saturated = e.reason, e.saturated
+    summary = summarize(sim.recorder, s.slo)
+    if stopped is None and kind == "rate":
+        saturated = queue_grows(sim.workload.arrival_s, sim.recorder.requests.view()["finished_s"])
+    checks = tuple((c["metric"], c["stat"], c["bound_ms"], c["value_ms"], c["met"]) for c in summary["slo"]["checks"])
+    met = stopped is None and not saturated and all(c[4] is not False for c in checks)
+    latency = {
+        f"{stat}_{name}": summary[f"{'median' if stat == 'p50' else stat}_{name}_ms"]
+        for stat in ("p50", "p99")
+        for name in ("ttft", "tpot", "e2el")
+    }
+    return ProbeResult(
+        load=float(load),
+        met=met,
+        saturated=saturated,
+        stopped=stopped,
+        completed=summary["completed"],
+        num_requests=total,
+        request_throughput=_finite(summary["request_throughput"]),
+        output_throughput=_finite(summary["output_throughput"]),
+        latency_ms={k: _finite(v) for k, v in latency.items()},
+        checks=checks,
+        wall_s=time.perf_counter() - start,
+        cpu_s=time.process_time() - start_cpu,
+    )
+
+
+def queue_grows(arrival_s: np.ndarray, finished_s: np.ndarray) -> bool:
+    """Requests in the system (arrived, not finished), averaged over the 2nd and the 4th quarter of the
+    arrivals: a queue that keeps growing to the end of the run is not a steady state."""
+    if len(arrival_s) < 8:
+        return False
+    finished = np.sort(finished_s)
+    grid = np.linspace(0.0, float(arrival_s[-1]), 81)
+    in_system = np.searchsorted(arrival_s, grid, side="right") - np.searchsorted(finished, grid, side="right")
+    second, last = in_system[20:41].mean(), in_system[60:].mean()
+    return bool(last > GROWTH_FACTOR * second + GROWTH_SLACK)
+
+
+def _watch(sim: Simulation, s: Scenario, total: int):
+    """A progress callback (every 256 finished requests) that stops a run whose verdict is settled."""
+    bounds = [
+        (metric, float(stat[1:]), bound)
+        for metric in ("ttft_ms", "tpot_ms", "e2el_ms")
+        for stat, bound in getattr(s.slo, metric).items()
+        if stat != "mean"
+    ]
+
+    def watch(done: int, _total: int) -> None:
+        if done >= total:
+            return  # the run is over anyway: its summary gives the verdict
+        waiting = sum(len(r.scheduler.waiting) for r in sim.replicas)
+        if sim.workload.arrival_s is not None and waiting > QUEUE_STOP_FRACTION * total:
+            raise _Stop(f"{waiting} requests queued at {sim.env.now:.1f} s: overloaded", True)
+        if not bounds:
+            return
+        lat = per_request_latencies_ms(sim.recorder.requests.view())
+        for metric, pct, bound in bounds:
+            values = lat[metric.removesuffix("_ms")]
+            over = int((values > bound).sum())
+            # numpy's percentile interpolates between ranks; with more than (1 - q) x (n - 1) + 1 values
+            # above the bound among the final n, the q-th percentile is above it whatever comes next.
+            if over > (1 - pct / 100) * (total - 1) + 1:
+                raise _Stop(f"{over} of {total} requests already over {metric} p{pct:g} {bound:g}", False)
+
+    return watch
+
+
+def _finite(v) -> float | None:
+    return float(v) if v is not None and math.isfinite(v) else None

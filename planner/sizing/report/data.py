@@ -1,0 +1,60 @@
+"""The sizing result as JSON data (`planner size --json`, sizing.json)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from planner.results import _finite
+from planner.sizing.rank import Ranking
+from planner.sizing.report import tables
+from planner.sizing.search import Result, SizingResult, median_simulation_s
+from planner.sizing.serve import vllm_serve_command
+
+
+def _result(r: Result) -> dict:
+    ev = r.evaluation
+    return {
+        "label": r.candidate.label,
+        "gpu": r.candidate.gpu.name,
+        "tensor_parallel_size": r.candidate.tensor_parallel_size,
+        "dtype": r.candidate.dtype,
+        "settings": dict(r.candidate.settings),
+        "provenance": r.candidate.provenance,
+        "meets_slos": r.meets,
+        "note": r.note,
+        "analytic": dataclasses.asdict(r.analytic),
+        "tpot_floor_ms": r.tpot_floor_ms,
+        "memory": r.memory,
+        "capacity_per_replica": ev.capacity.load if ev else None,
+        "replicas": ev.replicas if ev else None,
+        "probes": [p.to_dict() for p in ev.capacity.probes] if ev else [],
+        "at_demand": ev.at_demand.to_dict() if ev and ev.at_demand else None,
+        "costs": r.costs.to_dict() if r.costs else None,
+        "objective_usd_per_month": r.objective_usd_per_month,
+        "vllm_serve": vllm_serve_command(r.candidate.scenario),
+    }
+
+
+def sizing_data(out: SizingResult, ranking: Ranking) -> dict:
+    d = out.question.search.demand
+    return _finite(
+        {
+            "name": out.question.scenario.name,
+            "source": out.question.source,
+            "demand": dataclasses.asdict(d),
+            "objective": out.question.search.money.objective,
+            "answer": tables.answer(out, ranking),
+            "recommended": ranking.recommended.candidate.label if ranking.recommended else None,
+            "closest": ranking.closest[0].candidate.label if ranking.closest else None,
+            "pareto_front": [r.candidate.label for r in ranking.front],
+            "runner_ups": [{"label": r.candidate.label, "why": why} for r, why in ranking.runner_ups],
+            "per_gpu": tables.gpu_verdicts(out, ranking),
+            "candidates": [_result(r) for r in out.results],
+            "cannot_run": [dataclasses.asdict(p) for p in out.pruned],
+            "num_simulations": out.num_simulations,
+            "median_simulation_s": median_simulation_s(out),
+            "wall_s": out.wall_s,
+            "workers": out.workers,
+            "backend": out.backend,
+        }
+    )

@@ -1,0 +1,153 @@
+"""report.md, report.html (one file: figures embedded as base64 PNG, no external asset) and sizing.json."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+
+from planner.sizing.rank import Ranking
+from planner.sizing.report import tables
+from planner.sizing.report.figures import FIGURES
+from planner.sizing.search import SizingResult
+
+MAX_LISTED = 60  # rows of the not-simulated and cannot-run lists in the report
+
+
+def write_report(out_dir: Path, out: SizingResult, ranking: Ranking, command: str, data: dict) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pngs = {name: (title, draw(out, ranking, command)) for name, title, draw in FIGURES}
+    written = []
+    for name, (_, png) in pngs.items():
+        (out_dir / name).write_bytes(png)
+        written.append(out_dir / name)
+    md, page = _markdown(out, ranking, command, pngs), _html(out, ranking, command, pngs)
+    for name, text in (("report.md", md), ("report.html", page), ("sizing.json", json.dumps(data, indent=2))):
+        (out_dir / name).write_text(text, encoding="utf-8")
+        written.append(out_dir / name)
+    return written
+
+
+def _sections(out: SizingResult, ranking: Ranking):
+    unit = out.question.search.demand.unit
+    rows = [tables.row(r, unit) for r in tables.table_results(out, ranking)]
+    skipped = [[r.candidate.label, r.note] for r in tables.not_simulated(out)]
+    pruned = [[p.label, p.reason] for p in out.pruned]
+    return rows, skipped, pruned
+
+
+def _md_table(headers, rows) -> list[str]:
+    esc = [[str(c).replace("|", "\\|") for c in rw] for rw in rows]
+    return [
+        "| " + " | ".join(headers) + " |",
+        "|" + "---|" * len(headers),
+        *("| " + " | ".join(rw) + " |" for rw in esc),
+    ]
+
+
+def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
+    rows, skipped, pruned = _sections(out, ranking)
+    lines = [f"# Sizing: {out.question.scenario.name}", "", f"Produced by `{command}`.", "", "## The question", ""]
+    lines += [f"- {x}" for x in tables.question_lines(out)]
+    lines += ["", "## The answer", "", tables.answer(out, ranking), ""]
+    lines += [f"- {x}" for x in tables.gpu_verdicts(out, ranking)]
+    if ranking.runner_ups:
+        lines += ["", "Runner-ups and why they lost:", ""]
+        lines += [f"- {r.candidate.label} x {r.evaluation.replicas}: {why}" for r, why in ranking.runner_ups]
+    if tables.cheapest_to_buy_line(ranking):
+        lines += ["", tables.cheapest_to_buy_line(ranking)]
+    lines += [
+        "",
+        "## Candidates",
+        "",
+        "Capacities per replica and latencies at the demand (one replica at its share).",
+        "",
+    ]
+    lines += _md_table(tables.HEADERS, rows)
+    lines += ["", "## Figures", ""]
+    for name, (title, _) in pngs.items():
+        lines += [f"![{title}]({name})", "", f"*{title}. Produced by `{command}`.*", ""]
+    lines += ["## Serve it", "", "```", *tables.serve_lines(ranking), "```", "", "## Assumptions", ""]
+    lines += [f"- {x}" for x in tables.assumptions(out)]
+    if skipped:
+        lines += ["", f"## Not simulated ({len(skipped):,})", ""] + _md_table(
+            ("candidate", "why"), skipped[:MAX_LISTED]
+        )
+    if pruned:
+        lines += ["", f"## Cannot run ({len(pruned):,})", ""] + _md_table(("candidate", "why"), pruned[:MAX_LISTED])
+    return "\n".join(lines) + "\n"
+
+
+CSS = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1150px;
+       padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; } h2 { font-size: 1.25em; border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
+.answer { background: #eef6ee; border-left: 4px solid #2ca02c; padding: .7em 1em; font-size: 1.05em; }
+.none { background: #fbeeee; border-left-color: #d62728; }
+table { border-collapse: collapse; font-size: 12.5px; width: 100%; }
+th, td { border: 1px solid #ddd; padding: 3px 6px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; position: sticky; top: 0; }
+tr.meets td:last-child { color: #1d6b1d; } tr.misses td:last-child { color: #9b1c1c; }
+figure { margin: 1.2em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 13px; color: #555; } code, pre { font-size: 12.5px; background: #f6f6f6; }
+pre { padding: .7em; overflow-x: auto; white-space: pre-wrap; word-break: break-all; }
+.small { font-size: 13px; color: #555; }
+"""
+
+
+def _html_table(headers, rows, classes=None) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        f"<tr class='{classes[i] if classes else ''}'>"
+        + "".join(f"<td>{html.escape(str(c))}</td>" for c in rw)
+        + "</tr>"
+        for i, rw in enumerate(rows)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _html(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
+    rows, skipped, pruned = _sections(out, ranking)
+    classes = ["meets" if r.meets else "misses" for r in tables.table_results(out, ranking)]
+    e = html.escape
+    parts = [
+        f"<h1>Sizing: {e(out.question.scenario.name)}</h1>",
+        f"<p class='small'>Produced by <code>{e(command)}</code>.</p>",
+        "<h2>The question</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in tables.question_lines(out)) + "</ul>",
+        f"<h2>The answer</h2><p class='answer{'' if ranking.recommended else ' none'}'>{e(tables.answer(out, ranking))}</p>",
+        "<ul>" + "".join(f"<li>{e(x)}</li>" for x in tables.gpu_verdicts(out, ranking)) + "</ul>",
+    ]
+    if ranking.runner_ups:
+        parts.append("<p>Runner-ups and why they lost:</p><ul>" + "".join(
+            f"<li>{e(r.candidate.label)} x {r.evaluation.replicas}: {e(why)}</li>" for r, why in ranking.runner_ups
+        ) + "</ul>")  # fmt: skip
+    if tables.cheapest_to_buy_line(ranking):
+        parts.append(f"<p>{e(tables.cheapest_to_buy_line(ranking))}</p>")
+    parts += [
+        "<h2>Candidates</h2><p class='small'>Capacity per replica; latencies at the demand (one replica at its share).</p>",
+        _html_table(tables.HEADERS, rows, classes),
+        "<h2>Figures</h2>",
+    ]
+    for title, png in pngs.values():
+        data = base64.b64encode(png).decode("ascii")
+        parts.append(
+            f"<figure><img alt='{e(title)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{e(title)}. Produced by <code>{e(command)}</code>.</figcaption></figure>"
+        )
+    parts += [
+        "<h2>Serve it</h2><pre>"
+        + e("\n".join(tables.serve_lines(ranking)) or "(no candidate meets the SLOs)")
+        + "</pre>",
+        "<h2>Assumptions</h2><ul>" + "".join(f"<li>{e(x)}</li>" for x in tables.assumptions(out)) + "</ul>",
+    ]
+    if skipped:
+        parts += [f"<h2>Not simulated ({len(skipped):,})</h2>", _html_table(("candidate", "why"), skipped[:MAX_LISTED])]
+    if pruned:
+        parts += [f"<h2>Cannot run ({len(pruned):,})</h2>", _html_table(("candidate", "why"), pruned[:MAX_LISTED])]
+    title = e(f"Sizing: {out.question.scenario.name}")
+    return (
+        f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{title}</title>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style></head>"
+        f"<body>{''.join(parts)}</body></html>\n"
+    )

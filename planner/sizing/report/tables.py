@@ -1,0 +1,229 @@
+"""The report's content, once, for the terminal, report.md and report.html."""
+
+from __future__ import annotations
+
+from planner.sizing.rank import Ranking, worst_ratio
+from planner.sizing.search import Result, SizingResult, median_simulation_s
+from planner.sizing.serve import vllm_serve_command
+
+HEADERS = (
+    "candidate", "replicas", "GPUs", "capacity / replica", "p50 / p99 TTFT ms", "p50 / p99 TPOT ms",
+    "$/month", "$ / 1M out tok", "buy: $/month", "TPOT floor ms", "rests on", "verdict",
+)  # fmt: skip
+
+
+OBJECTIVE_WORDS = {
+    "rental": "the cheapest to rent per month",
+    "purchase": "the cheapest to buy per month (price over the amortisation period, plus power)",
+    "both": "the cheapest to rent per month, with the cost of buying beside it",
+}
+
+
+def cheapest_to_buy_line(ranking: Ranking) -> str | None:
+    b = ranking.cheapest_to_buy
+    if b is None or b is ranking.recommended:
+        return None
+    return (
+        f"Cheapest to buy: {b.evaluation.replicas} replica(s) of {b.candidate.label}"
+        f" (${b.costs.purchase_usd_per_month:,.0f}/month amortised, with power)."
+    )
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def _usd(v: float | None, digits: int = 0) -> str:
+    return "-" if v is None else f"${v:,.{digits}f}"
+
+
+def question_lines(out: SizingResult) -> list[str]:
+    q = out.question
+    s, d = q.scenario, q.search.demand
+    w = s.workload
+    slo = "; ".join(
+        f"{m.removesuffix('_ms').upper()} {stat} <= {b:g} ms"
+        for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
+        for stat, b in getattr(s.slo, m).items()
+    )
+    return [
+        f"model: {s.model.name} ({s.model.num_params / 1e9:.2f}B parameters, {s.dtype})",
+        f"workload: prompts {_dist(w.prompt_tokens)}, replies {_dist(w.output_tokens)} tokens",
+        (
+            f"demand: {d.value:g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
+            f" = {d.value * d.headroom:g} {d.unit}"
+        ),
+        f"SLOs: {slo or 'none (capacity = the highest steady-state load)'}",
+        "objective: " + OBJECTIVE_WORDS[q.search.money.objective] + f" ({q.search.money.hours_per_month:g} h a month)",
+    ]
+
+
+def _dist(d) -> str:
+    if d.dist == "fixed":
+        return str(d.value)
+    if d.dist == "uniform":
+        return f"uniform {d.low}-{d.high}"
+    if d.dist in ("normal", "lognormal"):
+        return f"{d.dist} mean {d.mean:g} std {d.std:g}"
+    return "from the trace"
+
+
+def answer(out: SizingResult, ranking: Ranking) -> str:
+    d = out.question.search.demand
+    r = ranking.recommended
+    if r is None:
+        if not ranking.closest:
+            return "No candidate could be simulated."
+        c = ranking.closest[0]
+        return (
+            f"No candidate meets the SLOs at {d.value:g} {d.unit}; the closest is {c.candidate.label}"
+            f" ({worst_ratio(c):.2f}x its tightest bound): {c.note}."
+        )
+    ev, c = r.evaluation, r.costs
+    p = ev.at_demand.latency_ms
+    verb = "Buy" if out.question.search.money.objective == "purchase" else "Rent"
+    return (
+        f"{verb} {ev.replicas} replica{'s' if ev.replicas > 1 else ''} of {r.candidate.label}"
+        f" ({c.num_gpus} {r.candidate.gpu.name} GPU{'s' if c.num_gpus > 1 else ''} in all):"
+        f" {_usd(r.objective_usd_per_month)}/month, {_usd(c.rental_usd_per_million_output_tokens, 2)} per 1M output"
+        f" tokens, serving {d.value:g} {d.unit} with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
+        f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures)."
+    )
+
+
+def row(r: Result, unit: str) -> list[str]:
+    ev = r.evaluation
+    p = ev.at_demand.latency_ms if ev and ev.at_demand else None
+    c = r.costs
+    verdict = "meets the SLOs" if r.meets else (r.note or "-")
+    return [
+        r.candidate.label,
+        "-" if not ev or ev.replicas is None else str(ev.replicas),
+        "-" if c is None else str(c.num_gpus),
+        "-" if not ev else f"{ev.capacity.load:,.2f} {unit}",
+        "-" if p is None else f"{_ms(p['p50_ttft'])} / {_ms(p['p99_ttft'])}",
+        "-" if p is None else f"{_ms(p['p50_tpot'])} / {_ms(p['p99_tpot'])}",
+        "-" if c is None else _usd(c.rental_usd_per_month),
+        "-" if c is None else _usd(c.rental_usd_per_million_output_tokens, 2),
+        "-" if c is None else _usd(c.purchase_usd_per_month),
+        f"{r.tpot_floor_ms:.1f}",
+        r.candidate.provenance,
+        verdict,
+    ]
+
+
+def table_results(out: SizingResult, ranking: Ranking) -> list[Result]:
+    """Meeting candidates cheapest first, then the other simulated ones."""
+    rest = [r for r in out.evaluated if not r.meets]
+    return ranking.feasible + sorted(rest, key=worst_ratio)
+
+
+def not_simulated(out: SizingResult) -> list[Result]:
+    return [r for r in out.results if r.evaluation is None]
+
+
+def gpu_verdicts(out: SizingResult, ranking: Ranking) -> list[str]:
+    """Per GPU: its best configuration, or why none of its setups meets the SLOs."""
+    lines = []
+    best = {}
+    for r in ranking.feasible:
+        best.setdefault(r.candidate.gpu.name, r)
+    gpus = dict.fromkeys(r.candidate.gpu.name for r in out.results)
+    tpot = out.question.scenario.slo.tpot_ms
+    for gpu in gpus:
+        own = [r for r in out.results if r.candidate.gpu.name == gpu]
+        if gpu in best:
+            r = best[gpu]
+            text = f"{gpu}: {r.candidate.label} x {r.evaluation.replicas}, {_usd(r.objective_usd_per_month)}/month"
+        else:
+            why = next((r.note for r in own if r.evaluation is not None), own[0].note)
+            text = f"{gpu}: no setup tried meets the SLOs; {why}"
+        smallest_tp = min(r.candidate.tensor_parallel_size for r in own)
+        floor = min(r.tpot_floor_ms for r in own if r.candidate.tensor_parallel_size == smallest_tp)
+        if tpot and floor > min(tpot.values()):
+            text += (
+                f". At tensor parallel {smallest_tp} no engine can meet TPOT {min(tpot.values()):g} ms: reading the"
+                f" weights once takes {floor:.1f} ms per token (the physics floor, at the spec bandwidth)"
+            )
+        lines.append(text)
+    return lines
+
+
+def serve_lines(ranking: Ranking) -> list[str]:
+    out = []
+    picks = ([ranking.recommended] if ranking.recommended else []) + [r for r, _ in ranking.runner_ups]
+    for r in picks:
+        out.append(f"# {r.candidate.label}: {r.evaluation.replicas} replica(s) behind a load balancer")
+        out.append(vllm_serve_command(r.candidate.scenario))
+    return out
+
+
+def assumptions(out: SizingResult) -> list[str]:
+    q = out.question
+    m = q.search.money
+    gpus = {r.candidate.gpu.name: r.candidate.gpu for r in out.results}
+    from planner.sizing.money import prices
+
+    lines = []
+    for name, gpu in gpus.items():
+        p = prices(gpu, m)
+        lines.append(
+            f"{name}: rent {_usd(p.rental_usd_per_gpu_hour, 2)}/GPU-h ({p.rental_source}); buy"
+            f" {_usd(p.purchase_usd_per_gpu)} ({p.purchase_source}); TDP {gpu.tdp_w or '-'} W"
+        )
+    provenances = sorted({r.candidate.provenance for r in out.results})
+    lines += [
+        (
+            f"power: TDP x {m.power_utilization:g} utilisation x ${m.power_usd_per_kwh:g}/kWh; purchase amortised over"
+            f" {m.amortization_months:g} months; hosts, networking, cooling and staff are not included"
+        ),
+        f"cost-model coefficients: {'; '.join(provenances)}",
+        *_provenance_caveats(provenances),
+        (
+            f"each capacity is the highest load whose {q.search.probe.num_requests:,}-request simulation meets every SLO"
+            f" in a steady state (bisection to {q.search.probe.tolerance:.0%}); latencies at the demand come from one"
+            " more simulation of one replica at its share of the demand"
+        ),
+        f"search: {len(out.results) + len(out.pruned):,} candidates, {len(out.pruned):,} cannot run,"
+        f" {len(not_simulated(out)):,} not simulated (cannot win or cannot meet the TPOT bound at any load),"
+        f" {len(out.evaluated):,} simulated in {out.num_simulations:,} simulations"
+        + (f" (median {median_simulation_s(out):.2f} s)" if out.simulation_wall_s else "")
+        + f"; {out.wall_s:.1f} s wall on {out.workers} {'Ray' if out.backend == 'ray' else 'process'} worker(s)",
+    ]
+    return lines
+
+
+def terminal_lines(out: SizingResult, ranking: Ranking) -> list[str]:
+    unit = out.question.search.demand.unit
+    lines = [f"{out.question.scenario.name}: sizing", *("  " + x for x in question_lines(out)), ""]
+    lines += ["Answer: " + answer(out, ranking), ""]
+    lines += ["Per GPU:", *("  " + x for x in gpu_verdicts(out, ranking)), ""]
+    rows = [row(r, unit) for r in table_results(out, ranking)[:15]]
+    keep = (0, 1, 3, 5, 6, 7, 10)
+    widths = [max(len(HEADERS[i]), *(len(rw[i]) for rw in rows)) if rows else len(HEADERS[i]) for i in keep]
+    lines.append("  ".join(HEADERS[i].ljust(w) for i, w in zip(keep, widths)))
+    lines += ["  ".join(rw[i].ljust(w) for i, w in zip(keep, widths)) for rw in rows]
+    if ranking.runner_ups:
+        lines += ["", "Runner-ups:"] + [f"  {r.candidate.label}: {why}" for r, why in ranking.runner_ups]
+    if ranking.recommended:
+        lines += ["", "Serve it with:", *("  " + x for x in serve_lines(ranking)[:2])]
+    lines += ["", assumptions(out)[-1]]
+    return lines
+
+
+def _provenance_caveats(provenances: list[str]) -> list[str]:
+    """What each kind of coefficients the figures rest on does and does not cover."""
+    caveats = []
+    if any(p.startswith("calibrated (public profile") for p in provenances):
+        caveats.append(
+            "public calibrations fit the linear layers, norms, launches and all-reduces to Vidur's measured operator"
+            " times (docs/fidelity.md); attention and the host side stay estimates"
+        )
+    if any(p.startswith("transferred") for p in provenances):
+        caveats.append(
+            "transferred coefficients come from profiled GPUs by spec-sheet ratios; their leave-one-GPU-out error is"
+            " in docs/fidelity.md"
+        )
+    if "spec-sheet" in provenances:
+        caveats.append("spec-sheet figures are not calibrated against a measured engine: treat capacities as estimates")
+    return caveats

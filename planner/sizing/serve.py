@@ -1,0 +1,45 @@
+"""The `vllm serve` command line of a candidate: the flags vLLM reads for the settings the simulator ran.
+
+Flag names as vLLM's EngineArgs (`vllm serve --help`); booleans as its `--flag` / `--no-flag` pairs.
+"""
+
+from __future__ import annotations
+
+from sim.config import Scenario
+
+# HF repositories of the catalog's models (the catalog keeps their config.json fields, not the repo id).
+HF_REPOS = {
+    "qwen-7b": "Qwen/Qwen-7B-Chat",
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen2.5-14b": "Qwen/Qwen2.5-14B-Instruct",
+    "qwen2.5-32b": "Qwen/Qwen2.5-32B-Instruct",
+    "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+    "llama-2-7b": "meta-llama/Llama-2-7b-hf",
+    "llama-2-13b": "meta-llama/Llama-2-13b-hf",
+    "llama-2-70b": "meta-llama/Llama-2-70b-hf",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
+    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+}
+
+
+def vllm_serve_command(s: Scenario) -> str:
+    e = s.engine
+    model = HF_REPOS.get(s.model.name, s.model.name)
+    parts = [
+        f"vllm serve {model}",
+        f"--dtype {s.dtype}",
+        f"--tensor-parallel-size {s.hardware.tensor_parallel_size}",
+        f"--max-model-len {s.max_model_len}",
+        f"--max-num-seqs {e.max_num_seqs}",
+        f"--max-num-batched-tokens {e.max_num_batched_tokens}",
+        f"--gpu-memory-utilization {e.gpu_memory_utilization:g}",
+        f"--block-size {e.block_size}",
+        "--enable-chunked-prefill" if e.enable_chunked_prefill else "--no-enable-chunked-prefill",
+        "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
+        f"--kv-cache-dtype {e.kv_cache_dtype}",
+    ]
+    if s.model.model_type == "qwen":  # first-generation Qwen ships its modelling code in the repository
+        parts.append("--trust-remote-code")
+    return " ".join(parts)

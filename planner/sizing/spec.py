@@ -1,0 +1,388 @@
+"""A sizing file -> (the validated scenario, the validated `search:` section).
+
+A sizing file is a scenario plus a `search:` section. The scenario part goes through the scenario loader
+unchanged (`planner.scenario.validate_mapping`); the search part is checked here with the same messages
+(`ScenarioError`: file, dotted key, bad value, what is allowed). Engine values to sweep are checked by the
+scenario's own rules for those fields (`planner.validation`), so a sweep accepts exactly what a scenario does.
+Every key has a default: a plain scenario is a sizing question over the GPU catalog.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import NO_VALUE, PlannerError, ScenarioError
+from planner.rules import Ctx, did_you_mean
+from planner.scenario import _parse_yaml, apply_overrides, validate_mapping
+from planner.special_fields import SPECIAL
+from planner.validation import _convert_scalar, allowed_keys
+from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
+
+OBJECTIVES = ("rental", "purchase", "both")
+# Weight dtypes the memory and cost models price: the scenario's dtype rule. fp8/int8/int4 weights would need
+# a quantised-GEMM cost and scale tensors in the memory model; refused rather than priced as bf16.
+WEIGHT_DTYPES = ("bfloat16", "float16", "float32")
+DEFAULT_TENSOR_PARALLEL = (1, 2, 4, 8)
+# The catalog's host-CPU placeholder is not something to buy for serving.
+NOT_DEFAULT_GPUS = ("cpu",)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What the deployment must serve: an open-loop request rate or a number of concurrent users."""
+
+    kind: str  # "rate" (requests/s) | "users" (closed loop)
+    value: float
+    headroom: float  # size for value x headroom
+    source: str  # where the figure came from, for the report
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.kind == "rate" else "users"
+
+
+@dataclass(frozen=True)
+class Money:
+    objective: str
+    rental_usd_per_gpu_hour: dict[str, float]  # overrides of the catalog, by GPU name
+    purchase_usd_per_gpu: dict[str, float]
+    power_usd_per_kwh: float
+    power_utilization: float  # average draw as a fraction of TDP
+    amortization_months: float
+    hours_per_month: float
+
+
+@dataclass(frozen=True)
+class Probe:
+    num_requests: int  # per simulation
+    max_probes: int  # simulations per candidate's capacity search (the run at the demand not counted)
+    tolerance: float  # stop when the bracket hi/lo is within 1 + tolerance
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    demand: Demand
+    gpus: tuple[GpuSpec, ...]
+    gpus_given: bool  # named by the user (a missing price is then an error, not a pruned candidate)
+    tensor_parallel_sizes: tuple[int, ...]
+    replicas: tuple[int, ...] | None  # None: as many as needed
+    dtypes: tuple[str, ...]
+    engine: dict[str, tuple]  # EngineConfig field -> values to sweep
+    money: Money
+    probe: Probe
+    bound_pruning: bool = True
+
+
+@dataclass(frozen=True)
+class SizingQuestion:
+    scenario: Scenario  # the base: model, workload shape, SLOs
+    search: SearchSpec
+    source: str
+    raw: dict = field(repr=False, hash=False)
+
+
+SEARCH_KEYS = ("demand", "candidates", "money", "probe")
+DEMAND_KEYS = ("rate", "concurrency", "headroom")
+CANDIDATE_KEYS = ("gpus", "tensor_parallel_sizes", "replicas", "dtypes", "engine", "bound_pruning")
+MONEY_KEYS = (
+    "objective",
+    "rental_usd_per_gpu_hour",
+    "purchase_usd_per_gpu",
+    "power_usd_per_kwh",
+    "power_utilization",
+    "amortization_months",
+    "hours_per_month",
+)
+PROBE_KEYS = ("num_requests", "max_probes", "tolerance")
+# Engine fields a sweep may not set: the pool override would make every candidate's memory model moot.
+NOT_SWEPT = ("num_gpu_blocks_override",)
+
+
+def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuestion:
+    """Read and validate a sizing file (a scenario, with or without `search:`). Raises PlannerError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlannerError(f"{path}: no such sizing file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PlannerError(f"{path}: cannot read the sizing file: {e}") from None
+    data = _parse_yaml(text, str(path))
+    if data is None and not overrides:
+        raise PlannerError(f"{path}: the file is empty; a sizing file is a scenario (model, hardware.gpu) + search")
+    data = apply_overrides({} if data is None else data, overrides, str(path))
+    if not isinstance(data, dict):
+        raise ScenarioError(str(path), "top level", data, "must be a mapping (a scenario with a search section)")
+    search_raw = data.pop("search", None)
+    scenario_keys = allowed_keys(Scenario)
+    for key in data:  # the scenario loader would not think of `search` when it names the allowed keys
+        if str(key) not in scenario_keys.split(", ") and did_you_mean(str(key), ["search"]):
+            raise ScenarioError(
+                str(path), str(key), NO_VALUE, f"unknown key (did you mean search?); allowed: {scenario_keys}, search"
+            )
+    scenario = validate_mapping(data, str(path), path.absolute().parent)
+    ctx = Ctx(str(path), path.absolute().parent)
+    search = parse_search({} if search_raw is None else search_raw, scenario, ctx)
+    return SizingQuestion(scenario, search, str(path), data)
+
+
+def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
+    s = _mapping(raw, "search", SEARCH_KEYS, ctx)
+    cands = _mapping(s.get("candidates") or {}, "search.candidates", CANDIDATE_KEYS, ctx)
+    gpus, given = _gpus(cands.get("gpus"), scenario, ctx)
+    money = _money(s.get("money") or {}, ctx)
+    _check_prices(gpus, given, money, ctx)
+    return SearchSpec(
+        demand=_demand(s.get("demand") or {}, scenario, ctx),
+        gpus=gpus,
+        gpus_given=given,
+        tensor_parallel_sizes=_int_list(
+            cands.get("tensor_parallel_sizes", list(DEFAULT_TENSOR_PARALLEL)),
+            "search.candidates.tensor_parallel_sizes",
+            ctx,
+        ),
+        replicas=_replicas(cands.get("replicas", "as_needed"), ctx),
+        dtypes=_dtypes(cands.get("dtypes", [scenario.dtype]), ctx),
+        engine=_engine(cands.get("engine") or {}, scenario, ctx),
+        money=money,
+        probe=_probe(s.get("probe") or {}, ctx),
+        bound_pruning=_scalar(cands, "bound_pruning", bool, True, "search.candidates", ctx, lambda v: True, ""),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sections
+
+
+def _demand(raw: Any, scenario: Scenario, ctx: Ctx) -> Demand:
+    d = _mapping(raw, "search.demand", DEMAND_KEYS, ctx)
+    where = "search.demand"
+    headroom = _scalar(d, "headroom", float, 1.2, where, ctx, lambda v: v >= 1, "must be >= 1 (1.2 = 20% spare)")
+    if "rate" in d and "concurrency" in d:
+        raise ScenarioError(ctx.file, f"{where}.concurrency", d["concurrency"], "give rate or concurrency, not both")
+    if "rate" in d:
+        rate = _scalar(d, "rate", float, None, where, ctx, lambda v: v > 0, "must be > 0 (requests/s)")
+        return Demand("rate", rate, headroom, f"{where}.rate")
+    if "concurrency" in d:
+        users = _scalar(d, "concurrency", int, None, where, ctx, lambda v: v >= 1, "must be >= 1 (users)")
+        return Demand("users", users, headroom, f"{where}.concurrency")
+    return _demand_from_workload(scenario, headroom, ctx)
+
+
+def _demand_from_workload(scenario: Scenario, headroom: float, ctx: Ctx) -> Demand:
+    """No demand given: the scenario's own load (its rate, its users, or its trace's mean rate)."""
+    a = scenario.workload.arrival
+    if a.process == "closed":
+        return Demand("users", a.concurrency, headroom, "workload.arrival.concurrency")
+    if a.rate is not None:
+        return Demand("rate", a.rate, headroom, "workload.arrival.rate")
+    from sim.workload import generate_workload  # a trace's recorded arrivals: their mean rate
+
+    wl = generate_workload(scenario.workload, scenario.max_model_len)
+    span_s = float(wl.arrival_s[-1]) if len(wl) > 1 else 0.0
+    if span_s <= 0:
+        raise ScenarioError(
+            ctx.file, "search.demand", NO_VALUE, "missing, and the trace has no arrival span; give rate"
+        )
+    return Demand("rate", (len(wl) - 1) / span_s, headroom, f"the trace's mean rate ({scenario.workload.trace.path})")
+
+
+def _gpus(raw: Any, scenario: Scenario, ctx: Ctx) -> tuple[tuple[GpuSpec, ...], bool]:
+    key = "search.candidates.gpus"
+    if raw is None:
+        from planner.catalog import load_gpu_catalog
+
+        return tuple(g for name, g in load_gpu_catalog().items() if name not in NOT_DEFAULT_GPUS), False
+    items = raw if isinstance(raw, list) else [raw]
+    if not items:
+        raise ScenarioError(ctx.file, key, raw, "is empty: name at least one GPU (or leave the key out: the catalog)")
+    resolve = SPECIAL[(HardwareConfig, "gpu")][0]  # catalog name or inline mapping, as hardware.gpu
+    gpus = tuple(resolve(item, f"{key}[{i}]", ctx) for i, item in enumerate(items))
+    names = [g.name for g in gpus]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ScenarioError(ctx.file, f"{key}[{i}]", name, "is listed twice; give each GPU once (inline: a name)")
+    return gpus, True
+
+
+def _money(raw: Any, ctx: Ctx) -> Money:
+    m = _mapping(raw, "search.money", MONEY_KEYS, ctx)
+    w = "search.money"
+    return Money(
+        objective=_scalar(m, "objective", str, "rental", w, ctx, lambda v: v in OBJECTIVES, _one_of(OBJECTIVES)),
+        rental_usd_per_gpu_hour=_price_map(m.get("rental_usd_per_gpu_hour"), f"{w}.rental_usd_per_gpu_hour", ctx),
+        purchase_usd_per_gpu=_price_map(m.get("purchase_usd_per_gpu"), f"{w}.purchase_usd_per_gpu", ctx),
+        # US average commercial electricity, 2025: ~$0.13-0.14/kWh (EIA Electric Power Monthly, table 5.6.A).
+        power_usd_per_kwh=_scalar(m, "power_usd_per_kwh", float, 0.14, w, ctx, lambda v: v >= 0, "must be >= 0"),
+        # A serving GPU's average draw sits well below its board limit; 0.7 is an assumption, not a measurement.
+        power_utilization=_scalar(m, "power_utilization", float, 0.7, w, ctx, lambda v: 0 < v <= 1, "must be in (0, 1]"),
+        amortization_months=_scalar(m, "amortization_months", float, 36.0, w, ctx, lambda v: v > 0, "must be > 0"),
+        hours_per_month=_scalar(m, "hours_per_month", float, 730.0, w, ctx, lambda v: 0 < v <= 744, "must be in (0, 744]"),
+    )  # fmt: skip
+
+
+def _check_prices(gpus: tuple[GpuSpec, ...], given: bool, money: Money, ctx: Ctx) -> None:
+    """A GPU the user named must have the prices its objective needs (catalog or search.money)."""
+    names = {gpu.name for gpu in gpus}
+    for key in ("rental_usd_per_gpu_hour", "purchase_usd_per_gpu"):
+        for name in getattr(money, key):
+            if name not in names:
+                raise ScenarioError(
+                    ctx.file, f"search.money.{key}.{name}", NO_VALUE,
+                    f"is not a candidate GPU{did_you_mean(name, sorted(names))}; candidates: {', '.join(sorted(names))}",
+                )  # fmt: skip
+    if not given:
+        return  # catalog GPUs without a price are pruned, and the report says so
+    for i, gpu in enumerate(gpus):
+        for need, key, catalog_value in _needs(money, gpu):
+            if catalog_value is None and gpu.name not in getattr(money, key):
+                raise ScenarioError(
+                    ctx.file, f"search.candidates.gpus[{i}]", gpu.name,
+                    f"has no {need} price and objective {money.objective} needs one; set"
+                    f" search.money.{key}: {{{gpu.name}: <USD>}} (or hardware.gpu fields"
+                    f" {'rental_usd_per_hour' if need == 'rental' else 'purchase_usd'} in an inline GPU)",
+                )  # fmt: skip
+            if need == "purchase" and gpu.tdp_w is None and money.power_usd_per_kwh > 0:
+                raise ScenarioError(
+                    ctx.file, f"search.candidates.gpus[{i}]", gpu.name,
+                    "has no tdp_w, which the purchase objective needs for the power bill; give an inline GPU with"
+                    " tdp_w, or set search.money.power_usd_per_kwh: 0",
+                )  # fmt: skip
+
+
+def _needs(money: Money, gpu: GpuSpec) -> list[tuple[str, str, float | None]]:
+    needs = []
+    if money.objective in ("rental", "both"):
+        needs.append(("rental", "rental_usd_per_gpu_hour", gpu.rental_usd_per_hour))
+    if money.objective in ("purchase", "both"):
+        needs.append(("purchase", "purchase_usd_per_gpu", gpu.purchase_usd))
+    return needs
+
+
+def _engine(raw: Any, scenario: Scenario, ctx: Ctx) -> dict[str, tuple]:
+    """Engine field -> the values to sweep, each checked by the scenario's rule for that field."""
+    where = "search.candidates.engine"
+    names = [f.name for f in dataclasses.fields(EngineConfig) if f.name not in NOT_SWEPT]
+    e = _mapping(raw, where, tuple(names), ctx)
+    hints = typing.get_type_hints(EngineConfig)
+    sweep = {}
+    for name in names:
+        if name not in e:
+            continue
+        values = e[name] if isinstance(e[name], list) else [e[name]]
+        if not values:
+            raise ScenarioError(ctx.file, f"{where}.{name}", e[name], "is empty: give at least one value")
+        hint = hints[name]
+        if typing.get_origin(hint) is not None:  # `int | None`: a sweep takes the value itself
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        sweep[name] = tuple(
+            _convert_scalar(EngineConfig, name, hint, v, f"{where}.{name}[{i}]", ctx) for i, v in enumerate(values)
+        )
+    return sweep
+
+
+def _dtypes(raw: Any, ctx: Ctx) -> tuple[str, ...]:
+    key = "search.candidates.dtypes"
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise ScenarioError(ctx.file, key, raw, "is empty: give at least one weight dtype")
+    for i, v in enumerate(values):
+        if v not in WEIGHT_DTYPES:
+            hint = did_you_mean(str(v), WEIGHT_DTYPES)
+            raise ScenarioError(
+                ctx.file, f"{key}[{i}]", v,
+                f"{_one_of(WEIGHT_DTYPES)}{hint}; fp8/int8/int4 weights are not priced by the memory and cost"
+                " models yet (the KV cache can be fp8: candidates.engine.kv_cache_dtype)",
+            )  # fmt: skip
+    return tuple(dict.fromkeys(values))
+
+
+def _replicas(raw: Any, ctx: Ctx) -> tuple[int, ...] | None:
+    if raw == "as_needed":
+        return None
+    if isinstance(raw, str):
+        raise ScenarioError(
+            ctx.file,
+            "search.candidates.replicas",
+            raw,
+            "must be as_needed or a list of replica counts" + did_you_mean(raw, ["as_needed"]),
+        )
+    return _int_list(raw, "search.candidates.replicas", ctx)
+
+
+def _probe(raw: Any, ctx: Ctx) -> Probe:
+    p = _mapping(raw, "search.probe", PROBE_KEYS, ctx)
+    w = "search.probe"
+    return Probe(
+        num_requests=_scalar(p, "num_requests", int, 1000, w, ctx, lambda v: v >= 20, "must be >= 20"),
+        max_probes=_scalar(p, "max_probes", int, 8, w, ctx, lambda v: v >= 2, "must be >= 2"),
+        tolerance=_scalar(p, "tolerance", float, 0.1, w, ctx, lambda v: 0 < v < 1, "must be in (0, 1)"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Helpers: the same message shape as the scenario's (file: key = value: what is allowed)
+
+
+def _mapping(raw: Any, where: str, keys: Sequence[str], ctx: Ctx) -> dict:
+    if not isinstance(raw, dict):
+        raise ScenarioError(ctx.file, where, raw, f"expected a mapping with keys {', '.join(keys)}")
+    for key in raw:
+        if key not in keys:
+            hint = did_you_mean(str(key), list(keys))
+            raise ScenarioError(ctx.file, f"{where}.{key}", NO_VALUE, f"unknown key{hint}; allowed: {', '.join(keys)}")
+    return raw
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+
+
+def _scalar(d: dict, key: str, kind: type, default: Any, where: str, ctx: Ctx, ok, allowed: str) -> Any:
+    path = f"{where}.{key}"
+    if key not in d:
+        if default is None:
+            raise ScenarioError(ctx.file, path, NO_VALUE, f"missing; {allowed}")
+        return default
+    v = d[key]
+    good_type = isinstance(v, (int, float)) if kind is float else isinstance(v, kind)
+    if isinstance(v, bool) and kind is not bool or not good_type:
+        raise ScenarioError(ctx.file, path, v, f"expected {_TYPE_WORDS[kind]}" + (f" ({allowed})" if allowed else ""))
+    if kind is float:
+        v = float(v)
+        if not math.isfinite(v):
+            raise ScenarioError(ctx.file, path, v, "must be a finite number")
+    if not ok(v):
+        hint = did_you_mean(v, OBJECTIVES) if kind is str else ""
+        raise ScenarioError(ctx.file, path, v, allowed + hint)
+    return v
+
+
+def _int_list(raw: Any, key: str, ctx: Ctx) -> tuple[int, ...]:
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise ScenarioError(ctx.file, key, raw, "is empty: give at least one value")
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ScenarioError(ctx.file, f"{key}[{i}]", v, "must be an integer >= 1")
+    return tuple(dict.fromkeys(values))
+
+
+def _price_map(raw: Any, key: str, ctx: Ctx) -> dict[str, float]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ScenarioError(ctx.file, key, raw, "expected a mapping of GPU name to USD, e.g. {a10: 0.75}")
+    for name, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
+            raise ScenarioError(ctx.file, f"{key}.{name}", v, "must be a number of USD >= 0")
+    return {str(k): float(v) for k, v in raw.items()}
+
+
+def _one_of(choices: Sequence[str]) -> str:
+    return "must be one of " + ", ".join(choices)

@@ -1,0 +1,226 @@
+"""`planner size`: the sizing file's validation, the capacity search, pruning, the report, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.cli import main
+from planner.sizing.capacity import find_capacity
+from planner.sizing.probe import ProbeResult, queue_grows
+from planner.sizing.rank import rank
+from planner.sizing.search import run_search
+from planner.sizing.spec import load_sizing
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = "scenarios/a10_qwen7b.yaml"
+SMALL = ["search.probe.num_requests=40", "search.probe.max_probes=4"]
+
+
+def size(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "planner.cli", "size", *args], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+
+
+def sets(*items: str) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+def _probe(load: float, met: bool) -> ProbeResult:
+    return ProbeResult(load, met, False, None, 10, 10, 1.0, 10.0, {}, (), 0.0, 0.0)
+
+
+def test_a_plain_scenario_is_a_sizing_question_over_the_catalog():
+    q = load_sizing(ROOT / BASE)
+    assert q.search.demand.kind == "users" and q.search.demand.value == 20
+    names = [g.name for g in q.search.gpus]
+    assert "a10" in names and "h100-sxm" in names and "cpu" not in names
+    assert q.search.tensor_parallel_sizes == (1, 2, 4, 8) and q.search.money.objective == "rental"
+
+
+@pytest.mark.parametrize("true_capacity", [0.37, 3.0, 41.5])
+def test_capacity_search_brackets_the_true_capacity_from_any_guess(true_capacity):
+    for guess in (true_capacity / 10, true_capacity * 0.9, true_capacity * 10):
+        cap = find_capacity(lambda x: _probe(x, x <= true_capacity), "rate", guess, None, 12, 0.1)
+        assert true_capacity / 1.1 <= cap.load <= true_capacity
+
+
+def test_capacity_search_in_users_stops_at_an_integer_bracket():
+    cap = find_capacity(lambda x: _probe(x, x <= 13), "users", 4, 60, 12, 0.01)
+    assert cap.load == 13
+    assert cap.best.load == 13 and all(p.met == (p.load <= 13) for p in cap.probes)
+
+
+def test_no_capacity_when_even_the_lightest_load_fails():
+    cap = find_capacity(lambda x: _probe(x, False), "users", 8, None, 12, 0.1)
+    assert cap.load == 0 and cap.best is None and cap.lightest.load == 1
+
+
+def test_a_queue_growing_to_the_end_is_not_a_steady_state():
+    arrival = np.linspace(0, 100, 1001)
+    steady = arrival + 0.5  # each served in half a second
+    growing = arrival + 0.5 + 0.2 * arrival  # each waits longer than the one before
+    assert not queue_grows(arrival, steady)
+    assert queue_grows(arrival, growing)
+
+
+def test_search_prunes_what_cannot_run_and_what_cannot_win():
+    q = load_sizing(
+        ROOT / BASE,
+        [
+            *SMALL,
+            "search.candidates.gpus=[a10, l40s]",
+            "search.candidates.tensor_parallel_sizes=[1, 2, 3, 4]",
+            "search.candidates.engine.max_num_seqs=[32, 64, 128, 256]",
+        ],
+    )
+    out = run_search(q, workers=1)
+    reasons = {p.label: p.reason for p in out.pruned}
+    assert "tensor_parallel_size = 3" in reasons["a10 tp3, seqs 32"] and "must divide" in reasons["a10 tp3, seqs 32"]
+    skipped = [r for r in out.results if r.evaluation is None]
+    assert skipped and all("not simulated" in r.note for r in skipped)
+    ranking = rank(out)
+    assert ranking.recommended is not None and ranking.recommended.meets
+    # an empty profile folder: the shipped public calibrations, the A10's transferred from the profiled GPUs
+    assert all(r.candidate.provenance.startswith("transferred (from public profiles") for r in out.results)
+
+
+def test_the_rate_bound_is_above_every_simulated_capacity():
+    q = load_sizing(
+        ROOT / BASE,
+        [
+            *SMALL,
+            "search.demand.rate=2.0",
+            "search.candidates.gpus=[a10, l4]",
+            "search.candidates.tensor_parallel_sizes=[1]",
+        ],
+    )
+    out = run_search(q, workers=1)
+    assert out.evaluated
+    for r in out.evaluated:
+        assert r.evaluation.capacity.load <= r.analytic.rate_bound
+
+
+def test_same_answer_with_one_or_two_workers():
+    overrides = [*SMALL, "search.candidates.gpus=[a10, l40s]", "search.candidates.tensor_parallel_sizes=[1, 2]"]
+    runs = [run_search(load_sizing(ROOT / BASE, overrides), workers=w) for w in (1, 2)]
+    caps = [[(r.candidate.label, r.evaluation and r.evaluation.capacity.load, r.note) for r in o.results] for o in runs]
+    assert caps[0] == caps[1]
+
+
+def test_size_writes_a_self_contained_report(tmp_path):
+    args = sets(*SMALL, "search.candidates.gpus=[a10, l4]", "search.candidates.tensor_parallel_sizes=[1, 2]")
+    done = size(BASE, *args, "--workers", "1", "--out", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["recommended"] and data["answer"].startswith("Rent")
+    best = next(c for c in data["candidates"] if c["label"] == data["recommended"])
+    assert "--tensor-parallel-size" in best["vllm_serve"] and "--max-num-seqs" in best["vllm_serve"]
+    assert best["costs"]["rental_usd_per_month"] > 0 and best["replicas"] >= 1
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
+    assert "src='http" not in page and "href=" not in page  # nothing to fetch: readable offline
+    md = (tmp_path / "report.md").read_text()
+    assert (
+        "## Candidates" in md
+        and "vllm serve" in md
+        and "transferred (from public profiles" in md
+        and "Produced by `planner size" in md
+    )
+
+
+def test_a_demand_no_candidate_meets_says_how_close_and_exits_2(tmp_path):
+    args = sets(*SMALL, "search.candidates.gpus=[a10, l4]", "search.candidates.tensor_parallel_sizes=[1]",
+                "slo.tpot_ms={p99: 5}")  # fmt: skip
+    done = size(BASE, *args, "--workers", "1", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "no candidate meets the SLOs" in done.stderr and "Traceback" not in done.stderr
+    assert "physics floor" in done.stdout  # what would be needed
+    assert "closest" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("search.demand.rat=3", "search.demand.rat: unknown key (did you mean rate?)"),
+        ("serach.demand.rate=3", "serach: unknown key (did you mean search?)"),
+        ("search.candidates.gpus=[]", "search.candidates.gpus = []: is empty"),
+        ("search.candidates.gpus=[a100]", 'search.candidates.gpus[0] = "a100": unknown GPU'),
+        ("search.money.objective=rent", 'search.money.objective = "rent": must be one of rental, purchase, both'),
+        ("search.candidates.engine.max_num_seqs=[64, 0]", "search.candidates.engine.max_num_seqs[1] = 0: must be >= 1"),
+        ("search.candidates.dtypes=[fp8]", "fp8/int8/int4 weights are not priced"),
+        (
+            "search.money.rental_usd_per_gpu_hour={a100: 1}",
+            "search.money.rental_usd_per_gpu_hour.a100: is not a candidate",
+        ),
+        (
+            "search.candidates.gpus=[{name: mine, memory_bytes: 80000000000, bf16_tflops: 300, memory_bandwidth_gbps: 2000}]",
+            "has no rental price and objective rental needs one",
+        ),
+        ("search.candidates.gpus=[a10g]\n", None),  # placeholder replaced below
+    ][:-1],
+)
+def test_bad_sizing_input_is_one_clear_message_and_exit_2(override, expected):
+    done = size(BASE, "--set", override)
+    assert done.returncode == 2, done.stdout
+    assert expected in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"planner: error: {BASE}")
+
+
+def test_purchase_objective_needs_a_purchase_price():
+    done = size(BASE, *sets("search.money.objective=purchase", "search.candidates.gpus=[a10g]"))
+    assert done.returncode == 2 and "a10g" in done.stderr and "no purchase price" in done.stderr
+
+
+def test_every_candidate_unable_to_run_is_an_error_listing_why():
+    done = size(
+        BASE, *sets("model=llama-2-70b", "search.candidates.gpus=[a10]", "search.candidates.tensor_parallel_sizes=[1]")
+    )
+    assert done.returncode == 2 and "no candidate can run" in done.stderr and "a10 tp1: does not fit" in done.stderr
+
+
+def test_validate_accepts_a_sizing_file():
+    assert main(["validate", "scenarios/size_a10_qwen7b.yaml"]) == 0
+
+
+def test_search_runs_on_a_local_ray_instance():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    try:
+        q = load_sizing(
+            ROOT / BASE, [*SMALL, "search.candidates.gpus=[a10]", "search.candidates.tensor_parallel_sizes=[1]"]
+        )
+        on_ray = run_search(q, ray_address="auto")
+        local = run_search(q, workers=1)
+    finally:
+        ray.shutdown()
+    assert on_ray.backend == "ray"
+    assert [r.evaluation.capacity.load for r in on_ray.evaluated] == [
+        r.evaluation.capacity.load for r in local.evaluated
+    ]
+
+
+def test_a_capacity_that_cannot_beat_the_best_stops_at_one_probe():
+    cap = find_capacity(lambda x: _probe(x, x <= 5), "rate", 4.0, None, 8, 0.1, step=1.1, must_reach=6.0)
+    assert cap.short_of == 6.0 and cap.load == 0 and len(cap.probes) == 1
+    cap = find_capacity(lambda x: _probe(x, x <= 7), "rate", 4.0, None, 8, 0.1, step=1.1, must_reach=6.0)
+    assert cap.short_of is None and 7 / 1.1 <= cap.load <= 7
+
+
+def test_the_recommendation_is_on_the_pareto_front():
+    q = load_sizing(ROOT / BASE, [*SMALL, "search.candidates.gpus=[l40s]", "search.candidates.tensor_parallel_sizes=[1]",
+                                  "search.candidates.engine.max_num_seqs=[16, 64]"])  # fmt: skip
+    ranking = rank(run_search(q, workers=1))
+    assert ranking.recommended in ranking.front
+
+
+def test_a_ray_address_nothing_answers_on_is_one_clear_message():
+    done = size(BASE, *sets("search.candidates.gpus=[a10]"), "--ray", "127.0.0.1:1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--ray" in done.stderr  # no cluster there, or no ray extra installed
