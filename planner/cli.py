@@ -184,8 +184,11 @@ def cmd_memory(args) -> int:
             json.dumps(
                 mem.to_dict()
                 | {
+                    # What is left for KV, never negative; a deployment that does not fit says by how much.
+                    "kv_cache_bytes": max(mem.kv_cache_bytes, 0),
+                    "kv_cache_shortfall_bytes": max(-mem.kv_cache_bytes, 0),
                     "mean_request_tokens": mean_tokens,
-                    "requests_at_mean_length": mem.requests_that_fit(mean_tokens),
+                    "requests_at_mean_length": mem.requests_that_fit(mean_tokens) if mean_tokens else None,
                     "fits": not problems,
                     "problems": problems,
                 },

@@ -168,7 +168,15 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
                 )
             ]
         return []
-    if mem.kv_cache_bytes <= 0 or mem.num_gpu_blocks == 0:
+    if mem.kv_cache_bytes > 0 and mem.num_gpu_blocks == 0:  # memory is left, but less than one block
+        return [
+            (
+                f"the {mem.kv_cache_bytes / GIB:.2f} GiB left for the KV cache per GPU is less than one block of"
+                f" {mem.block_size} tokens ({mem.block_bytes / GIB:.2f} GiB); lower engine.block_size, raise"
+                f" engine.gpu_memory_utilization or use a larger GPU or {_more_gpus(scenario, mem)}"
+            )
+        ]
+    if mem.kv_cache_bytes <= 0:
         short = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes - mem.usable_bytes
         return [
             (
