@@ -259,6 +259,14 @@ def _refuse(scenario, problems: list[str]) -> None:
         raise PlannerError(f"{scenario.source}: cannot run: " + "; ".join(problems))
 
 
+def _check_out(args) -> None:
+    """--out must be writable before the run starts, not found unwritable after it."""
+    from planner.results import check_out_dir
+
+    if args.out is not None:
+        check_out_dir(args.out)
+
+
 def _emit(args, summary: dict, recorder, title: str) -> None:
     from planner.report import summary_lines
     from planner.results import summary_json, write_outputs
@@ -279,6 +287,7 @@ def cmd_simulate(args) -> int:
 
     scenario = _load(args)
     _refuse(scenario, _run_problems(scenario))
+    _check_out(args)
     progress = Progress("simulating")
     result = simulate(scenario, record_steps=args.out is not None, progress=progress)
     progress.close()
@@ -314,6 +323,7 @@ def cmd_run(args) -> int:
         )
     scenario = _load(args)
     _refuse(scenario, _workload_problems(scenario))  # the fit is measured by the engine itself
+    _check_out(args)
     progress = Progress(f"running on {args.device}")
     try:
         sampling = SamplingParams(args.temperature, args.top_p)
@@ -330,20 +340,11 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _read_summary(path: Path) -> dict:
-    file = path / "summary.json" if path.is_dir() else path
-    try:
-        return json.loads(file.read_text())
-    except FileNotFoundError as e:
-        raise PlannerError(f"{file}: no such file (give a run's --out folder or its summary.json)") from e
-    except json.JSONDecodeError as e:
-        raise PlannerError(f"{file}: not a summary.json: {e}") from e
-
-
 def cmd_compare(args) -> int:
     from planner.report import compare_lines, compare_rows
+    from planner.results import read_summary
 
-    a, b = _read_summary(args.a), _read_summary(args.b)
+    a, b = read_summary(args.a), read_summary(args.b)
     if args.json:
         print(json.dumps({"a": str(args.a), "b": str(args.b), "rows": compare_rows(a, b)}, indent=2))
     else:

@@ -5,13 +5,78 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from planner.errors import PlannerError, read_text_file
 from planner.scenario import scenario_to_dict
 from sim.config import Scenario
 from sim.metrics import Recorder, summarize
+
+
+OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", "latency_cdf.png", "throughput.png", "kv_cache.png")
+_JSON_KINDS = {list: "an array", str: "a string", bool: "true/false", type(None): "null"}
+MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not one
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Make sure the outputs can be written, before the run: the folder is created (or exists), a file can
+    be created in it, and no output name is taken by a folder. A PlannerError says what is wrong."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise PlannerError(f"--out {out_dir}: exists and is not a folder") from None
+    except OSError as e:  # a parent is a file (ENOTDIR), no permission, a name too long, a read-only disk...
+        raise PlannerError(f"--out {out_dir}: cannot create the folder: {e.strerror or e}") from None
+    try:
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise PlannerError(f"--out {out_dir}: cannot write in the folder: {e.strerror or e}") from None
+    for name in OUTPUT_NAMES:
+        path = out_dir / name
+        if path.exists() and not path.is_file():
+            raise PlannerError(f"--out {out_dir}: {name} exists and is not a file; remove it or choose another --out")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PlannerError(f"--out {out_dir}: {name} exists and cannot be overwritten")
+
+
+def read_summary(path: Path) -> dict:
+    """A run's summary.json (or the --out folder holding it), checked: a JSON object whose compared metrics
+    are finite numbers or null, with at least one of them. Anything else is a PlannerError naming the file."""
+    from planner.report import COMPARE_ROWS  # the metrics `compare` reads
+
+    file = path / "summary.json" if path.is_dir() else path
+    if path.is_dir() and not file.exists():
+        raise PlannerError(f"{path}: a folder without summary.json (give a run's --out folder or its summary.json)")
+    text = read_text_file(file, "summary.json (a run's --out folder or its summary.json)", MAX_SUMMARY_BYTES)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlannerError(f"{file}: line {e.lineno}, column {e.colno}: not JSON ({e.msg})") from None
+    except (ValueError, RecursionError) as e:  # a number of > 4,300 digits, or nesting Python cannot follow
+        raise PlannerError(f"{file}: not a summary.json ({e})") from None
+    if not isinstance(data, dict):
+        raise PlannerError(
+            f"{file}: expected a JSON object (a run's summary), found {_JSON_KINDS.get(type(data), 'a number')}"
+        )
+    found = 0
+    for key, _ in COMPARE_ROWS:
+        value = data
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise PlannerError(f"{file}: {key} = {json.dumps(value)[:40]}: must be a finite number or null")
+        found += 1
+    if not found:
+        names = ", ".join(key for key, _ in COMPARE_ROWS[:3])
+        raise PlannerError(f"{file}: not a run's summary: none of its metrics ({names}, ...) is there")
+    return data
 
 
 def build_summary(
@@ -51,6 +116,15 @@ def _write_csv(path: Path, columns: dict[str, np.ndarray]) -> None:
 
 
 def write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) -> list[Path]:
+    """Write every output; `check_out_dir` ran before the run, so only a full disk or a folder changed
+    meanwhile can fail here (a PlannerError too)."""
+    try:
+        return _write_outputs(out_dir, summary, recorder, title)
+    except OSError as e:
+        raise PlannerError(f"--out {out_dir}: cannot write the outputs: {e}") from None
+
+
+def _write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) -> list[Path]:
     from planner.plots import write_plots  # matplotlib only loads when plots are asked for
 
     out_dir.mkdir(parents=True, exist_ok=True)

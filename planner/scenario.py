@@ -16,7 +16,6 @@ import copy
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from planner.cross_checks import check_relations
 from planner.errors import PlannerError, ScenarioError, read_text_file, show_value
