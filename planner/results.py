@@ -16,7 +16,6 @@ from planner.scenario import scenario_to_dict
 from sim.config import Scenario
 from sim.metrics import Recorder, summarize
 
-
 OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", "latency_cdf.png", "throughput.png", "kv_cache.png")
 _JSON_KINDS = {list: "an array", str: "a string", bool: "true/false", type(None): "null"}
 MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not one

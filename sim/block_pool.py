@@ -25,6 +25,9 @@ class BlockPool:
         # confirmed by comparing tokens, not only their hash.
         self.cached_blocks: dict[tuple[int, Hashable], int] = {}
         self.block_key: list[tuple[int, Hashable] | None] = [None] * num_blocks
+        # References beyond a block's first, over all blocks: a prefix block shared by k requests adds k - 1.
+        # Their tokens are stored once, so what the blocks hold is the requests' tokens minus these blocks'.
+        self.num_shared_refs = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -52,13 +55,17 @@ class BlockPool:
         for block_id in block_ids:
             if self.ref_cnt[block_id] == 0:
                 del self.free_block_queue[block_id]
+            else:
+                self.num_shared_refs += 1
             self.ref_cnt[block_id] += 1
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
         for block_id in block_ids:
             self.ref_cnt[block_id] -= 1
-            if self.ref_cnt[block_id] == 0:
+            if self.ref_cnt[block_id] >= 1:
+                self.num_shared_refs -= 1
+            elif self.ref_cnt[block_id] == 0:
                 self.free_block_queue[block_id] = None
             elif self.ref_cnt[block_id] < 0:
                 raise AssertionError(f"block {block_id} freed more often than allocated")

@@ -118,6 +118,7 @@ class Replica:
             num_waiting_after=len(sched.waiting),
             sum_context_tokens=context,
             kv_blocks_used=blocks,
+            tokens_held=context - sched.kv.shared_tokens(),
         )
 
 

@@ -74,6 +74,10 @@ class KVCacheManager:
             request.block_ids.extend(pool.get_new_blocks(needed))
         return True
 
+    def shared_tokens(self) -> int:
+        """Tokens counted once per request sharing a prefix block beyond the first (all shared blocks are full)."""
+        return self.pool.num_shared_refs * self.block_size
+
     def cache_full_blocks(self, request: Request) -> None:
         """Register the request's full, computed blocks in the prefix cache (hits are already there)."""
         if not self.pool.enable_caching:

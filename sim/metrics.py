@@ -142,15 +142,16 @@ class Recorder:
         num_waiting_after: int,
         sum_context_tokens: np.ndarray,
         kv_blocks_used: np.ndarray,
+        tokens_held: np.ndarray,
     ) -> None:
         """k pure-decode steps at once: every running request decodes one token in each. For a decode
         token the context it attends over is its whole context, so attention pairs = context tokens, and
-        the tokens held are the context. Only the last step can see an arrival (it ends the window), so
+        the tokens held are the context less shared prefix blocks' repeats. Only the last step can see an arrival (it ends the window), so
         the queue is empty after every step but the last."""
         self.num_steps += len(duration_s)
         self.busy_s += float(duration_s.sum())
         self.block_seconds += float((kv_blocks_used * duration_s).sum())
-        self.slot_seconds += float((sum_context_tokens / (kv_blocks_used * self.block_size) * duration_s).sum())
+        self.slot_seconds += float((tokens_held / (kv_blocks_used * self.block_size) * duration_s).sum())
         self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used.max()))
         if self.record_steps:
             num_waiting = np.zeros(len(duration_s), dtype=np.int32)
