@@ -125,6 +125,7 @@ def write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) 
 
 def _write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) -> list[Path]:
     from planner.plots import write_plots  # matplotlib only loads when plots are asked for
+    from planner.plots.latency import CDF_POINTS
 
     out_dir.mkdir(parents=True, exist_ok=True)
     requests = recorder.requests.view()
@@ -138,6 +139,12 @@ def _write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str)
     _write_csv(written[1], requests)
     _write_csv(written[2], steps)
     written += write_plots(
-        out_dir, requests, steps, summary, title, itl_ms=recorder.itl_ms(), num_gpu_blocks=recorder.num_gpu_blocks
+        out_dir,
+        requests,
+        steps,
+        summary,
+        title,
+        itl_ms=recorder.itl.sample_ms(CDF_POINTS),
+        num_gpu_blocks=recorder.num_gpu_blocks,
     )
     return written

@@ -244,7 +244,7 @@ class ContinuousScheduler(Scheduler):
             request.last_token_s = last_end
             self.kv.cache_full_blocks(request)
         self.recorder.token_gaps(np.array(first_gaps))
-        self.recorder.token_gaps(np.tile(np.diff(step_end_s), len(self.running)))
+        self.recorder.token_gaps(np.diff(step_end_s), times=len(self.running))  # each step's gap, once per request
 
 
 class StaticScheduler(Scheduler):
