@@ -282,14 +282,15 @@ def _emit(args, summary: dict, recorder, title: str) -> None:
 
 
 def cmd_simulate(args) -> int:
-    from planner.results import build_summary
+    from planner.results import StepsCsv, build_summary
     from sim.driver import simulate
 
     scenario = _load(args)
     _refuse(scenario, _run_problems(scenario))
     _check_out(args)
     progress = Progress("simulating")
-    result = simulate(scenario, record_steps=args.out is not None, progress=progress)
+    steps_csv = StepsCsv(args.out / "steps.csv") if args.out else None  # written as the run goes
+    result = simulate(scenario, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv)
     progress.close()
     wl = result.workload
     mean_prompt = float(wl.prompt_tokens.mean()) if len(wl) else 0.0

@@ -8,13 +8,14 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
 from planner.errors import PlannerError, read_text_file
 from planner.scenario import scenario_to_dict
 from sim.config import Scenario
-from sim.metrics import Recorder, summarize
+from sim.metrics import STEP_COLUMNS, Recorder, summarize
 
 OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", "latency_cdf.png", "throughput.png", "kv_cache.png")
 _JSON_KINDS = {list: "an array", str: "a string", bool: "true/false", type(None): "null"}
@@ -108,10 +109,35 @@ def summary_json(summary: dict) -> str:
 
 
 def _write_csv(path: Path, columns: dict[str, np.ndarray]) -> None:
+    with path.open("w") as f:
+        f.write(",".join(columns) + "\n")
+        _write_rows(f, columns)
+
+
+def _write_rows(f: TextIO, columns: dict[str, np.ndarray]) -> None:
     names = list(columns)
+    if not names or len(columns[names[0]]) == 0:
+        return
     formats = ["%.6f" if np.issubdtype(columns[n].dtype, np.floating) else "%d" for n in names]
-    table = np.column_stack([columns[n].astype(np.float64) for n in names]) if names else np.empty((0, 0))
-    np.savetxt(path, table, fmt=formats, delimiter=",", header=",".join(names), comments="")
+    np.savetxt(f, np.column_stack([columns[n].astype(np.float64) for n in names]), fmt=formats, delimiter=",")
+
+
+class StepsCsv:
+    """steps.csv written as the run goes: the recorder's `steps_sink` (sim.metrics.Recorder). Rows come in
+    the order steps end; within each chunk they are sorted by start time, so with one replica the file is
+    in start order, and with several it is within each chunk of STEP_CHUNK_ROWS (sort by start_s for more)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = path.open("w")
+        self.file.write(",".join(STEP_COLUMNS) + "\n")
+
+    def __call__(self, rows: dict[str, np.ndarray]) -> None:
+        by_start = np.argsort(rows["start_s"], kind="stable")  # replicas' rows interleaved in time
+        _write_rows(self.file, {name: column[by_start] for name, column in rows.items()})
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) -> list[Path]:
@@ -131,13 +157,15 @@ def _write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str)
     requests = recorder.requests.view()
     order = np.argsort(requests["request_id"], kind="stable")
     requests = {name: column[order] for name, column in requests.items()}
-    steps = recorder.steps.view()
-    by_start = np.argsort(steps["start_s"], kind="stable")  # replicas' rows interleaved in time
-    steps = {name: column[by_start] for name, column in steps.items()}
     written = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
     written[0].write_text(summary_json(summary))
     _write_csv(written[1], requests)
-    _write_csv(written[2], steps)
+    steps = recorder.step_rows()  # with a StepsCsv sink: the rows left are written, the plots get a sample
+    if isinstance(recorder.steps_sink, StepsCsv):
+        recorder.steps_sink.close()
+    else:
+        steps = {name: column[np.argsort(steps["start_s"], kind="stable")] for name, column in steps.items()}
+        _write_csv(written[2], steps)
     written += write_plots(
         out_dir,
         requests,

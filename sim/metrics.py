@@ -14,6 +14,7 @@ percentiles as numpy.percentile. Memory is bounded by the requests, not by the t
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 import numpy as np
 
@@ -44,6 +45,8 @@ REQUEST_COLUMNS = {
     "preemptions": np.int32,
 }
 PERCENTILES = (50, 90, 99)
+STEP_CHUNK_ROWS = 1 << 16  # with a steps_sink: rows handed over at a time (about 4 MB)
+PLOT_STEP_ROWS = 1 << 18  # with a steps_sink: the most rows kept for the plots (every 2^k-th step)
 
 
 class Columns:
@@ -78,6 +81,12 @@ class Columns:
 
     def view(self) -> dict[str, np.ndarray]:
         return {name: column[: self.size] for name, column in self.data.items()}
+
+    def keep_every_other(self) -> None:
+        for column in self.data.values():
+            kept = column[: self.size : 2].copy()
+            column[: len(kept)] = kept
+        self.size = (self.size + 1) // 2
 
 
 class GapHistogram:
@@ -164,12 +173,27 @@ class GapHistogram:
 
 
 class Recorder:
-    """Collects a run. `record_steps=False` keeps only running totals of the per-step series."""
+    """Collects a run. `record_steps=False` keeps only running totals of the per-step series.
 
-    def __init__(self, num_gpu_blocks: int, block_size: int, record_steps: bool = True) -> None:
+    `steps_sink`, if given, receives the step rows in chunks of STEP_CHUNK_ROWS as the run goes (in the
+    order steps end: by time within each replica) and the recorder keeps only every 2^k-th row for the plots,
+    k growing so that at most PLOT_STEP_ROWS stay: memory stays flat however long the run.
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        record_steps: bool = True,
+        steps_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
+    ) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
-        self.record_steps = record_steps
+        self.record_steps = record_steps or steps_sink is not None
+        self.steps_sink = steps_sink
+        self.plot_steps = Columns(STEP_COLUMNS)  # with a sink: every plot_stride-th step
+        self.plot_stride = 1
+        self.num_spilled = 0
         self.steps = Columns(STEP_COLUMNS)
         self.requests = Columns(REQUEST_COLUMNS)
         self.itl = GapHistogram()  # every inter-token gap, in bounded memory
@@ -219,6 +243,32 @@ class Recorder:
                 kv_blocks_used=kv_blocks_used,
                 num_preemptions=num_preemptions,
             )
+            self._maybe_spill()
+
+    def _maybe_spill(self) -> None:
+        if self.steps_sink is not None and self.steps.size >= STEP_CHUNK_ROWS:
+            self.spill_steps()
+
+    def spill_steps(self) -> None:
+        """Hand the buffered step rows to the sink and keep every plot_stride-th (by overall row number)."""
+        rows = self.steps.view()
+        if self.steps_sink is None or self.steps.size == 0:
+            return
+        self.steps_sink(rows)
+        first = (-self.num_spilled) % self.plot_stride
+        self.plot_steps.extend(**{name: column[first :: self.plot_stride] for name, column in rows.items()})
+        self.num_spilled += self.steps.size
+        self.steps.size = 0
+        while self.plot_steps.size > PLOT_STEP_ROWS:
+            self.plot_steps.keep_every_other()
+            self.plot_stride *= 2
+
+    def step_rows(self) -> dict[str, np.ndarray]:
+        """The step rows for the plots: all of them, or with a sink the kept sample (after a last spill)."""
+        if self.steps_sink is None:
+            return self.steps.view()
+        self.spill_steps()
+        return self.plot_steps.view()
 
     def decode_window(
         self,
@@ -258,6 +308,7 @@ class Recorder:
                 kv_blocks_used=kv_blocks_used,
                 num_preemptions=0,
             )
+            self._maybe_spill()
 
     def token_gap(self, gap_s: float) -> None:
         self.itl.add(gap_s)
