@@ -112,32 +112,38 @@ class GapHistogram:
         self.sum_s = 0.0
         self.min_s = float("inf")
         self.max_s = float("-inf")
-        self._pending = array("d")
+        self._values = array("d")  # gaps not binned yet, and how many times each counts
+        self._times = array("d")
 
     def add(self, gap_s: float) -> None:
-        self._pending.append(gap_s)
-        if len(self._pending) >= self.FLUSH:
+        self._values.append(gap_s)
+        self._times.append(1.0)
+        if len(self._values) >= self.FLUSH:
             self._flush()
 
     def add_many(self, gaps_s: np.ndarray, times: int = 1) -> None:
         """Each of gaps_s, `times` times over (a decode window: each step's gap once per running request)."""
-        gaps_s = np.asarray(gaps_s, dtype=np.float64)
-        if len(gaps_s) == 0 or times <= 0:
-            return
-        self.counts += np.bincount(self._bucket(gaps_s), minlength=self.NUM_BUCKETS) * times
-        self.count += len(gaps_s) * times
-        self.sum_s += float(gaps_s.sum()) * times
-        self.min_s = min(self.min_s, float(gaps_s.min()))
-        self.max_s = max(self.max_s, float(gaps_s.max()))
+        gaps_s = np.ascontiguousarray(gaps_s, dtype=np.float64)
+        self._values.frombytes(gaps_s.tobytes())
+        self._times.frombytes(np.full(len(gaps_s), float(times)).tobytes())
+        if len(self._values) >= self.FLUSH:
+            self._flush()
 
     def _flush(self) -> None:
-        pending, self._pending = self._pending, array("d")
-        self.add_many(np.frombuffer(pending, dtype=np.float64))
+        if not self._values:
+            return
+        values, times = np.frombuffer(self._values, dtype=np.float64), np.frombuffer(self._times, dtype=np.float64)
+        # Counts are whole numbers far below 2^53: the float weights add them exactly.
+        self.counts += np.bincount(self._bucket(values), weights=times, minlength=self.NUM_BUCKETS).astype(np.int64)
+        self.count += int(times.sum())
+        self.sum_s += float(values @ times)
+        self.min_s = min(self.min_s, float(values.min()))
+        self.max_s = max(self.max_s, float(values.max()))
+        self._values, self._times = array("d"), array("d")
 
     def _bucket(self, gaps_s: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):  # a gap of 0 -> -inf -> bucket 0
-            index = np.floor(np.log(gaps_s / self.MIN_S) / np.log(self.RATIO))
-        return np.clip(np.nan_to_num(index, nan=0.0, neginf=0.0), 0, self.NUM_BUCKETS - 1).astype(np.int64)
+        index = np.log(np.maximum(gaps_s, self.MIN_S) / self.MIN_S) / np.log(self.RATIO)
+        return np.minimum(index.astype(np.int64), self.NUM_BUCKETS - 1)  # a gap of 0 lands in bucket 0
 
     def __len__(self) -> int:
         self._flush()
