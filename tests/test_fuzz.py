@@ -93,9 +93,11 @@ def floats(lo: float, hi: float) -> st.SearchStrategy[str]:
 
 
 BOOLS = choice("true", "false")
-LENGTH_KEYS = {"dist": choice("fixed", "uniform", "normal", "lognormal", "trace")} | {
-    name: ints(1, 9000) for name in ("value", "low", "high", "min", "max")
-} | {"mean": floats(1, 9000), "std": floats(0, 5000)}
+LENGTH_KEYS = (
+    {"dist": choice("fixed", "uniform", "normal", "lognormal", "trace")}
+    | {name: ints(1, 9000) for name in ("value", "low", "high", "min", "max")}
+    | {"mean": floats(1, 9000), "std": floats(0, 5000)}
+)
 GPU_MAPPING = st.fixed_dictionaries(
     {"memory_bytes": NUMBERS, "bf16_tflops": NUMBERS, "memory_bandwidth_gbps": NUMBERS},
     optional={"interconnect_bandwidth_gbps": NUMBERS, "fp8_tflops": NUMBERS},

@@ -278,3 +278,28 @@ def test_gap_histogram_percentiles_within_the_documented_error():
     repeated = GapHistogram()
     repeated.add_many(np.array([0.01, 0.03]), times=3)
     assert len(repeated) == 6 and repeated.mean_s() == pytest.approx(0.02)
+
+
+def test_the_10k_benchmark_figures_match_exact_gaps_within_the_resolution(monkeypatch):
+    """Every gap the histogram bins is also kept here, exactly: the summary's ITL figures stay within
+    GapHistogram.RELATIVE_ERROR of numpy over all of them at 10,000 requests; the rest is computed exactly."""
+    from sim.driver import simulate
+    from sim.metrics import summarize
+
+    exact: list[np.ndarray] = []
+    flush = GapHistogram._flush
+
+    def keep_and_flush(self):
+        values = np.frombuffer(self._values, dtype=np.float64)
+        exact.append(np.repeat(values, np.frombuffer(self._times, dtype=np.float64).astype(np.int64)))
+        flush(self)
+
+    monkeypatch.setattr(GapHistogram, "_flush", keep_and_flush)
+    scenario = load_scenario(ROOT / "scenarios" / "a100_llama2_7b_azure_10k.yaml")
+    result = simulate(scenario, record_steps=False)
+    summary = summarize(result.recorder, scenario.slo)
+    gaps_ms = np.concatenate(exact) * 1e3
+    assert summary["completed"] == 10_000 and len(gaps_ms) == len(result.recorder.itl)
+    assert summary["mean_itl_ms"] == pytest.approx(gaps_ms.mean(), rel=1e-12)
+    for p in (50, 90, 99):
+        assert summary[f"p{p}_itl_ms"] == pytest.approx(np.percentile(gaps_ms, p), rel=GapHistogram.RELATIVE_ERROR)

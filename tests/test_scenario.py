@@ -121,7 +121,10 @@ def test_full_example_file(tmp_path):
             r"scen\.yaml: engine\.max_num_seq: unknown key \(did you mean max_num_seqs\?\); allowed: .*max_num_seqs",
         ),
         ("hardwre.gpu=a10", r"hardwre: unknown key \(did you mean hardware\?\)"),
-        ("workload.arrival.rate=-1", r"scen\.yaml: workload\.arrival\.rate = -1\.0: must be in \[1e-06, 1e\+06\] requests/s"),
+        (
+            "workload.arrival.rate=-1",
+            r"scen\.yaml: workload\.arrival\.rate = -1\.0: must be in \[1e-06, 1e\+06\] requests/s",
+        ),
         ("workload.arrival.burstiness=0", r"workload\.arrival\.burstiness = 0\.0: must be in \[0\.001, 1000\]"),
         (
             "engine.gpu_memory_utilization=1.5",
