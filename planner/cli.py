@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, one_line
 from sim.workload import WorkloadError
 
 EXIT_USAGE = 2
@@ -68,11 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except PlannerError as e:
-        print(f"planner: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except WorkloadError as e:  # a trace file that cannot supply the requests (it names the file)
-        print(f"planner: error: {e}", file=sys.stderr)
+    except (PlannerError, WorkloadError) as e:  # WorkloadError: a trace file that cannot supply the requests
+        print(f"planner: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
@@ -88,13 +85,13 @@ def cmd_validate(args) -> int:
     for path in args.files:
         try:
             scenario = load_scenario(path, args.overrides)
-        except PlannerError as e:
-            print(f"planner: error: {e}", file=sys.stderr)
+        except (PlannerError, WorkloadError) as e:
+            print(f"planner: error: {one_line(str(e))}", file=sys.stderr)
             status = EXIT_USAGE
             continue
         problems = _run_problems(scenario)
         for problem in problems:
-            print(f"planner: error: {path}: cannot run: {problem}", file=sys.stderr)
+            print(f"planner: error: {one_line(f'{path}: cannot run: {problem}')}", file=sys.stderr)
             status = EXIT_USAGE
         if not problems:
             print(

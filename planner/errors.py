@@ -32,6 +32,12 @@ def show_value(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def one_line(message: str) -> str:
+    """A message as printed: control characters (a newline or \\x1e in a key name, say) escaped, so it
+    stays one line of plain text whatever the input held."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
+
+
 def read_text_file(path: Path, what: str, max_bytes: int) -> str:
     """A small UTF-8 text file's contents, or a PlannerError saying why not: missing, a folder, not a regular
     file (a FIFO or a device would block or never end: checked before opening), too large, not UTF-8."""
