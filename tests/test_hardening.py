@@ -303,3 +303,19 @@ def test_the_10k_benchmark_figures_match_exact_gaps_within_the_resolution(monkey
     assert summary["mean_itl_ms"] == pytest.approx(gaps_ms.mean(), rel=1e-12)
     for p in (50, 90, 99):
         assert summary[f"p{p}_itl_ms"] == pytest.approx(np.percentile(gaps_ms, p), rel=GapHistogram.RELATIVE_ERROR)
+
+
+def test_steps_csv_written_in_chunks_is_the_same_file(tmp_path, monkeypatch, capsys):
+    import sim.metrics
+
+    assert main(["simulate", A10, "--out", str(tmp_path / "whole")]) == 0
+    monkeypatch.setattr(sim.metrics, "STEP_CHUNK_ROWS", 100)
+    monkeypatch.setattr(sim.metrics, "PLOT_STEP_ROWS", 256)
+    seen = []
+    monkeypatch.setattr("planner.plots.write_plots", lambda out, req, steps, *a, **k: seen.append(steps) or [])
+    assert main(["simulate", A10, "--out", str(tmp_path / "chunks")]) == 0
+    whole, chunks = ((tmp_path / d / "steps.csv").read_text() for d in ("whole", "chunks"))
+    num_steps = whole.count("\n") - 1
+    assert chunks == whole and num_steps > 1000
+    kept = seen[0]["start_s"]
+    assert 128 <= len(kept) <= 256 and np.all(np.diff(kept) > 0)  # every 2^k-th step, in order
