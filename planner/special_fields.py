@@ -36,9 +36,10 @@ def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
     models = catalog.load_model_catalog()
     if value in models:
         return models[value]
-    path = _resolve_path(value, ctx)
-    if path.exists() and not (path.is_file() or path.is_dir()):  # a FIFO or a device would block the read
-        raise ScenarioError(ctx.file, key_path, value, f"{path} is not a regular file or folder")
+    path = _resolve_path(value, key_path, ctx)
+    config = path / "config.json" if path.is_dir() else path
+    if config.exists() and not config.is_file():  # a FIFO or a device would block the read
+        raise ScenarioError(ctx.file, key_path, value, f"{config} is not a regular file")
     if path.exists():
         try:
             spec = catalog.load_model_config_path(path)
@@ -85,13 +86,15 @@ def _resolve_trace_path(value: Any, key_path: str, ctx: Ctx) -> str:
         raise ScenarioError(
             ctx.file, key_path, value, "expected a path to a CSV trace (relative to the scenario's folder)"
         )
-    path = _resolve_path(value, ctx)
+    path = _resolve_path(value, key_path, ctx)
     if not path.is_file():
         raise ScenarioError(ctx.file, key_path, value, f"no such file: {path}")
     return str(path)  # absolute: nothing below planner/ knows the scenario's folder
 
 
-def _resolve_path(value: str, ctx: Ctx) -> Path:
+def _resolve_path(value: str, key_path: str, ctx: Ctx) -> Path:
+    if "\0" in value:  # the OS cannot take it (and would raise ValueError deep in pathlib)
+        raise ScenarioError(ctx.file, key_path, value, "a path cannot hold a NUL character")
     path = Path(value).expanduser()
     return path if path.is_absolute() else (ctx.base_dir / path).resolve()
 

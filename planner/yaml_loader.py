@@ -129,10 +129,21 @@ def _where(line: int, column: int) -> str:
 
 
 def _check_depth(data: Any, source: str) -> None:
-    """Refuse nesting deeper than MAX_DEPTH (iterative: a deep structure must not overflow the stack here)."""
+    """Refuse nesting deeper than MAX_DEPTH (iterative: a deep structure must not overflow the stack here),
+    and strings that are not text: a "\\ud800" escape gives a lone surrogate that no file name, terminal or
+    encoder takes."""
     stack = [(data, 1)]
     while stack:
         value, depth = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise PlannerError(
+                    f"{source}: invalid YAML: a string holds a lone surrogate (U+{ord(value[e.start]):04X}), not text"
+                ) from None
+        if isinstance(value, dict):
+            stack.extend((key, depth) for key in value)
         if isinstance(value, dict | list):
             if depth > MAX_DEPTH:
                 raise PlannerError(f"{source}: invalid YAML: nested deeper than {MAX_DEPTH} levels")

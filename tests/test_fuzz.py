@@ -102,7 +102,26 @@ GPU_MAPPING = st.fixed_dictionaries(
     {"memory_bytes": NUMBERS, "bf16_tflops": NUMBERS, "memory_bandwidth_gbps": NUMBERS},
     optional={"interconnect_bandwidth_gbps": NUMBERS, "fp8_tflops": NUMBERS},
 ).map(lambda d: "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}")
+MODEL_MAPPING = st.fixed_dictionaries(
+    {
+        "model_type": choice("llama", "qwen2", "mistral"),
+        **{
+            key: ints(1, 4096)
+            for key in (
+                "hidden_size",
+                "intermediate_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "vocab_size",
+                "max_position_embeddings",
+            )
+        },
+    },
+    optional={"head_dim": ints(1, 512), "rope_theta": NUMBERS, "tie_word_embeddings": BOOLS},
+).map(lambda d: "{" + ", ".join(f"{k}: {v}" for k, v in d.items()) + "}")
 SCHEMA: dict[str, st.SearchStrategy[str]] = {
+    "model": st.one_of(MODEL_MAPPING, choice("qwen-7b", "llama-2-7b", "/dev/zero", "/nonexistent")),
     "name": st.one_of(st.text(max_size=20).map(json.dumps), HOSTILE_VALUES),
     "dtype": choice("bfloat16", "float16", "float32"),
     "hardware.tensor_parallel_size": ints(1, 64),
