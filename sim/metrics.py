@@ -274,7 +274,10 @@ class Recorder:
         if self.steps_sink is None:
             return self.steps.view()
         self.spill_steps()
-        return self.plot_steps.view()
+        rows = self.plot_steps.view()
+        if self.plot_stride > 1:  # a sample cannot count tokens: the plots then estimate them from the requests
+            del rows["num_sampled"]
+        return rows
 
     def decode_window(
         self,

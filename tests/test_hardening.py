@@ -319,3 +319,4 @@ def test_steps_csv_written_in_chunks_is_the_same_file(tmp_path, monkeypatch, cap
     assert chunks == whole and num_steps > 1000
     kept = seen[0]["start_s"]
     assert 128 <= len(kept) <= 256 and np.all(np.diff(kept) > 0)  # every 2^k-th step, in order
+    assert "num_sampled" not in seen[0]  # a sample cannot count tokens
