@@ -85,11 +85,11 @@ def cmd_validate(args) -> int:
     for path in args.files:
         try:
             scenario = load_scenario(path, args.overrides)
-        except (PlannerError, WorkloadError) as e:
+            problems = _run_problems(scenario)
+        except (PlannerError, WorkloadError) as e:  # WorkloadError: a trace the workload cannot read
             print(f"planner: error: {one_line(str(e))}", file=sys.stderr)
             status = EXIT_USAGE
             continue
-        problems = _run_problems(scenario)
         for problem in problems:
             print(f"planner: error: {one_line(f'{path}: cannot run: {problem}')}", file=sys.stderr)
             status = EXIT_USAGE
