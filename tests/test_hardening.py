@@ -320,3 +320,17 @@ def test_steps_csv_written_in_chunks_is_the_same_file(tmp_path, monkeypatch, cap
     kept = seen[0]["start_s"]
     assert 128 <= len(kept) <= 256 and np.all(np.diff(kept) > 0)  # every 2^k-th step, in order
     assert "num_sampled" not in seen[0]  # a sample cannot count tokens
+
+
+def test_a_pool_of_millions_of_blocks_costs_only_the_blocks_used():
+    from sim.block_pool import BlockPool
+
+    big = BlockPool(1 << 24, enable_caching=True)
+    assert big.get_new_blocks(3) == [0, 1, 2] and len(big.ref_cnt) == 3
+    assert big.num_free_blocks == (1 << 24) - 3 and big.num_used_blocks == 3
+    small = BlockPool(4, enable_caching=False)  # vLLM's order: never-used blocks first, then freed ones, LRU
+    assert small.get_new_blocks(3) == [0, 1, 2]
+    small.free_blocks([1])
+    assert small.get_new_blocks(2) == [3, 1] and small.num_free_blocks == 0
+    small.free_blocks([2, 0])
+    assert small.get_new_blocks(2) == [2, 0]
