@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, one_line
 from sim.workload import WorkloadError
 
 EXIT_USAGE = 2
@@ -97,11 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except PlannerError as e:
-        print(f"planner: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except WorkloadError as e:  # a trace file that cannot supply the requests (it names the file)
-        print(f"planner: error: {e}", file=sys.stderr)
+    except (PlannerError, WorkloadError) as e:  # WorkloadError: a trace file that cannot supply the requests
+        print(f"planner: error: {one_line(str(e))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
@@ -120,13 +117,13 @@ def cmd_validate(args) -> int:
             scenario = (
                 load_sizing(path, args.overrides).scenario if _has_search(path) else load_scenario(path, args.overrides)
             )
-        except PlannerError as e:
-            print(f"planner: error: {e}", file=sys.stderr)
+            problems = _run_problems(scenario)
+        except (PlannerError, WorkloadError) as e:  # WorkloadError: a trace the workload cannot read
+            print(f"planner: error: {one_line(str(e))}", file=sys.stderr)
             status = EXIT_USAGE
             continue
-        problems = _run_problems(scenario)
         for problem in problems:
-            print(f"planner: error: {path}: cannot run: {problem}", file=sys.stderr)
+            print(f"planner: error: {one_line(f'{path}: cannot run: {problem}')}", file=sys.stderr)
             status = EXIT_USAGE
         if not problems:
             e = scenario.engine  # the resolved limits: unset ones are what `vllm serve` picks on this GPU
@@ -139,10 +136,15 @@ def cmd_validate(args) -> int:
 
 
 def _has_search(path: str) -> bool:
+    """Whether a file is a sizing file (a scenario with a top-level `search:` section)."""
+    from planner.errors import read_text_file
+    from planner.scenario import MAX_SCENARIO_BYTES
+
     try:
-        return any(line.startswith("search:") for line in Path(path).read_text(encoding="utf-8").splitlines())
-    except (OSError, UnicodeDecodeError):
+        text = read_text_file(Path(path), "scenario file", MAX_SCENARIO_BYTES)  # no FIFO, no huge file
+    except PlannerError:
         return False  # load_scenario reports it
+    return any(line.startswith("search:") for line in text.splitlines())
 
 
 def _catalog_entry(entry) -> dict:
@@ -228,8 +230,11 @@ def cmd_memory(args) -> int:
                     # the resolved limits the activation and CUDA-graph terms were sized with
                     "max_num_batched_tokens": scenario.engine.max_num_batched_tokens,
                     "max_num_seqs": scenario.engine.max_num_seqs,
+                    # What is left for KV, never negative; a deployment that does not fit says by how much.
+                    "kv_cache_bytes": max(mem.kv_cache_bytes, 0),
+                    "kv_cache_shortfall_bytes": max(-mem.kv_cache_bytes, 0),
                     "mean_request_tokens": mean_tokens,
-                    "requests_at_mean_length": mem.requests_that_fit(mean_tokens),
+                    "requests_at_mean_length": mem.requests_that_fit(mean_tokens) if mean_tokens else None,
                     "fits": not problems,
                     "problems": problems,
                 },
@@ -300,6 +305,14 @@ def _refuse(scenario, problems: list[str]) -> None:
         raise PlannerError(f"{scenario.source}: cannot run: " + "; ".join(problems))
 
 
+def _check_out(args) -> None:
+    """--out must be writable before the run starts, not found unwritable after it."""
+    from planner.results import check_out_dir
+
+    if args.out is not None:
+        check_out_dir(args.out)
+
+
 def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = ()) -> None:
     from planner.report import summary_lines
     from planner.results import summary_json, write_outputs
@@ -316,7 +329,7 @@ def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = ()
 
 def cmd_simulate(args) -> int:
     from planner.calibration.profile import resolve_cost_model
-    from planner.results import build_summary
+    from planner.results import StepsCsv, build_summary
     from sim.driver import simulate
 
     scenario = _load(args)
@@ -324,8 +337,12 @@ def cmd_simulate(args) -> int:
     if args.intervals is not None and args.intervals < 1:
         raise PlannerError(f"--intervals {args.intervals}: must be a number of runs >= 1")
     coefficients, provenance = resolve_cost_model(scenario, args.calibration)
+    _check_out(args)
     progress = Progress("simulating")
-    result = simulate(scenario, coefficients, record_steps=args.out is not None, progress=progress)
+    steps_csv = StepsCsv(args.out / "steps.csv") if args.out else None  # written as the run goes
+    result = simulate(
+        scenario, coefficients, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv
+    )
     progress.close()
     wl = result.workload
     mean_prompt = float(wl.prompt_tokens.mean()) if len(wl) else 0.0
@@ -368,6 +385,7 @@ def cmd_run(args) -> int:
         )
     scenario = _load(args)
     _refuse(scenario, _workload_problems(scenario))  # the fit is measured by the engine itself
+    _check_out(args)
     progress = Progress(f"running on {args.device}")
     try:
         sampling = SamplingParams(args.temperature, args.top_p)
@@ -384,20 +402,11 @@ def cmd_run(args) -> int:
     return 0
 
 
-def _read_summary(path: Path) -> dict:
-    file = path / "summary.json" if path.is_dir() else path
-    try:
-        return json.loads(file.read_text())
-    except FileNotFoundError as e:
-        raise PlannerError(f"{file}: no such file (give a run's --out folder or its summary.json)") from e
-    except json.JSONDecodeError as e:
-        raise PlannerError(f"{file}: not a summary.json: {e}") from e
-
-
 def cmd_compare(args) -> int:
     from planner.report import compare_lines, compare_rows
+    from planner.results import read_summary
 
-    a, b = _read_summary(args.a), _read_summary(args.b)
+    a, b = read_summary(args.a), read_summary(args.b)
     if args.json:
         print(json.dumps({"a": str(args.a), "b": str(args.b), "rows": compare_rows(a, b)}, indent=2))
     else:

@@ -33,6 +33,13 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
             f" replicated), as vLLM requires; valid sizes for {m.name}: {valid}",
         )  # fmt: skip
 
+    if tp > 1 and hw.gpu.interconnect_bandwidth_gbps is None:  # the cost model prices the all-reduces by it
+        fail(
+            "hardware.gpu.interconnect_bandwidth_gbps", NO_VALUE,
+            f"missing; tensor_parallel_size {tp} needs the GPU's link bandwidth (GB/s per GPU, one direction:"
+            " NVLink 450 on an H100, PCIe Gen4 x16 32) in the inline gpu mapping",
+        )  # fmt: skip
+
     # max_model_len: the model's limit by default; above it is an error, as in vLLM.
     limit = m.max_position_embeddings
     max_len = eng.max_model_len or limit
@@ -107,8 +114,11 @@ def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
         )  # fmt: skip
     if not t.path.lower().endswith(".csv"):
         return  # another format: the workload reader checks it
-    with open(t.path, newline="", encoding="utf-8") as f:
-        header = [name.strip() for name in next(csv.reader(f), [])]  # as sim/workload.py reads it
+    try:
+        with open(t.path, newline="", encoding="utf-8") as f:
+            header = [name.strip() for name in next(csv.reader(f), [])]  # as sim/workload.py reads it
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ScenarioError(ctx.file, "workload.trace.path", t.path, f"cannot read its header: {e}") from None
     for key, is_used in used.items():
         column = getattr(t, key)
         if is_used and column not in header:

@@ -6,6 +6,8 @@ Anything else that escapes is a bug in `planner` and keeps its traceback.
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 from typing import Any
 
 
@@ -19,11 +21,54 @@ NO_VALUE: Any = object()
 
 def show_value(value: Any, limit: int = 80) -> str:
     """A value as the user would write it in YAML (`true`, `null`, `"a10"`), cut short if long."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**limit:
+        return f"an integer of {len(str(abs(value))) if abs(value) < 10**4000 else 'over 4,000'} digits"
+    if isinstance(value, float) and not math.isfinite(value):
+        return {math.inf: ".inf", -math.inf: "-.inf"}.get(value, ".nan")  # YAML's spelling, not JSON's
     try:
         text = json.dumps(value, default=str)
-    except (TypeError, ValueError):  # circular or odd objects: a plain repr still tells the user enough
-        text = repr(value)
+    except (TypeError, ValueError, RecursionError):  # circular, deep or odd objects: say what it is
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def one_line(message: str) -> str:
+    """A message as printed: control characters (a newline or \\x1e in a key name, say) escaped, so it
+    stays one line of plain text whatever the input held."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
+
+
+def read_text_file(path: Path, what: str, max_bytes: int) -> str:
+    """A small UTF-8 text file's contents, or a PlannerError saying why not: missing, a folder, not a regular
+    file (a FIFO or a device would block or never end: checked before opening), too large, not UTF-8."""
+    if not path.exists():
+        raise PlannerError(f"{path}: no such {what}")
+    if path.is_dir():
+        raise PlannerError(f"{path}: is a folder, not a {what}")
+    if not path.is_file():
+        raise PlannerError(f"{path}: not a regular file (a FIFO, socket or device?); give a {what}")
+    try:
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise PlannerError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
+    if len(data) > max_bytes:
+        raise PlannerError(f"{path}: larger than {max_bytes:,} bytes: not a {what}")
+    return decode_utf8(data, path)
+
+
+def decode_utf8(data: bytes, path: Path | str) -> str:
+    """UTF-8 bytes (a leading BOM allowed) -> text; else a PlannerError with the line and column of the bad byte."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            raise PlannerError(f"{path}: the file is UTF-16 text; save it as UTF-8") from None
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise PlannerError(
+            f"{path}: line {line}, column {column}: byte 0x{data[e.start]:02x} is not UTF-8 text (a binary file?)"
+        ) from None
 
 
 class ScenarioError(PlannerError):

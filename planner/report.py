@@ -28,7 +28,9 @@ def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_t
         ),
         f"  non-torch                    {_gib(mem.non_torch_bytes)}",
         f"  CUDA graphs (vLLM estimate)  {_gib(mem.cuda_graph_bytes) if mem.cuda_graph_bytes else '0 (enforce_eager)'}",
-        f"  KV cache pool                {_gib(mem.kv_cache_bytes)}",
+        f"  KV cache pool                {_gib(mem.kv_cache_bytes)}"
+        if mem.kv_cache_bytes >= 0
+        else f"  KV cache pool                none: short by {_gib(-mem.kv_cache_bytes)}",
         (
             f"  KV per token                 {mem.kv_bytes_per_token:,} B   block ({mem.block_size} tokens) "
             f"{mem.block_bytes:,} B"
@@ -38,6 +40,9 @@ def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_t
         (
             f"  requests at once             {mem.requests_that_fit(mean_request_tokens):,.1f} at the workload's mean"
             f" of {mean_request_tokens:,.0f} tokens; {mem.max_concurrency_at_max_len:,.2f} at max_model_len"
+            if mean_request_tokens > 0
+            else f"  requests at once             {mem.max_concurrency_at_max_len:,.2f} at max_model_len (the"
+            " workload keeps no request)"
         ),
         f"GPU KV cache size: {mem.max_kv_tokens:,} tokens",
         f"Maximum concurrency for {mem.max_model_len:,} tokens per request: {mem.max_concurrency_at_max_len:.2f}x",
@@ -167,4 +172,3 @@ def _uncertainty(s: dict) -> str:
         if name in std and values.get(name) and std[name] / values[name] < 10
     ]
     return f"; efficiencies {', '.join(spread)} (1 std)" if spread else ""
-

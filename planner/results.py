@@ -5,13 +5,78 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
+from planner.errors import PlannerError, read_text_file
 from planner.scenario import scenario_to_dict
 from sim.config import Scenario
-from sim.metrics import Recorder, summarize
+from sim.metrics import STEP_COLUMNS, Recorder, summarize
+
+OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", "latency_cdf.png", "throughput.png", "kv_cache.png")
+_JSON_KINDS = {list: "an array", str: "a string", bool: "true/false", type(None): "null"}
+MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not one
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Make sure the outputs can be written, before the run: the folder is created (or exists), a file can
+    be created in it, and no output name is taken by a folder. A PlannerError says what is wrong."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise PlannerError(f"--out {out_dir}: exists and is not a folder") from None
+    except OSError as e:  # a parent is a file (ENOTDIR), no permission, a name too long, a read-only disk...
+        raise PlannerError(f"--out {out_dir}: cannot create the folder: {e.strerror or e}") from None
+    try:
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise PlannerError(f"--out {out_dir}: cannot write in the folder: {e.strerror or e}") from None
+    for name in OUTPUT_NAMES:
+        path = out_dir / name
+        if path.exists() and not path.is_file():
+            raise PlannerError(f"--out {out_dir}: {name} exists and is not a file; remove it or choose another --out")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PlannerError(f"--out {out_dir}: {name} exists and cannot be overwritten")
+
+
+def read_summary(path: Path) -> dict:
+    """A run's summary.json (or the --out folder holding it), checked: a JSON object whose compared metrics
+    are finite numbers or null, with at least one of them. Anything else is a PlannerError naming the file."""
+    from planner.report import COMPARE_ROWS  # the metrics `compare` reads
+
+    file = path / "summary.json" if path.is_dir() else path
+    if path.is_dir() and not file.exists():
+        raise PlannerError(f"{path}: a folder without summary.json (give a run's --out folder or its summary.json)")
+    text = read_text_file(file, "summary.json (a run's --out folder or its summary.json)", MAX_SUMMARY_BYTES)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlannerError(f"{file}: line {e.lineno}, column {e.colno}: not JSON ({e.msg})") from None
+    except (ValueError, RecursionError) as e:  # a number of > 4,300 digits, or nesting Python cannot follow
+        raise PlannerError(f"{file}: not a summary.json ({e})") from None
+    if not isinstance(data, dict):
+        raise PlannerError(
+            f"{file}: expected a JSON object (a run's summary), found {_JSON_KINDS.get(type(data), 'a number')}"
+        )
+    found = 0
+    for key, _ in COMPARE_ROWS:
+        value = data
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise PlannerError(f"{file}: {key} = {json.dumps(value)[:40]}: must be a finite number or null")
+        found += 1
+    if not found:
+        names = ", ".join(key for key, _ in COMPARE_ROWS[:3])
+        raise PlannerError(f"{file}: not a run's summary: none of its metrics ({names}, ...) is there")
+    return data
 
 
 def build_summary(
@@ -44,27 +109,70 @@ def summary_json(summary: dict) -> str:
 
 
 def _write_csv(path: Path, columns: dict[str, np.ndarray]) -> None:
+    with path.open("w") as f:
+        f.write(",".join(columns) + "\n")
+        _write_rows(f, columns)
+
+
+def _write_rows(f: TextIO, columns: dict[str, np.ndarray]) -> None:
     names = list(columns)
+    if not names or len(columns[names[0]]) == 0:
+        return
     formats = ["%.6f" if np.issubdtype(columns[n].dtype, np.floating) else "%d" for n in names]
-    table = np.column_stack([columns[n].astype(np.float64) for n in names]) if names else np.empty((0, 0))
-    np.savetxt(path, table, fmt=formats, delimiter=",", header=",".join(names), comments="")
+    np.savetxt(f, np.column_stack([columns[n].astype(np.float64) for n in names]), fmt=formats, delimiter=",")
+
+
+class StepsCsv:
+    """steps.csv written as the run goes: the recorder's `steps_sink` (sim.metrics.Recorder). Rows come in
+    the order steps end; within each chunk they are sorted by start time, so with one replica the file is
+    in start order, and with several it is within each chunk of STEP_CHUNK_ROWS (sort by start_s for more)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = path.open("w")
+        self.file.write(",".join(STEP_COLUMNS) + "\n")
+
+    def __call__(self, rows: dict[str, np.ndarray]) -> None:
+        by_start = np.argsort(rows["start_s"], kind="stable")  # replicas' rows interleaved in time
+        _write_rows(self.file, {name: column[by_start] for name, column in rows.items()})
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) -> list[Path]:
+    """Write every output; `check_out_dir` ran before the run, so only a full disk or a folder changed
+    meanwhile can fail here (a PlannerError too)."""
+    try:
+        return _write_outputs(out_dir, summary, recorder, title)
+    except OSError as e:
+        raise PlannerError(f"--out {out_dir}: cannot write the outputs: {e}") from None
+
+
+def _write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) -> list[Path]:
     from planner.plots import write_plots  # matplotlib only loads when plots are asked for
+    from planner.plots.latency import CDF_POINTS
 
     out_dir.mkdir(parents=True, exist_ok=True)
     requests = recorder.requests.view()
     order = np.argsort(requests["request_id"], kind="stable")
     requests = {name: column[order] for name, column in requests.items()}
-    steps = recorder.steps.view()
-    by_start = np.argsort(steps["start_s"], kind="stable")  # replicas' rows interleaved in time
-    steps = {name: column[by_start] for name, column in steps.items()}
     written = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
     written[0].write_text(summary_json(summary))
     _write_csv(written[1], requests)
-    _write_csv(written[2], steps)
+    steps = recorder.step_rows()  # with a StepsCsv sink: the rows left are written, the plots get a sample
+    if isinstance(recorder.steps_sink, StepsCsv):
+        recorder.steps_sink.close()
+    else:
+        steps = {name: column[np.argsort(steps["start_s"], kind="stable")] for name, column in steps.items()}
+        _write_csv(written[2], steps)
     written += write_plots(
-        out_dir, requests, steps, summary, title, itl_ms=recorder.itl_ms(), num_gpu_blocks=recorder.num_gpu_blocks
+        out_dir,
+        requests,
+        steps,
+        summary,
+        title,
+        itl_ms=recorder.itl.sample_ms(CDF_POINTS),
+        num_gpu_blocks=recorder.num_gpu_blocks,
     )
     return written

@@ -16,7 +16,9 @@ from sim.config import (
     ArrivalConfig,
     Distribution,
     EngineConfig,
+    GpuSpec,
     HardwareConfig,
+    ModelSpec,
     Scenario,
     SharedPrefixConfig,
     SloConfig,
@@ -40,12 +42,25 @@ def one_of(*choices: str) -> Rule:
     return Rule(lambda v: v in choices, "must be one of " + ", ".join(choices), choices)
 
 
-def at_least(lo: float) -> Rule:
-    return Rule(lambda v: v >= lo, f"must be >= {lo}")
+def _num(x: float) -> str:
+    return f"{x:,}" if isinstance(x, int) else f"{x:g}"
 
 
-def above(lo: float) -> Rule:
-    return Rule(lambda v: v > lo, f"must be > {lo}")
+def in_range(lo: float, hi: float, unit: str = "") -> Rule:
+    """lo <= v <= hi; hi is what a real deployment could have (a wider value is a typo or an attack)."""
+    return Rule(lambda v: lo <= v <= hi, f"must be in [{_num(lo)}, {_num(hi)}]{unit}")
+
+
+def above_to(lo: float, hi: float, unit: str = "") -> Rule:
+    """lo < v <= hi."""
+    return Rule(lambda v: lo < v <= hi, f"must be in ({_num(lo)}, {_num(hi)}]{unit}")
+
+
+# Upper bounds shared by several keys. Each is beyond any deployment we know of, and small enough that the
+# arithmetic on it stays exact and the run's memory bounded.
+MAX_TOKENS = 1 << 24  # 16,777,216: a context length (Llama 4 Scout's is 10,485,760)
+MAX_NUM_REQUESTS = 10_000_000  # a run's requests; 1,000,000 simulate in < 1 GB (README, "Speed and scale")
+MAX_NUM_GPU_BLOCKS = 1 << 24  # the block pool keeps a few dozen bytes per block
 
 
 DISTS = {  # dist -> the parameters it uses (the others must be left out, so a typo'd choice is caught)
@@ -76,43 +91,74 @@ RULES: dict[tuple[type, str], Rule] = {
     (Scenario, "name"): Rule(lambda v: v.strip() != "", "must not be empty"),
     (Scenario, "dtype"): one_of("bfloat16", "float16", "float32"),
     (Scenario, "calibration"): Rule(lambda v: v.strip() != "", "must be auto or a path to a calibration profile"),
-    (HardwareConfig, "tensor_parallel_size"): at_least(1),
-    (HardwareConfig, "replicas"): at_least(1),
+    (HardwareConfig, "tensor_parallel_size"): in_range(1, 64),
+    (HardwareConfig, "replicas"): in_range(1, 1024),
     (HardwareConfig, "router"): one_of("round_robin", "least_outstanding"),
     (EngineConfig, "scheduler"): one_of("continuous", "static"),
     (EngineConfig, "kv_cache"): one_of("paged", "contiguous"),
-    # vLLM's CUDA kernels take 8..128; the simulator and our kernels only need a power of two.
+    # vLLM's CUDA kernels take 8..128 (its CacheConfig up to 256); the simulator and our kernels only need
+    # a power of two.
     (EngineConfig, "block_size"): Rule(
-        lambda v: v >= 1 and v & (v - 1) == 0, "must be a power of two (vLLM: 8, 16, 32, 64, 128)"
+        lambda v: 1 <= v <= 256 and v & (v - 1) == 0, "must be a power of two in [1, 256] (vLLM: 8, 16, 32, 64, 128)"
     ),
-    (EngineConfig, "gpu_memory_utilization"): Rule(lambda v: 0 < v <= 1, "must be in (0, 1]"),
-    (EngineConfig, "max_num_seqs"): at_least(1),
-    (EngineConfig, "max_num_batched_tokens"): at_least(1),
-    (EngineConfig, "max_model_len"): at_least(1),
+    (EngineConfig, "gpu_memory_utilization"): above_to(0, 1),
+    (EngineConfig, "max_num_seqs"): in_range(1, 65_536),
+    (EngineConfig, "max_num_batched_tokens"): in_range(1, MAX_TOKENS),
+    (EngineConfig, "max_model_len"): in_range(1, MAX_TOKENS),
     (EngineConfig, "kv_cache_dtype"): one_of("auto", *DTYPE_BYTES),
     (EngineConfig, "num_gpu_blocks_override"): Rule(
-        lambda v: v >= 2, "must be >= 2 (block 0 is vLLM's null block, never given to a request)"
+        lambda v: 2 <= v <= MAX_NUM_GPU_BLOCKS,
+        f"must be in [2, {_num(MAX_NUM_GPU_BLOCKS)}] (block 0 is vLLM's null block, never given to a request)",
     ),
-    (WorkloadConfig, "num_requests"): at_least(1),
-    (WorkloadConfig, "seed"): at_least(0),
+    (WorkloadConfig, "num_requests"): in_range(1, MAX_NUM_REQUESTS),
+    (WorkloadConfig, "seed"): in_range(0, 2**63 - 1),
     (WorkloadConfig, "too_long"): one_of("reject", "truncate"),
     (ArrivalConfig, "process"): one_of(*PROCESSES),
-    (ArrivalConfig, "rate"): above(0),
-    (ArrivalConfig, "burstiness"): above(0),
-    (ArrivalConfig, "concurrency"): at_least(1),
-    (ArrivalConfig, "think_time_s"): at_least(0),
+    # One request a week to a million a second; the gamma shape as vLLM's bench takes it, cut where draws
+    # would underflow to 0 (1e-3: every gap but a few is 0, all requests arrive in a burst).
+    (ArrivalConfig, "rate"): in_range(1e-6, 1e6, " requests/s"),
+    (ArrivalConfig, "burstiness"): in_range(1e-3, 1e3),
+    (ArrivalConfig, "concurrency"): in_range(1, 100_000),
+    (ArrivalConfig, "think_time_s"): in_range(0, 86_400, " s"),
     (Distribution, "dist"): one_of(*DISTS),
-    (Distribution, "value"): at_least(1),
-    (Distribution, "low"): at_least(1),
-    (Distribution, "high"): at_least(1),
-    (Distribution, "mean"): above(0),
-    (Distribution, "std"): at_least(0),
-    (Distribution, "min"): at_least(1),
-    (Distribution, "max"): at_least(1),
+    (Distribution, "value"): in_range(1, MAX_TOKENS, " tokens"),
+    (Distribution, "low"): in_range(1, MAX_TOKENS, " tokens"),
+    (Distribution, "high"): in_range(1, MAX_TOKENS, " tokens"),
+    (Distribution, "mean"): in_range(1, MAX_TOKENS, " tokens"),
+    (Distribution, "std"): in_range(0, MAX_TOKENS, " tokens"),
+    (Distribution, "min"): in_range(1, MAX_TOKENS, " tokens"),
+    (Distribution, "max"): in_range(1, MAX_TOKENS, " tokens"),
     (TraceConfig, "row_order"): one_of("replay", "sample"),
-    (SharedPrefixConfig, "tokens"): at_least(1),
-    (SharedPrefixConfig, "group_size"): at_least(1),
-    **{(SloConfig, f.name): above(0) for f in dataclasses.fields(SloConfig)},  # the bounds, in ms
+    (SharedPrefixConfig, "tokens"): in_range(1, MAX_TOKENS),
+    (SharedPrefixConfig, "group_size"): in_range(1, MAX_NUM_REQUESTS),
+    **{(SloConfig, f.name): above_to(0, 1e9, " ms") for f in dataclasses.fields(SloConfig)},  # the bounds
+    # Inline GPU and model mappings (planner.special_fields checks them after the catalog has read them).
+    (GpuSpec, "memory_bytes"): in_range(1 << 20, 1 << 44, " bytes (1 MiB to 16 TiB)"),
+    **{
+        (GpuSpec, name): above_to(0, hi, unit)
+        for name, hi, unit in (
+            ("bf16_tflops", 1e5, " TFLOPS"),
+            ("fp8_tflops", 1e5, " TFLOPS"),
+            ("memory_bandwidth_gbps", 1e6, " GB/s"),
+            ("interconnect_bandwidth_gbps", 1e6, " GB/s"),
+            ("tdp_w", 1e5, " W"),
+            ("rental_usd_per_hour", 1e4, " $/h"),
+            ("purchase_usd", 1e8, " $"),
+        )
+    },
+    **{
+        (ModelSpec, name): in_range(1, hi)
+        for name, hi in (
+            ("hidden_size", 1 << 17),
+            ("intermediate_size", 1 << 20),
+            ("num_hidden_layers", 1024),
+            ("num_attention_heads", 1024),
+            ("num_key_value_heads", 1024),
+            ("head_dim", 4096),
+            ("vocab_size", 1 << 24),
+            ("max_position_embeddings", MAX_TOKENS),
+        )
+    },
 }
 
 

@@ -3,7 +3,7 @@
 The scenario file is the product's public interface, so every mistake in it must come back as one message
 that names the file, the dotted key, the bad value and what is allowed (`ScenarioError`).
 
-How: the YAML is read refusing duplicate keys and `--set` overrides are applied; then the mapping is walked
+How: the YAML is read by `planner.yaml_loader` (YAML 1.2 scalars, no duplicate keys) and `--set` overrides are applied; then the mapping is walked
 generically along the dataclasses of `sim.config` (`planner.validation`), each value is checked against the
 one `RULES` table (`planner.rules`), three fields are resolved specially (`planner.special_fields`: `model`,
 `hardware.gpu`, `workload.trace.path`) and `check_relations` (`planner.cross_checks`) checks what involves
@@ -16,19 +16,18 @@ import copy
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from planner.cross_checks import check_relations
-from planner.errors import PlannerError, ScenarioError, show_value
+from planner.errors import PlannerError, ScenarioError, read_text_file, show_value
 from planner.rules import Ctx
 from planner.validation import allowed_keys, build_dataclass
+from planner.yaml_loader import parse_yaml
 from sim.config import Scenario
 
 # Keys of the YAML top level that may be left out, beyond the dataclass defaults (Scenario has none).
 # `name` is filled in from the file's stem.
 TOP_DEFAULTS = {"dtype": "bfloat16", "engine": {}, "workload": {}, "slo": {}}
+MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a page of text; a larger file is not one
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -38,13 +37,7 @@ TOP_DEFAULTS = {"dtype": "bfloat16", "engine": {}, "workload": {}, "slo": {}}
 def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read, override (`--set key=value` strings) and validate a scenario file. Raises PlannerError."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlannerError(f"{path}: no such scenario file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise PlannerError(f"{path}: cannot read the scenario file: {e}") from None
-    data = _parse_yaml(text, str(path))
+    data = parse_yaml(read_text_file(path, "scenario file", MAX_SCENARIO_BYTES), str(path))
     if data is None and not overrides:
         raise PlannerError(f"{path}: the file is empty; a scenario needs at least `model` and `hardware.gpu`")
     data = apply_overrides({} if data is None else data, overrides, str(path))
@@ -66,15 +59,13 @@ def apply_overrides(data: dict, overrides: Sequence[str], source: str) -> dict:
     data = copy.deepcopy(data)
     if overrides and not isinstance(data, dict):
         return data  # validate_mapping reports the top level
-    for item in overrides:
-        key, sep, text = item.partition("=")
+    for raw_item in overrides:
+        key, sep, text = raw_item.partition("=")
+        item = _printable(raw_item)
         parts = key.strip().split(".")
         if not sep or not all(parts):
             raise PlannerError(f"--set {item}: expected dotted.key=value, e.g. engine.max_num_seqs=128")
-        try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise PlannerError(f"--set {item}: the value is not valid YAML: {getattr(e, 'problem', e)}") from None
+        value = parse_yaml(text, f"--set {item}")
         node = data
         for i, part in enumerate(parts[:-1]):
             if node.get(part) is None:
@@ -87,6 +78,13 @@ def apply_overrides(data: dict, overrides: Sequence[str], source: str) -> dict:
     return data
 
 
+def _printable(text: str, limit: int = 80) -> str:
+    """An override as messages show it: control characters escaped, cut short if long."""
+    if not text.isprintable():
+        text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def scenario_to_dict(s: Scenario) -> dict:
     """The resolved scenario as JSON-able data (for summary.json): specs expanded, defaults filled in."""
     out = dataclasses.asdict(s)
@@ -94,42 +92,3 @@ def scenario_to_dict(s: Scenario) -> dict:
     out["max_model_len"] = s.max_model_len
     out["kv_dtype"] = s.kv_dtype
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# YAML
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping; PyYAML would silently keep the last."""
-
-
-def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: set = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            duplicate = key in seen
-            seen.add(key)
-        except TypeError:  # an unhashable key: the base constructor reports it
-            break
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
-            )
-    return yaml.SafeLoader.construct_mapping(loader, node, deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def _parse_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # safe: a SafeLoader subclass
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        what = "; ".join(p for p in (e.context, e.problem) if p)
-        raise PlannerError(f"{source}: {where}invalid YAML: {what}") from None
-    except yaml.YAMLError as e:
-        raise PlannerError(f"{source}: invalid YAML: {e}") from None

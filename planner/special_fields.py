@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import Ctx, did_you_mean
+from planner.rules import RULES, Ctx, did_you_mean
 from sim.config import GpuSpec, HardwareConfig, ModelSpec, Scenario, TraceConfig
 
 
@@ -26,20 +27,25 @@ def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
         config = dict(value)
         name = str(config.pop("name", "inline"))
         try:
-            return catalog.model_spec_from_hf_config(config, name)
+            spec = catalog.model_spec_from_hf_config(config, name)
         except (ValueError, TypeError, KeyError) as e:
             raise ScenarioError(ctx.file, key_path, NO_VALUE, _reason(e)) from None
+        return _check_ranges(spec, key_path, ctx)
     if not isinstance(value, str) or not value:
         raise ScenarioError(ctx.file, key_path, value, "expected " + _model_help())
     models = catalog.load_model_catalog()
     if value in models:
         return models[value]
-    path = _resolve_path(value, ctx)
+    path = _resolve_path(value, key_path, ctx)
+    config = path / "config.json" if path.is_dir() else path
+    if config.exists() and not config.is_file():  # a FIFO or a device would block the read
+        raise ScenarioError(ctx.file, key_path, value, f"{config} is not a regular file")
     if path.exists():
         try:
-            return catalog.load_model_config_path(path)
-        except (ValueError, TypeError, KeyError, OSError) as e:
+            spec = catalog.load_model_config_path(path)
+        except (ValueError, TypeError, KeyError, OSError, RecursionError) as e:
             raise ScenarioError(ctx.file, key_path, value, f"cannot read model config {path}: {_reason(e)}") from None
+        return _check_ranges(spec, key_path, ctx)
     hint = did_you_mean(value, list(models))
     raise ScenarioError(
         ctx.file, key_path, value,
@@ -58,9 +64,10 @@ def _resolve_gpu(value: Any, key_path: str, ctx: Ctx) -> GpuSpec:
         spec = dict(value)
         name = str(spec.pop("name", "inline"))
         try:
-            return catalog.gpu_spec_from_mapping(spec, name)
+            gpu = catalog.gpu_spec_from_mapping(spec, name)
         except (ValueError, TypeError, KeyError) as e:
             raise ScenarioError(ctx.file, key_path, NO_VALUE, _reason(e)) from None
+        return _check_ranges(gpu, key_path, ctx)
     gpus = catalog.load_gpu_catalog()
     if isinstance(value, str) and value in gpus:
         return gpus[value]
@@ -79,15 +86,30 @@ def _resolve_trace_path(value: Any, key_path: str, ctx: Ctx) -> str:
         raise ScenarioError(
             ctx.file, key_path, value, "expected a path to a CSV trace (relative to the scenario's folder)"
         )
-    path = _resolve_path(value, ctx)
+    path = _resolve_path(value, key_path, ctx)
     if not path.is_file():
         raise ScenarioError(ctx.file, key_path, value, f"no such file: {path}")
     return str(path)  # absolute: nothing below planner/ knows the scenario's folder
 
 
-def _resolve_path(value: str, ctx: Ctx) -> Path:
+def _resolve_path(value: str, key_path: str, ctx: Ctx) -> Path:
+    if "\0" in value:  # the OS cannot take it (and would raise ValueError deep in pathlib)
+        raise ScenarioError(ctx.file, key_path, value, "a path cannot hold a NUL character")
     path = Path(value).expanduser()
     return path if path.is_absolute() else (ctx.base_dir / path).resolve()
+
+
+def _check_ranges(spec: GpuSpec | ModelSpec, key_path: str, ctx: Ctx) -> GpuSpec | ModelSpec:
+    """A spec the catalog built from the user's mapping or config.json, against RULES' ranges: the catalog
+    checks types and signs, not what a real GPU or model could have."""
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ScenarioError(ctx.file, f"{key_path}.{f.name}", value, "must be a finite number")
+        rule = RULES.get((type(spec), f.name))
+        if rule is not None and value is not None and not rule.ok(value):
+            raise ScenarioError(ctx.file, f"{key_path}.{f.name}", value, rule.allowed)
+    return spec
 
 
 def _reason(e: BaseException) -> str:

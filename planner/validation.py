@@ -14,6 +14,7 @@ from typing import Any
 from planner.errors import NO_VALUE, ScenarioError
 from planner.rules import RULES, SLO_KEYS, Ctx, did_you_mean, is_percentile_key
 from planner.special_fields import SPECIAL
+from planner.yaml_loader import YAML11_BOOLS
 from sim.config import Scenario
 
 NOT_USER_KEYS = {(Scenario, "source")}  # `source` is ours, not the user's
@@ -98,7 +99,11 @@ def _convert_scalar(cls: type, name: str, hint: type, value: Any, key_path: str,
 def _type_error(cls: type, name: str, hint: Any, value: Any, key_path: str, ctx: Ctx) -> ScenarioError:
     allowed = "expected " + _expected(cls, name, hint)
     if isinstance(value, str) and hint in (int, float) and _parses_as_float(value):
-        allowed += " (this is text: write the number without quotes, and an exponent as 1.0e+3, not 1e3)"
+        allowed += " (this is text: write the number without quotes)"
+    elif isinstance(value, str) and hint is bool and value.lower() in YAML11_BOOLS:
+        allowed += " (yes/no/on/off are text here, as in YAML 1.2)"
+    elif isinstance(value, str) and hint in (int, float) and ":" in value:
+        allowed += " (a:b is text here, not a base-60 number as in YAML 1.1)"
     return ScenarioError(ctx.file, key_path, value, allowed)
 
 

@@ -24,17 +24,25 @@ class BlockPool:
             raise ValueError(f"a block pool needs the null block and at least one more, got {num_blocks} blocks")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.ref_cnt = [0] * num_blocks
+        # vLLM's free queue starts as every block but the null one in id order and freed blocks join its back,
+        # so the front is the never-used blocks num_touched, num_touched + 1, ... until all were used once.
+        # Those are not stored: the per-block state below grows as blocks are first handed out, so a pool of
+        # millions of blocks (a tiny model on a large GPU) costs memory only for the blocks a run uses.
+        self.num_touched = NULL_BLOCK_ID + 1  # the null block is never handed out
+        self.ref_cnt: list[int] = [0]
         # OrderedDict as vLLM's doubly linked free list: O(1) append, pop-front and removal from the middle.
-        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(NULL_BLOCK_ID + 1, num_blocks))
+        self.free_block_queue: OrderedDict[int, None] = OrderedDict()
         # (parent block hash, block content) -> block id. Keying on the content itself means a dict hit is
         # confirmed by comparing tokens, not only their hash.
         self.cached_blocks: dict[tuple[int, Hashable], int] = {}
-        self.block_key: list[tuple[int, Hashable] | None] = [None] * num_blocks
+        self.block_key: list[tuple[int, Hashable] | None] = [None]
+        # References beyond a block's first, over all blocks: a prefix block shared by k requests adds k - 1.
+        # Their tokens are stored once, so what the blocks hold is the requests' tokens minus these blocks'.
+        self.num_shared_refs = 0
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free_block_queue)
+        return len(self.free_block_queue) + self.num_blocks - self.num_touched
 
     @property
     def num_usable_blocks(self) -> int:
@@ -43,14 +51,19 @@ class BlockPool:
     @property
     def num_used_blocks(self) -> int:
         """Blocks held by requests (vLLM's KV usage leaves the null block out too)."""
-        return self.num_usable_blocks - len(self.free_block_queue)
+        return self.num_touched - 1 - len(self.free_block_queue)
 
     def get_new_blocks(self, n: int) -> list[int]:
         """Take n blocks from the front of the free queue (caller checks num_free_blocks first)."""
-        if n > len(self.free_block_queue):
-            raise ValueError(f"asked for {n} blocks with {len(self.free_block_queue)} free")
+        if n > self.num_free_blocks:
+            raise ValueError(f"asked for {n} blocks with {self.num_free_blocks} free")
+        num_fresh = min(n, self.num_blocks - self.num_touched)
+        ids = list(range(self.num_touched, self.num_touched + num_fresh))
+        self.num_touched += num_fresh
+        self.ref_cnt.extend([0] * num_fresh)
+        self.block_key.extend([None] * num_fresh)
         popitem = self.free_block_queue.popitem
-        ids = [popitem(last=False)[0] for _ in range(n)]
+        ids += [popitem(last=False)[0] for _ in range(n - num_fresh)]
         for block_id in ids:
             self.ref_cnt[block_id] = 1
             if self.block_key[block_id] is not None:
@@ -63,13 +76,17 @@ class BlockPool:
         for block_id in block_ids:
             if self.ref_cnt[block_id] == 0:
                 del self.free_block_queue[block_id]
+            else:
+                self.num_shared_refs += 1
             self.ref_cnt[block_id] += 1
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
         for block_id in block_ids:
             self.ref_cnt[block_id] -= 1
-            if self.ref_cnt[block_id] == 0:
+            if self.ref_cnt[block_id] >= 1:
+                self.num_shared_refs -= 1
+            elif self.ref_cnt[block_id] == 0:
                 self.free_block_queue[block_id] = None
             elif self.ref_cnt[block_id] < 0:
                 raise AssertionError(f"block {block_id} freed more often than allocated")

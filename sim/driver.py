@@ -158,6 +158,7 @@ class Replica:
             kv_blocks_used=blocks,
             host_s=host,
             device_s=device,
+            tokens_held=context - sched.kv.shared_tokens(),
         )
 
 
@@ -171,12 +172,13 @@ class Simulation:
         record_steps: bool = True,
         progress: Callable[[int, int], None] | None = None,
         fast_forward: bool = True,
+        steps_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
     ) -> None:
         self.scenario = scenario
         self.memory = memory_breakdown(scenario)
         self.workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
         self.cost = CostModel(scenario, coefficients)
-        self.recorder = Recorder(self.memory.num_gpu_blocks, scenario.engine.block_size, record_steps)
+        self.recorder = Recorder(self.memory.num_gpu_blocks, scenario.engine.block_size, record_steps, steps_sink)
         self.progress = progress
         self.env = simpy.Environment()
         self.num_finished = 0
@@ -261,6 +263,8 @@ def simulate(
     record_steps: bool = True,
     progress: Callable[[int, int], None] | None = None,
     fast_forward: bool = True,
+    steps_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> SimResult:
-    """Run a scenario. fast_forward=False steps every decode step as its own event (for tests)."""
-    return Simulation(scenario, coefficients, record_steps, progress, fast_forward).run()
+    """Run a scenario. fast_forward=False steps every decode step as its own event (for tests); steps_sink
+    takes the step rows in chunks as the run goes (see sim.metrics.Recorder)."""
+    return Simulation(scenario, coefficients, record_steps, progress, fast_forward, steps_sink).run()

@@ -80,6 +80,10 @@ class KVCacheManager:
         self.cache_full_blocks(request, min(request.num_computed_tokens + num_new_tokens, request.num_tokens))
         return True
 
+    def shared_tokens(self) -> int:
+        """Tokens counted once per request sharing a prefix block beyond the first (all shared blocks are full)."""
+        return self.pool.num_shared_refs * self.block_size
+
     def cache_full_blocks(self, request: Request, num_tokens: int | None = None) -> None:
         """Register the full blocks among the request's first num_tokens tokens (default: its computed ones)
         in the prefix cache; those already registered (hits among them) are skipped."""

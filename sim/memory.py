@@ -217,7 +217,16 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
                 )
             ]
         return []
-    if mem.kv_cache_bytes <= 0 or mem.num_gpu_blocks <= 1:
+    if mem.kv_cache_bytes > 0 and mem.num_gpu_blocks <= 1:  # memory is left, but not for a usable block
+        return [
+            (
+                f"the {mem.kv_cache_bytes / GIB:.2f} GiB left for the KV cache per GPU is less than two blocks of"
+                f" {mem.block_size} tokens ({mem.block_bytes / GIB:.2f} GiB each; one is vLLM's null block); lower"
+                f" engine.block_size, raise engine.gpu_memory_utilization or use a larger GPU or"
+                f" {_more_gpus(scenario, mem)}"
+            )
+        ]
+    if mem.kv_cache_bytes <= 0:
         fixed = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes + mem.cuda_graph_bytes
         short = fixed - mem.usable_bytes
         graphs = f", CUDA graphs ({mem.cuda_graph_bytes / GIB:.2f} GiB)" if mem.cuda_graph_bytes else ""

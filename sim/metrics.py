@@ -2,13 +2,19 @@
 
 Shared by both modes. Key names and definitions follow vLLM's `bench serve`, so numbers compare one to
 one: TPOT = (E2E - TTFT) / (output_tokens - 1), ITL = every gap between consecutive tokens of a request,
-percentiles as numpy.percentile. Columns live in growable numpy arrays: 100,000 requests and millions of
-steps must fit in well under a gigabyte.
+percentiles as numpy.percentile. Memory is bounded by the requests, not by the tokens:
+- per-request values (TTFT, TPOT, E2E) are kept exactly, one row per request, and their percentiles are exact;
+- inter-token gaps, one per output token (hundreds of millions at 1,000,000 requests), go into `GapHistogram`:
+  log buckets 0.2% wide, so an ITL percentile is within 0.1% of numpy.percentile over every gap; the
+  count, mean, min and max stay exact;
+- step rows are kept only when asked (`record_steps`), and with a `steps_sink` they leave memory in chunks
+  as the run goes (steps.csv is written as it runs), a decimated copy staying for the plots.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 import numpy as np
 
@@ -46,6 +52,8 @@ REQUEST_COLUMNS = {
     "preemptions": np.int32,
 }
 PERCENTILES = (50, 90, 99)
+STEP_CHUNK_ROWS = 1 << 16  # with a steps_sink: rows handed over at a time (about 4 MB)
+PLOT_STEP_ROWS = 1 << 18  # with a steps_sink: the most rows kept for the plots (every 2^k-th step)
 
 
 class Columns:
@@ -81,17 +89,127 @@ class Columns:
     def view(self) -> dict[str, np.ndarray]:
         return {name: column[: self.size] for name, column in self.data.items()}
 
+    def keep_every_other(self) -> None:
+        for column in self.data.values():
+            kept = column[: self.size : 2].copy()
+            column[: len(kept)] = kept
+        self.size = (self.size + 1) // 2
+
+
+class GapHistogram:
+    """Inter-token gaps in seconds, in log buckets of width RATIO (HDR-histogram style), 150 kB in all.
+
+    Bucket i holds gaps in [MIN_S * RATIO^i, MIN_S * RATIO^(i+1)) and stands for their geometric middle, so
+    every gap it holds is within sqrt(RATIO) - 1 < RELATIVE_ERROR of that value. Percentiles follow
+    numpy.percentile's linear rule between the order statistics they read from the buckets, hence also within
+    RELATIVE_ERROR; they are clamped to the exact min and max. Gaps below MIN_S (none in practice) go to
+    bucket 0 and above MAX_S to the last, both still counted in the exact mean. Scalar gaps are buffered and
+    binned in numpy batches: one `array.append` each, as cheap as storing them.
+    """
+
+    RELATIVE_ERROR = 1e-3
+    RATIO = 1.002  # sqrt(1.002) - 1 = 0.09995%
+    MIN_S, MAX_S = 1e-9, 1e7
+    NUM_BUCKETS = int(np.ceil(np.log(MAX_S / MIN_S) / np.log(RATIO)))
+    FLUSH = 1 << 16
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(self.NUM_BUCKETS, dtype=np.int64)
+        self.count = 0
+        self.sum_s = 0.0
+        self.min_s = float("inf")
+        self.max_s = float("-inf")
+        self._values = array("d")  # gaps not binned yet, and how many times each counts
+        self._times = array("d")
+
+    def add(self, gap_s: float) -> None:
+        self._values.append(gap_s)
+        self._times.append(1.0)
+        if len(self._values) >= self.FLUSH:
+            self._flush()
+
+    def add_many(self, gaps_s: np.ndarray, times: int = 1) -> None:
+        """Each of gaps_s, `times` times over (a decode window: each step's gap once per running request)."""
+        gaps_s = np.ascontiguousarray(gaps_s, dtype=np.float64)
+        self._values.frombytes(gaps_s.tobytes())
+        self._times.frombytes(np.full(len(gaps_s), float(times)).tobytes())
+        if len(self._values) >= self.FLUSH:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._values:
+            return
+        values, times = np.frombuffer(self._values, dtype=np.float64), np.frombuffer(self._times, dtype=np.float64)
+        # Counts are whole numbers far below 2^53: the float weights add them exactly.
+        self.counts += np.bincount(self._bucket(values), weights=times, minlength=self.NUM_BUCKETS).astype(np.int64)
+        self.count += int(times.sum())
+        self.sum_s += float(values @ times)
+        self.min_s = min(self.min_s, float(values.min()))
+        self.max_s = max(self.max_s, float(values.max()))
+        self._values, self._times = array("d"), array("d")
+
+    def _bucket(self, gaps_s: np.ndarray) -> np.ndarray:
+        index = np.log(np.maximum(gaps_s, self.MIN_S) / self.MIN_S) / np.log(self.RATIO)
+        return np.minimum(index.astype(np.int64), self.NUM_BUCKETS - 1)  # a gap of 0 lands in bucket 0
+
+    def __len__(self) -> int:
+        self._flush()
+        return self.count
+
+    def mean_s(self) -> float:
+        self._flush()
+        return self.sum_s / self.count if self.count else float("nan")
+
+    def percentiles_s(self, percents: np.ndarray | list[float]) -> np.ndarray:
+        """numpy.percentile's (linear) percentiles of every gap, each within RELATIVE_ERROR."""
+        self._flush()
+        percents = np.asarray(percents, dtype=np.float64)
+        if not self.count:
+            return np.full(percents.shape, np.nan)
+        rank = percents / 100 * (self.count - 1)
+        lo, hi = np.floor(rank), np.ceil(rank)
+        value_lo, value_hi = self._order_statistic(lo), self._order_statistic(hi)
+        return value_lo + (rank - lo) * (value_hi - value_lo)
+
+    def _order_statistic(self, k: np.ndarray) -> np.ndarray:
+        """The k-th smallest gap (0-based), as its bucket's middle, clamped to the exact range."""
+        bucket = np.searchsorted(np.cumsum(self.counts), k.astype(np.int64), side="right")
+        middle = self.MIN_S * self.RATIO ** (bucket + 0.5)
+        return np.clip(middle, self.min_s, self.max_s)
+
+    def sample_ms(self, size: int) -> np.ndarray:
+        """`size` gaps in ms at evenly spaced ranks: the distribution's shape, for a CDF plot."""
+        if len(self) == 0:
+            return np.empty(0)
+        ranks = np.linspace(0, self.count - 1, min(size, self.count))
+        return self._order_statistic(np.round(ranks)) * 1e3
+
 
 class Recorder:
-    """Collects a run. `record_steps=False` keeps only running totals of the per-step series."""
+    """Collects a run. `record_steps=False` keeps only running totals of the per-step series.
 
-    def __init__(self, num_gpu_blocks: int, block_size: int, record_steps: bool = True) -> None:
+    `steps_sink`, if given, receives the step rows in chunks of STEP_CHUNK_ROWS as the run goes (in the
+    order steps end: by time within each replica) and the recorder keeps only every 2^k-th row for the plots,
+    k growing so that at most PLOT_STEP_ROWS stay: memory stays flat however long the run.
+    """
+
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        block_size: int,
+        record_steps: bool = True,
+        steps_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
+    ) -> None:
         self.num_gpu_blocks = num_gpu_blocks
         self.block_size = block_size
-        self.record_steps = record_steps
+        self.record_steps = record_steps or steps_sink is not None
+        self.steps_sink = steps_sink
+        self.plot_steps = Columns(STEP_COLUMNS)  # with a sink: every plot_stride-th step
+        self.plot_stride = 1
+        self.num_spilled = 0
         self.steps = Columns(STEP_COLUMNS)
         self.requests = Columns(REQUEST_COLUMNS)
-        self.itl_s = array("d")  # every inter-token gap, 8 bytes each: C appends, no Python floats kept
+        self.itl = GapHistogram()  # every inter-token gap, in bounded memory
         self.num_steps = 0
         self.busy_s = 0.0
         self.block_seconds = 0.0  # integral of blocks used over busy time
@@ -146,6 +264,35 @@ class Recorder:
                 host_s=host_s,
                 device_s=device_s,
             )
+            self._maybe_spill()
+
+    def _maybe_spill(self) -> None:
+        if self.steps_sink is not None and self.steps.size >= STEP_CHUNK_ROWS:
+            self.spill_steps()
+
+    def spill_steps(self) -> None:
+        """Hand the buffered step rows to the sink and keep every plot_stride-th (by overall row number)."""
+        rows = self.steps.view()
+        if self.steps_sink is None or self.steps.size == 0:
+            return
+        self.steps_sink(rows)
+        first = (-self.num_spilled) % self.plot_stride
+        self.plot_steps.extend(**{name: column[first :: self.plot_stride] for name, column in rows.items()})
+        self.num_spilled += self.steps.size
+        self.steps.size = 0
+        while self.plot_steps.size > PLOT_STEP_ROWS:
+            self.plot_steps.keep_every_other()
+            self.plot_stride *= 2
+
+    def step_rows(self) -> dict[str, np.ndarray]:
+        """The step rows for the plots: all of them, or with a sink the kept sample (after a last spill)."""
+        if self.steps_sink is None:
+            return self.steps.view()
+        self.spill_steps()
+        rows = self.plot_steps.view()
+        if self.plot_stride > 1:  # a sample cannot count tokens: the plots then estimate them from the requests
+            del rows["num_sampled"]
+        return rows
 
     def decode_window(
         self,
@@ -157,17 +304,18 @@ class Recorder:
         num_waiting_after: int,
         sum_context_tokens: np.ndarray,
         kv_blocks_used: np.ndarray,
+        tokens_held: np.ndarray,
         host_s: float = 0.0,
         device_s: np.ndarray | float = 0.0,
     ) -> None:
         """k pure-decode steps at once: every running request decodes one token in each. For a decode
         token the context it attends over is its whole context, so attention pairs = context tokens, and
-        the tokens held are the context. Only the last step can see an arrival (it ends the window), so
+        the tokens held are the context less shared prefix blocks' repeats. Only the last step can see an arrival (it ends the window), so
         the queue is empty after every step but the last."""
         self.num_steps += len(duration_s)
         self.busy_s += float(duration_s.sum())
         self.block_seconds += float((kv_blocks_used * duration_s).sum())
-        self.slot_seconds += float((sum_context_tokens / (kv_blocks_used * self.block_size) * duration_s).sum())
+        self.slot_seconds += float((tokens_held / (kv_blocks_used * self.block_size) * duration_s).sum())
         self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used.max()))
         if self.record_steps:
             num_waiting = np.zeros(len(duration_s), dtype=np.int32)
@@ -190,15 +338,13 @@ class Recorder:
                 host_s=host_s,
                 device_s=device_s,
             )
+            self._maybe_spill()
 
     def token_gap(self, gap_s: float) -> None:
-        self.itl_s.append(gap_s)
+        self.itl.add(gap_s)
 
-    def token_gaps(self, gaps_s: np.ndarray) -> None:
-        self.itl_s.frombytes(np.ascontiguousarray(gaps_s, dtype=np.float64).tobytes())
-
-    def itl_ms(self) -> np.ndarray:
-        return np.frombuffer(self.itl_s, dtype=np.float64) * 1e3
+    def token_gaps(self, gaps_s: np.ndarray, times: int = 1) -> None:
+        self.itl.add_many(gaps_s, times)
 
     def finished(self, request: Request) -> None:
         self.requests.append(
@@ -212,16 +358,16 @@ class Recorder:
         )
 
 
-def _stats(name: str, values_ms: np.ndarray) -> dict[str, float]:
+def _stats(name: str, values_ms: np.ndarray | GapHistogram) -> dict[str, float]:
     if len(values_ms) == 0:
         return {
             f"mean_{name}_ms": float("nan"),
             f"median_{name}_ms": float("nan"),
             **{f"p{p}_{name}_ms": float("nan") for p in PERCENTILES},
         }
-    out = {f"mean_{name}_ms": float(np.mean(values_ms)), f"median_{name}_ms": float(np.median(values_ms))}
-    for p, v in zip(PERCENTILES, np.percentile(values_ms, PERCENTILES)):
-        out[f"p{p}_{name}_ms"] = float(v)
+    out = {f"mean_{name}_ms": _percentile(values_ms, "mean"), f"median_{name}_ms": _percentile(values_ms, "p50")}
+    for p in PERCENTILES:
+        out[f"p{p}_{name}_ms"] = _percentile(values_ms, f"p{p}")
     return out
 
 
@@ -234,18 +380,23 @@ def per_request_latencies_ms(requests: dict[str, np.ndarray]) -> dict[str, np.nd
     return {"ttft": ttft, "tpot": tpot, "e2el": e2el, "tpot_mask": multi}
 
 
-def _percentile(values: np.ndarray, key: str) -> float:
+def _percentile(values: np.ndarray | GapHistogram, key: str) -> float:
+    """`mean` or `pNN` of per-request values in ms (exact) or of the gap histogram (seconds -> ms)."""
     if len(values) == 0:
         return float("nan")
+    if isinstance(values, GapHistogram):
+        if key == "mean":
+            return values.mean_s() * 1e3
+        return float(values.percentiles_s([float(key.removeprefix("p"))])[0]) * 1e3
     if key == "mean":
         return float(np.mean(values))
     return float(np.percentile(values, float(key.removeprefix("p"))))
 
 
-def slo_report(lat: dict[str, np.ndarray], itl_ms: np.ndarray, slo: SloConfig, duration_s: float) -> dict:
+def slo_report(lat: dict[str, np.ndarray], itl: GapHistogram, slo: SloConfig, duration_s: float) -> dict:
     """Each SLO bound against the measured percentile, and goodput as vLLM's bench defines it: completed
     requests per second whose own TTFT, TPOT and E2E are within every bound set for them."""
-    series = {"ttft_ms": lat["ttft"], "tpot_ms": lat["tpot"], "e2el_ms": lat["e2el"], "itl_ms": itl_ms}
+    series = {"ttft_ms": lat["ttft"], "tpot_ms": lat["tpot"], "e2el_ms": lat["e2el"], "itl_ms": itl}
     checks = []
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
         for key, bound in getattr(slo, metric).items():
@@ -273,7 +424,6 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
     completed = len(req["request_id"])
     duration_s = float(req["finished_s"].max()) if completed else 0.0
     lat = per_request_latencies_ms(req)
-    itl_ms = rec.itl_ms()
     input_tokens = int(req["prompt_tokens"].sum())
     output_tokens = int(req["output_tokens"].sum())
     per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: float("nan"))
@@ -287,7 +437,7 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
         "total_token_throughput": per_s(input_tokens + output_tokens),
         **_stats("ttft", lat["ttft"]),
         **_stats("tpot", lat["tpot"]),
-        **_stats("itl", itl_ms),
+        **_stats("itl", rec.itl),
         **_stats("e2el", lat["e2el"]),
         "num_steps": rec.num_steps,
         "busy_s": rec.busy_s,
@@ -299,7 +449,7 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
         "kv_slot_utilization": rec.slot_seconds / rec.busy_s if rec.busy_s else 0.0,
         "num_preemptions": rec.num_preemptions,
     }
-    slo_result = slo_report(lat, itl_ms, slo, duration_s)
+    slo_result = slo_report(lat, rec.itl, slo, duration_s)
     summary["goodput"] = slo_result["goodput"]
     summary["slo"] = slo_result
     return summary

@@ -33,7 +33,7 @@ class SchedulerOutput:
     num_seqs: int = 0  # rows, static batching's idle members included
     sum_context_tokens: int = 0  # K/V tokens read by attention, summed over rows
     attention_pairs: int = 0  # (query, key) pairs under the causal mask
-    tokens_held: int = 0  # tokens stored in the KV cache by running requests after the step
+    tokens_held: int = 0  # distinct tokens stored in the KV cache by running requests after the step
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         computed = request.num_computed_tokens
@@ -177,6 +177,7 @@ class ContinuousScheduler(Scheduler):
         num_new = len(out.scheduled)
         for request in self.running[first_unscheduled : len(self.running) - (num_new - first_unscheduled)]:
             out.tokens_held += request.num_computed_tokens
+        out.tokens_held -= self.kv.shared_tokens()  # a shared prefix block holds its tokens once, not per request
         return out
 
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int, out: SchedulerOutput) -> bool:
@@ -252,7 +253,7 @@ class ContinuousScheduler(Scheduler):
             request.last_token_s = last_end
             self.kv.cache_full_blocks(request)
         self.recorder.token_gaps(np.array(first_gaps))
-        self.recorder.token_gaps(np.tile(np.diff(step_end_s), len(self.running)))
+        self.recorder.token_gaps(np.diff(step_end_s), times=len(self.running))  # each step's gap, once per request
 
 
 class StaticScheduler(Scheduler):

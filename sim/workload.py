@@ -20,8 +20,8 @@ Decisions a user can see:
 from __future__ import annotations
 
 import csv
+import io
 import json
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +68,8 @@ class Workload:
 def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | None = None) -> Workload:
     """Draw `cfg.num_requests` requests; the same config and seed give identical arrays.
 
-    Lengths are rounded to int and clipped to their distribution's [min, max]. A request with
+    Lengths are rounded to int and clipped to their distribution's [min, max] (a negative draw of
+    `normal` becomes min; trace counts are checked by `read_trace` and never negative). A request with
     prompt + output > max_model_len is, by `cfg.too_long`:
     - reject: dropped, no replacement drawn (counted in num_rejected; the workload holds fewer requests).
       A replacement would quietly condition the length distribution on fitting; a real server answers
@@ -139,44 +140,139 @@ def prompt_token_ids(
     return prefix.tolist() + rest.tolist()
 
 
-def read_trace(path: str | Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
+# What a trace may hold. Token counts: whole-ish numbers in [0, MAX_TRACE_TOKENS] (0 is clipped to the
+# distribution's min, 1 by default, as every drawn length is; a negative count is an error, never clipped).
+# Arrival times: finite seconds within +-MAX_TRACE_SECONDS (they are shifted to start at 0).
+MAX_TRACE_TOKENS = 1 << 24
+MAX_TRACE_SECONDS = 1e10
+MAX_TRACE_BYTES = 1 << 28
+LENGTH_CEILING = 1 << 40  # 256 MiB: a trace is read whole; the shipped ones are 0.3-0.9 MB
+
+
+def read_trace(path: str | Path, columns: Sequence[str], arrival_column: str | None = None) -> dict[str, np.ndarray]:
     """The named columns of a trace file as float64 arrays, in file order.
 
-    CSV with a header row, or JSON Lines (one object a line) when the name ends in .jsonl or .ndjson.
+    CSV with a header row, or JSON Lines (one object a line) when the name ends in .jsonl or .ndjson. Every
+    value is checked (a number, finite, in range: token counts non-negative, `arrival_column` in seconds);
+    a bad one is a WorkloadError naming the file, the line and the column.
     """
     path = Path(path)
-    if not path.is_file():
-        raise WorkloadError(f"trace file {path} not found")
+    if not path.is_file():  # also refuses a FIFO or a device before opening it: reading one would block
+        raise WorkloadError(f"trace file {path} not found" if not path.exists() else f"{path}: not a regular file")
+    if path.stat().st_size > MAX_TRACE_BYTES:
+        raise WorkloadError(f"trace file {path}: larger than {MAX_TRACE_BYTES:,} bytes")
+    text = _decode(path, path.read_bytes())
     read = _read_jsonl if path.suffix in (".jsonl", ".ndjson") else _read_csv
-    return read(path, list(columns))
+    values, lines, where = read(path, text, list(columns))
+    return {c: _check_values(path, c, values[c], lines, where[c], c == arrival_column) for c in columns}
 
 
-def _read_csv(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
-    with path.open(newline="") as f:
-        header = [name.strip() for name in next(csv.reader(f), [])]
-    _check_columns(path, columns, header)
-    try:  # numpy's C parser: a 30k-row trace in milliseconds
-        with warnings.catch_warnings():  # an empty file is reported below as an error, not as a warning
-            warnings.simplefilter("ignore", UserWarning)
-            table = np.loadtxt(
-                path, delimiter=",", skiprows=1, usecols=[header.index(c) for c in columns], ndmin=2, quotechar='"'
-            )
-    except ValueError as e:
-        raise WorkloadError(f"trace file {path}: {e}") from e
-    return {c: table[:, i] for i, c in enumerate(columns)}
-
-
-def _read_jsonl(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
-    with path.open() as f:
-        try:
-            records = [json.loads(line) for line in f if line.strip()]
-        except json.JSONDecodeError as e:
-            raise WorkloadError(f"trace file {path}: not JSON Lines ({e})") from e
-    _check_columns(path, columns, list(records[0]) if records else [])
+def _decode(path: Path, data: bytes) -> str:
     try:
-        return {c: np.array([r[c] for r in records], dtype=np.float64) for c in columns}
-    except (KeyError, TypeError, ValueError) as e:
-        raise WorkloadError(f"trace file {path}: a row lacks column {e} or holds a non-number") from e
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise WorkloadError(
+            f"trace file {path}: line {line}, column {column}: byte 0x{data[e.start]:02x} is not UTF-8 text"
+            " (a binary or UTF-16 file?)"
+        ) from None
+
+
+def _read_csv(path: Path, text: str, columns: list[str]) -> tuple[dict, list[int], dict[str, str]]:
+    """(values per column as text or numbers, the line of each row, how to name each column in messages)."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [name.strip() for name in next(reader, [])]
+        _check_columns(path, columns, header)
+        index = {c: header.index(c) for c in columns}
+        values: dict[str, list] = {c: [] for c in columns}
+        lines = []
+        for row in reader:
+            if not any(field.strip() for field in row):
+                continue  # a blank line
+            for c, i in index.items():
+                if i >= len(row):
+                    raise WorkloadError(
+                        f"trace file {path}: line {reader.line_num}: {len(row)} fields, no column {i + 1} ({c!r})"
+                    )
+                values[c].append(row[i])
+            lines.append(reader.line_num)
+    except csv.Error as e:
+        raise WorkloadError(f"trace file {path}: line {reader.line_num}: not CSV ({e})") from None
+    return values, lines, {c: f"column {i + 1} ({c!r})" for c, i in index.items()}
+
+
+def _read_jsonl(path: Path, text: str, columns: list[str]) -> tuple[dict, list[int], dict[str, str]]:
+    values: dict[str, list] = {c: [] for c in columns}
+    lines = []
+    present: list[str] | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise WorkloadError(f"trace file {path}: line {number}, column {e.colno}: not JSON ({e.msg})") from None
+        except (ValueError, RecursionError) as e:  # a 5,000-digit number, or nesting deeper than Python reads
+            raise WorkloadError(f"trace file {path}: line {number}: not a JSON object of numbers ({e})") from None
+        if not isinstance(record, dict):
+            raise WorkloadError(f"trace file {path}: line {number}: expected a JSON object, found {_json_kind(record)}")
+        if present is None:
+            present = list(record)
+            _check_columns(path, columns, present)
+        for c in columns:
+            if c not in record:
+                raise WorkloadError(f"trace file {path}: line {number}: no key {c!r}")
+            values[c].append(record[c])
+        lines.append(number)
+    if present is None:
+        _check_columns(path, columns, [])
+    return values, lines, {c: f"key {c!r}" for c in columns}
+
+
+def _json_kind(value: object) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null"}.get(
+        type(value), "a number"
+    )
+
+
+def _check_values(path: Path, column: str, raw: list, lines: list[int], where: str, is_time: bool) -> np.ndarray:
+    """Text or JSON values -> float64, or a WorkloadError at the first that is not a number in range."""
+    out = np.empty(len(raw), dtype=np.float64)
+    for k, value in enumerate(raw):
+        if isinstance(value, str):
+            try:
+                out[k] = float(value.strip())
+                continue
+            except ValueError:
+                pass
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                out[k] = float(value)
+                continue
+            except OverflowError:  # an integer too large for a float
+                pass
+        raise WorkloadError(
+            f"trace file {path}: line {lines[k]}, {where}: {_show(value)} is not a number"
+            f" ({'seconds' if is_time else 'a token count'})"
+        )
+    lo, hi, unit = (-MAX_TRACE_SECONDS, MAX_TRACE_SECONDS, "seconds") if is_time else (0, MAX_TRACE_TOKENS, "tokens")
+    bad = ~np.isfinite(out) | (out < lo) | (out > hi)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise WorkloadError(
+            f"trace file {path}: line {lines[k]}, {where}: {_show(raw[k])}: must be a finite number of {unit}"
+            f" in [{lo:g}, {hi:g}]"
+        )
+    return out
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value) if isinstance(value, str | bool | type(None)) else _json_kind(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        text = f"{value:g}" if isinstance(value, float) or abs(value) < 10**20 else "a number of > 20 digits"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _check_columns(path: Path, wanted: list[str], present: list[str]) -> None:
@@ -196,7 +292,7 @@ def _trace_columns(cfg: WorkloadConfig) -> dict[str, np.ndarray]:
     if trace is None or ("arrival" in roles and trace.arrival_column is None):
         raise WorkloadError("a 'trace' arrival process or length needs workload.trace (with an arrival_column)")
     names = {"arrival": trace.arrival_column, "prompt": trace.prompt_column, "output": trace.output_column}
-    table = read_trace(trace.path, [names[role] for role in roles])
+    table = read_trace(trace.path, [names[role] for role in roles], names["arrival"] if "arrival" in roles else None)
     columns = {role: table[names[role]] for role in roles}
     if len(columns[roles[0]]) == 0:
         raise WorkloadError(f"trace file {trace.path} has no rows")
@@ -224,6 +320,8 @@ def _arrivals(
     if process in ("poisson", "gamma"):
         shape = 1.0 if process == "poisson" else arrival.burstiness
         arrival_s = np.cumsum(rng.gamma(shape, 1.0 / (arrival.rate * shape), n))
+        if not arrival_s[-1] > 0:  # a tiny shape: every gap underflowed to 0, one burst (the rescale's limit)
+            return np.full(n, n / arrival.rate)
         return arrival_s * (n / arrival.rate / arrival_s[-1])  # vLLM's rescale: the last lands at n/rate
     if process == "trace":
         return _replay_arrivals(trace_s, n, arrival.rate)
@@ -260,7 +358,10 @@ def _lengths(
         lengths = trace_values[rows]
     else:
         raise ValueError(f"unknown length distribution {kind!r}")
-    return np.clip(np.rint(lengths), dist.min, dist.max).astype(np.int64)
+    # Past LENGTH_CEILING every length is rejected or truncated alike (max_model_len is far below it): the
+    # ceiling only keeps a draw of 1e30 from overflowing int64.
+    upper = LENGTH_CEILING if dist.max is None else min(dist.max, LENGTH_CEILING)
+    return np.clip(np.rint(lengths), dist.min, upper).astype(np.int64)
 
 
 def _token_rng(seed: int, kind: int, i: int) -> np.random.Generator:

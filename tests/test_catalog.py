@@ -34,7 +34,14 @@ REQUIRED_GPUS = [
     "a10", "a10g", "l4", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "rtx-4090",
     "mi300x", "cpu",
 ]  # fmt: skip
-NO_FP8 = {"a10", "a10g", "a40", "a100-40gb", "a100-80gb", "cpu"}  # Ampere has no fp8 tensor cores; nor does the CPU entry
+NO_FP8 = {
+    "a10",
+    "a10g",
+    "a40",
+    "a100-40gb",
+    "a100-80gb",
+    "cpu",
+}  # Ampere has no fp8 tensor cores; nor does the CPU entry
 
 
 def kv_bytes_per_token(spec: ModelSpec, dtype_bytes: int = 2) -> int:

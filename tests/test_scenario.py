@@ -121,17 +121,20 @@ def test_full_example_file(tmp_path):
             r"scen\.yaml: engine\.max_num_seq: unknown key \(did you mean max_num_seqs\?\); allowed: .*max_num_seqs",
         ),
         ("hardwre.gpu=a10", r"hardwre: unknown key \(did you mean hardware\?\)"),
-        ("workload.arrival.rate=-1", r"scen\.yaml: workload\.arrival\.rate = -1\.0: must be > 0"),
-        ("workload.arrival.burstiness=0", r"workload\.arrival\.burstiness = 0\.0: must be > 0"),
+        (
+            "workload.arrival.rate=-1",
+            r"scen\.yaml: workload\.arrival\.rate = -1\.0: must be in \[1e-06, 1e\+06\] requests/s",
+        ),
+        ("workload.arrival.burstiness=0", r"workload\.arrival\.burstiness = 0\.0: must be in \[0\.001, 1000\]"),
         (
             "engine.gpu_memory_utilization=1.5",
             r"scen\.yaml: engine\.gpu_memory_utilization = 1\.5: must be in \(0, 1\]",
         ),
         ("engine.block_size=12", r"engine\.block_size = 12: must be a power of two"),
-        ("engine.max_num_seqs=0", r"engine\.max_num_seqs = 0: must be >= 1"),
-        ("workload.num_requests=0", r"workload\.num_requests = 0: must be >= 1"),
-        ("workload.seed=-1", r"workload\.seed = -1: must be >= 0"),
-        ("hardware.replicas=0", r"hardware\.replicas = 0: must be >= 1"),
+        ("engine.max_num_seqs=0", r"engine\.max_num_seqs = 0: must be in \[1, 65,536\]"),
+        ("workload.num_requests=0", r"workload\.num_requests = 0: must be in \[1, 10,000,000\]"),
+        ("workload.seed=-1", r"workload\.seed = -1: must be in \[0, 9,223,372,036,854,775,807\]"),
+        ("hardware.replicas=0", r"hardware\.replicas = 0: must be in \[1, 1,024\]"),
         # enumerations list their values
         (
             "engine.scheduler=continous",
@@ -146,7 +149,7 @@ def test_full_example_file(tmp_path):
         ("workload.seed=true", r"workload\.seed = true: expected an integer"),
         ("engine.gpu_memory_utilization=high", r"= \"high\": expected a number"),
         ("engine.enable_chunked_prefill=1", r"engine\.enable_chunked_prefill = 1: expected true or false"),
-        ("workload.arrival.rate=1e3", r"= \"1e3\": expected a number .*1\.0e\+3"),
+        ("workload.arrival.rate='1e3'", r"= \"1e3\": expected a number .*this is text"),
         ("engine=[1, 2]", r"engine = \[1, 2\]: expected a mapping with keys scheduler, "),
         ("workload.arrival.rate=.nan", r"must be a finite number"),
         # catalog names
@@ -196,7 +199,7 @@ def test_full_example_file(tmp_path):
             r"slo\.ttft_ms\.p999: unknown statistic \(did you mean p99\?\); allowed: mean or pNN",
         ),
         ("slo.ttft_ms={p100: 5}", r"slo\.ttft_ms\.p100: unknown statistic"),
-        ("slo.tpot_ms={p99: 0}", r"slo\.tpot_ms\.p99 = 0\.0: must be > 0"),
+        ("slo.tpot_ms={p99: 0}", r"slo\.tpot_ms\.p99 = 0\.0: must be in \(0, 1e\+09\] ms"),
         ("slo.latency_ms={p99: 5}", r"slo\.latency_ms: unknown key; allowed: ttft_ms, tpot_ms, itl_ms, e2el_ms"),
         # relations with the model (qwen-7b: 32 heads, 32 KV heads, 8192 positions)
         (
@@ -371,7 +374,7 @@ def test_overrides_apply_and_are_validated(tmp_path):
         ("engine.max_num_seqs", r"--set engine\.max_num_seqs: expected dotted\.key=value"),
         ("=4", r"--set =4: expected dotted\.key=value"),
         ("engine..x=4", r"--set engine\.\.x=4: expected dotted\.key=value"),
-        ("engine.max_num_seqs=[1", r"--set engine\.max_num_seqs=\[1: the value is not valid YAML"),
+        ("engine.max_num_seqs=[1", r"--set engine\.max_num_seqs=\[1: line 1, column 3: invalid YAML"),
         ("model.hidden_size=4", r"--set model\.hidden_size=4: .*scen\.yaml: model is \"qwen-7b\", not a mapping"),
     ],
 )
