@@ -153,7 +153,10 @@ def test_a_demand_no_candidate_meets_says_how_close_and_exits_2(tmp_path):
         ("search.candidates.gpus=[]", "search.candidates.gpus = []: is empty"),
         ("search.candidates.gpus=[a100]", 'search.candidates.gpus[0] = "a100": unknown GPU'),
         ("search.money.objective=rent", 'search.money.objective = "rent": must be one of rental, purchase, both'),
-        ("search.candidates.engine.max_num_seqs=[64, 0]", "search.candidates.engine.max_num_seqs[1] = 0: must be in [1, 65,536]"),
+        (
+            "search.candidates.engine.max_num_seqs=[64, 0]",
+            "search.candidates.engine.max_num_seqs[1] = 0: must be in [1, 65,536]",
+        ),
         ("search.candidates.dtypes=[fp8]", "fp8/int8/int4 weights are not priced"),
         (
             "search.money.rental_usd_per_gpu_hour={a100: 1}",
