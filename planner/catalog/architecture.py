@@ -21,7 +21,9 @@ class ArchitectureError(PlannerError, ValueError):
 
 
 def _int(config: Mapping[str, Any], key: str, name: str, *, minimum: int = 1, default: int | None = None) -> int:
-    value = config.get(key, default)
+    value = config.get(key)
+    if value is None:  # absent or null: the class default (q_lora_rank null = no q compression)
+        value = default
     if value is None:
         raise ArchitectureError(f"model {name!r}: config lacks required key {key!r}")
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
