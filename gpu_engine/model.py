@@ -14,8 +14,9 @@ silu_and_mul, down; one more to merge KV splits). The kernels come from attentio
 CUDA, the torch references of kernels/reference.py elsewhere. Both round as transformers does (RMSNorm's
 variance and softmax in float32; the weight multiply, RoPE and SwiGLU in the model's dtype).
 
-Not modelled: sliding-window attention (Mistral-7B-v0.1's 4096-token window; ModelSpec has no field for
-it) and Qwen-7B's dynamic-NTK / logn scaling, which only act beyond its 8192-token training length.
+Not implemented, and refused (ModelSpec.live_engine_unsupported): mixture of experts, sliding-window and
+latent attention, quantised weights, RoPE scalings other than llama3. Not modelled: Qwen-7B's dynamic-NTK /
+logn scaling, which only act beyond its 8192-token training length.
 """
 
 from __future__ import annotations
@@ -121,6 +122,9 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
+        unsupported = spec.live_engine_unsupported()
+        if unsupported:  # a MoE / sliding-window / MLA / quantised model must not run as a dense one
+            raise ValueError(f"model {spec.name}: the live engine does not implement {', '.join(unsupported)}")
         self.spec = spec
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_hidden_layers))
