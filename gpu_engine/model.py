@@ -1,4 +1,5 @@
-"""A decoder-only transformer for Llama, Mistral, Qwen (Qwen-7B), Qwen2 and Qwen3, built from a ModelSpec.
+"""A decoder-only transformer for Llama, Mistral, Qwen (Qwen-7B), Qwen2, Qwen3 and the mixtures of experts
+Qwen3-MoE and Mixtral, built from a ModelSpec.
 
 One layout covers them all (pre-norm, RMSNorm, neox-style RoPE, grouped-query attention, SwiGLU); the
 families differ only in flags of the spec (q/k/v bias, per-head q/k norm, tied embeddings) and in the
@@ -14,7 +15,7 @@ silu_and_mul, down; one more to merge KV splits). The kernels come from attentio
 CUDA, the torch references of kernels/reference.py elsewhere. Both round as transformers does (RMSNorm's
 variance and softmax in float32; the weight multiply, RoPE and SwiGLU in the model's dtype).
 
-Not implemented, and refused (ModelSpec.live_engine_unsupported): mixture of experts, sliding-window and
+Not implemented, and refused (ModelSpec.live_engine_unsupported): other mixtures of experts, sliding-window and
 latent attention, quantised weights, RoPE scalings other than llama3. Not modelled: Qwen-7B's dynamic-NTK /
 logn scaling, which only act beyond its 8192-token training length.
 """
@@ -92,13 +93,45 @@ class MLP(nn.Module):
         return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))  # [T, 2 * intermediate] -> [T, hidden]
 
 
-class DecoderLayer(nn.Module):
+class SparseMoE(nn.Module):
+    """Top-k routed SwiGLU experts (Qwen3-MoE, Mixtral), in vLLM's FusedMoE layout: `w13` holds every
+    expert's gate; up rows ([experts * 2 * width, hidden]), `w2` every expert's down ([experts * hidden,
+    width]). Routing as transformers' TopKRouter: softmax in float32 over the router logits, top-k, the k
+    weights renormalised (norm_topk_prob), cast to the model's dtype. Then one matmul pair per expert over the
+    tokens routed to it, weighted and summed into the output (a loop of torch matmuls, not a grouped GEMM)."""
+
     def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.num_experts, self.top_k = spec.num_experts, spec.num_experts_per_tok
+        self.width, self.hidden = spec.moe_intermediate_size, spec.hidden_size
+        self.renormalize = spec.norm_topk_prob
+        self.gate = nn.Linear(spec.hidden_size, spec.num_experts, bias=False)
+        self.w13 = nn.Parameter(torch.empty(spec.num_experts * 2 * self.width, spec.hidden_size))
+        self.w2 = nn.Parameter(torch.empty(spec.num_experts * spec.hidden_size, self.width))
+
+    def forward(self, x: torch.Tensor, ops: KernelOps) -> torch.Tensor:  # x: [T, hidden]
+        probs = torch.softmax(self.gate(x), dim=-1, dtype=torch.float32)  # [T, experts]
+        weights, experts = torch.topk(probs, self.top_k, dim=-1)  # [T, k]
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        w13 = self.w13.view(self.num_experts, 2 * self.width, self.hidden)
+        w2 = self.w2.view(self.num_experts, self.hidden, self.width)
+        out = torch.zeros_like(x)
+        for expert in experts.unique().tolist():
+            token, slot = torch.where(experts == expert)
+            y = F.linear(ops.silu_and_mul(F.linear(x[token], w13[expert])), w2[expert])
+            out.index_add_(0, token, y * weights[token, slot, None])
+        return out
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec: ModelSpec, layer: int):
         super().__init__()
         self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.self_attn = Attention(spec)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
-        self.mlp = MLP(spec)
+        self.mlp = SparseMoE(spec) if spec.is_moe and layer not in spec.dense_layers else MLP(spec)
 
     def forward(
         self,
@@ -127,7 +160,7 @@ class Transformer(nn.Module):
             raise ValueError(f"model {spec.name}: the live engine does not implement {', '.join(unsupported)}")
         self.spec = spec
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_hidden_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         # tied: the logits reuse embed_tokens.weight, and there is no lm_head parameter at all
         tied = spec.tie_word_embeddings

@@ -50,6 +50,7 @@ class ModelSpec:
     shared_expert_intermediate_size: int = 0  # all shared experts together (DeepSeek: n_shared_experts x width)
     dense_layers: tuple[int, ...] = ()  # layers of a MoE model whose MLP is dense (first_k_dense_replace ...)
     expert_bias: bool = False  # gpt-oss: biases on the router and on every expert's projections
+    norm_topk_prob: bool = True  # renormalise the top-k routing weights to sum to 1 (Mixtral always)
     # --- attention ---
     sliding_window: int | None = None  # tokens a sliding-window layer attends to (itself included)
     sliding_layers: tuple[int, ...] = ()  # the layers that use it (layer_types / sliding_window_pattern)
@@ -212,15 +213,23 @@ class ModelSpec:
     def live_engine_unsupported(self) -> list[str]:
         """What the live engine (gpu_engine) does not implement for this model; empty: it runs it."""
         problems = []
-        if self.is_moe:
-            problems.append(f"mixture of experts ({self.num_experts} experts)")
+        if self.is_moe and self.model_type not in ("qwen3_moe", "mixtral"):
+            problems.append(f"mixture of experts of model_type {self.model_type}")
         if self.num_sliding_layers:
             problems.append(f"sliding-window attention ({self.sliding_window} tokens)")
         if self.is_mla:
             problems.append("multi-head latent attention")
         if self.quant_method:
             problems.append(f"{self.quant_method} quantised weights")
-        if self.post_norms or self.model_type not in ("llama", "mistral", "qwen2", "qwen3", "qwen"):
+        if self.post_norms or self.model_type not in (
+            "llama",
+            "mistral",
+            "qwen2",
+            "qwen3",
+            "qwen",
+            "qwen3_moe",
+            "mixtral",
+        ):
             problems.append(f"model_type {self.model_type}")
         if self.rope_scaling and self.rope_scaling.get("rope_type") != "llama3":
             problems.append(f"rope_scaling {self.rope_scaling.get('rope_type')}")

@@ -31,6 +31,15 @@ def _int(config: Mapping[str, Any], key: str, name: str, *, minimum: int = 1, de
     return value
 
 
+def _flag(config: Mapping[str, Any], key: str, default: bool, name: str) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ArchitectureError(f"model {name!r}: {key} = {value!r}: must be true or false")
+    return value
+
+
 def _first_key(config: Mapping[str, Any], keys: tuple[str, ...]) -> str | None:
     return next((key for key in keys if config.get(key) is not None), None)
 
@@ -90,6 +99,11 @@ def moe_fields(config: Mapping[str, Any], model_type: str, num_layers: int, name
         "shared_expert_intermediate_size": shared,
         "dense_layers": dense,
         "expert_bias": model_type == "gpt_oss",
+        # Qwen3MoeConfig defaults to false (the published Qwen3 MoE configs say true); Mixtral and gpt-oss
+        # always renormalise; DeepSeek's configs carry the key.
+        "norm_topk_prob": _flag(config, "norm_topk_prob", model_type != "qwen3_moe", name)
+        if model_type in ("qwen3_moe", "deepseek_v3", "deepseek_v2")
+        else True,
     }
 
 
