@@ -215,8 +215,6 @@ class ModelSpec:
         problems = []
         if self.is_moe and self.model_type not in ("qwen3_moe", "mixtral"):
             problems.append(f"mixture of experts of model_type {self.model_type}")
-        if self.num_sliding_layers:
-            problems.append(f"sliding-window attention ({self.sliding_window} tokens)")
         if self.is_mla:
             problems.append("multi-head latent attention")
         if self.quant_method:

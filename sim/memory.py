@@ -278,10 +278,12 @@ def tensor_parallel_that_fits(scenario: Scenario, mem: MemoryBreakdown) -> int |
     shrinks with more GPUs, so this errs towards more GPUs)."""
     tp_now, m = scenario.hardware.tensor_parallel_size, scenario.model
     weights_total = mem.weights_bytes * tp_now
-    kv_total = mem.kv_bytes_per_token * tp_now * mem.max_model_len
+    kv_request = mem.kv_bytes_per_token * mem.max_model_len  # one request, on one GPU now
+    kv_shards = not m.is_mla  # MLA's latent is replicated on every rank: more GPUs do not shrink it
     fixed = mem.activation_bytes + mem.cuda_graph_bytes + non_torch_bytes(2)
     for tp in tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads):
-        if tp > tp_now and (weights_total + kv_total) / tp + fixed < mem.usable_bytes:
+        kv = kv_request * tp_now / tp if kv_shards else kv_request
+        if tp > tp_now and weights_total / tp + kv + fixed < mem.usable_bytes:
             return tp
     return None
 

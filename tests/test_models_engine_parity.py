@@ -4,9 +4,12 @@ chunked prefill, staggered arrivals and a preemption (tests/test_engine_runner.p
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import transformers
+from test_engine_parity import count_triton_calls
 from test_engine_runner import BLOCK_SIZE, hf_greedy, prompts, serve
 
 from gpu_engine.runner import ModelRunner
@@ -78,3 +81,53 @@ def test_routing_sends_tokens_to_different_experts(tmp_path):
     x = hf.model.embed_tokens(torch.arange(40))
     logits = torch.nn.functional.linear(x, hf.model.layers[0].mlp.gate.weight)
     assert len(torch.topk(logits, 2, dim=-1).indices.unique()) == 4
+
+
+SLIDING = {
+    # a 4-token window, shorter than most prompts: the mask matters from the fifth token on
+    "mistral-window": (
+        transformers.MistralConfig,
+        transformers.MistralForCausalLM,
+        {"intermediate_size": 96, "sliding_window": 4},
+    ),
+    "mixtral-window": (
+        transformers.MixtralConfig,
+        transformers.MixtralForCausalLM,
+        {"intermediate_size": 32, "num_local_experts": 4, "sliding_window": 4},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SLIDING)
+def test_sliding_window_greedy_tokens_equal_transformers_generate(case, tmp_path):
+    config_cls, model_cls, overrides = SLIDING[case]
+    config = config_cls(**TINY_MOE | overrides)
+    torch.manual_seed(0)
+    hf = model_cls(config).eval()
+    hf.save_pretrained(tmp_path)
+    spec = model_spec_from_hf_config(config.to_dict(), f"tiny-{case}")
+    assert spec.sliding_window == 4 and spec.num_sliding_layers == spec.num_hidden_layers
+    runner = ModelRunner(spec, "float32", "cpu", num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
+    batch_prompts = prompts(spec.vocab_size)
+    expected = [hf_greedy(hf, p) for p in batch_prompts]
+    assert serve(runner, batch_prompts, chunk=6) == expected
+    assert serve(runner, batch_prompts, chunk=6, preempt=(1, 5)) == expected
+    # the window changes the tokens: the same weights without it generate something else
+    unwindowed = dataclasses.replace(spec, sliding_window=None, sliding_layers=())
+    full = ModelRunner(unwindowed, "float32", "cpu", num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
+    assert serve(full, batch_prompts, chunk=6) != expected
+
+
+def test_moe_on_the_triton_kernels(tmp_path, monkeypatch):
+    """The MoE layer between the Triton kernels (on CUDA, or Triton's interpreter on CPU): the same tokens."""
+    device, calls = count_triton_calls(monkeypatch)
+    config_cls, model_cls, overrides = CASES["mixtral"]
+    config = config_cls(**TINY_MOE | overrides)
+    torch.manual_seed(0)
+    hf = model_cls(config).eval()
+    hf.save_pretrained(tmp_path)
+    spec = model_spec_from_hf_config(config.to_dict(), "tiny-mixtral")
+    runner = ModelRunner(spec, "float32", device, num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
+    batch_prompts = prompts(spec.vocab_size)[:2]
+    assert serve(runner, batch_prompts, chunk=6) == [hf_greedy(hf, p) for p in batch_prompts]
+    assert calls["paged_attention"] > 0 and calls["silu_and_mul"] > calls["paged_attention"]  # one per expert hit
