@@ -131,3 +131,36 @@ def test_moe_on_the_triton_kernels(tmp_path, monkeypatch):
     batch_prompts = prompts(spec.vocab_size)[:2]
     assert serve(runner, batch_prompts, chunk=6) == [hf_greedy(hf, p) for p in batch_prompts]
     assert calls["paged_attention"] > 0 and calls["silu_and_mul"] > calls["paged_attention"]  # one per expert hit
+
+
+@pytest.mark.parametrize(
+    ("model", "device", "message"),
+    [
+        ("deepseek-v3", "cpu", "does not implement mixture of experts of model_type deepseek_v3, multi-head latent"),
+        ("gpt-oss-20b", "cpu", "mxfp4 quantised weights"),
+        ("gemma-3-27b", "cpu", "model_type gemma3_text"),
+    ],
+)
+def test_live_engine_refuses_models_it_does_not_implement(model, device, message):
+    from sim_helpers import make_scenario
+
+    from gpu_engine.engine import EngineError, run_scenario
+
+    scenario = make_scenario(model=model, hardware={"gpu": "h200"})
+    with pytest.raises(EngineError, match=message):
+        run_scenario(scenario, device=device)
+
+
+def test_sliding_window_is_refused_on_cuda():
+    from sim_helpers import make_scenario
+
+    from gpu_engine.engine import EngineError, run_scenario
+
+    mistral_v01 = {
+        "model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 4096,
+        "sliding_window": 16,
+    }  # fmt: skip
+    scenario = make_scenario(model=mistral_v01, hardware={"gpu": "h200"})
+    with pytest.raises(EngineError, match="torch path only.*--device cpu"):
+        run_scenario(scenario, device="cuda")
