@@ -31,7 +31,7 @@ REQUIRED_MODELS = [
     "tiny-llama", "tiny-qwen2",
     # issue 13: mixtures of experts, sliding-window, latent attention, quantised weights
     "llama-3.3-70b", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "gpt-oss-20b", "gpt-oss-120b",
-    "gemma-3-27b", "deepseek-v3", "qwen3-32b-awq",
+    "gemma-3-27b", "deepseek-v3", "deepseek-v2-lite", "qwen3-32b-awq",
 ]  # fmt: skip
 REQUIRED_GPUS = [
     "a10", "a10g", "l4", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "rtx-4090",

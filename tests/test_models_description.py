@@ -16,7 +16,7 @@ from planner.catalog import CatalogError, load_model_catalog, load_model_config_
 MODELS = load_model_catalog()
 NEW_MODELS = [
     "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b",
-    "deepseek-v3", "llama-3.3-70b", "qwen3-32b-awq",
+    "deepseek-v3", "llama-3.3-70b", "qwen3-32b-awq", "deepseek-v2-lite",
 ]  # fmt: skip
 
 
@@ -26,7 +26,9 @@ def _raw_catalog() -> dict:
     return yaml.safe_load(resources.files("planner.catalog").joinpath("models.yaml").read_text())
 
 
-@pytest.mark.parametrize("key", ["qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "gemma-3-27b", "deepseek-v3"])
+@pytest.mark.parametrize(
+    "key", ["qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "gemma-3-27b", "deepseek-v3", "deepseek-v2-lite"]
+)
 def test_param_count_equals_transformers(key: str) -> None:
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
