@@ -7,7 +7,8 @@ max_num_seqs rows of logits), the growth of non-torch memory during that run and
 estimate of the CUDA graphs' memory (`GPUModelRunner.profile_cudagraph_memory`; subtracted by default since
 v0.21, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); what is left becomes KV blocks:
     num_blocks = available // (2 * block_size * num_kv_heads * head_dim * bytes) // num_layers
-The CUDA context, created before the baseline is taken, is not subtracted. num_blocks counts vLLM's null
+(the page of a latent-attention layer is block_size * (kv_lora_rank + qk_rope_head_dim) * bytes; with
+sliding-window layers, the layers are grouped as vLLM's hybrid allocator does: kv_cache_groups). The CUDA context, created before the baseline is taken, is not subtracted. num_blocks counts vLLM's null
 block (block 0, never given to a request: sim/block_pool.py), as vLLM's "GPU KV cache size" does.
 The live engine is eager (it captures no graphs): its own profiling (gpu_engine/profiling.py) has no graph
 term, the same as this model with enforce_eager true.
