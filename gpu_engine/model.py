@@ -1,4 +1,5 @@
-"""A decoder-only transformer for Llama, Mistral, Qwen (Qwen-7B), Qwen2 and Qwen3, built from a ModelSpec.
+"""A decoder-only transformer for Llama, Mistral, Qwen (Qwen-7B), Qwen2, Qwen3 and the mixtures of experts
+Qwen3-MoE and Mixtral, built from a ModelSpec.
 
 One layout covers them all (pre-norm, RMSNorm, neox-style RoPE, grouped-query attention, SwiGLU); the
 families differ only in flags of the spec (q/k/v bias, per-head q/k norm, tied embeddings) and in the
@@ -14,8 +15,11 @@ silu_and_mul, down; one more to merge KV splits). The kernels come from attentio
 CUDA, the torch references of kernels/reference.py elsewhere. Both round as transformers does (RMSNorm's
 variance and softmax in float32; the weight multiply, RoPE and SwiGLU in the model's dtype).
 
-Not modelled: sliding-window attention (Mistral-7B-v0.1's 4096-token window; ModelSpec has no field for
-it) and Qwen-7B's dynamic-NTK / logn scaling, which only act beyond its 8192-token training length.
+Sliding-window layers (Mistral v0.1, Mixtral with a window) run on the torch path (gpu_engine/
+sliding_window.py; the Triton kernel has no window, so not on CUDA). Not implemented, and refused
+(ModelSpec.live_engine_unsupported): other mixtures of experts, latent attention, quantised weights, RoPE
+scalings other than llama3. Not modelled: Qwen-7B's dynamic-NTK / logn scaling, which only act beyond its
+8192-token training length.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpu_engine.attention import AttentionMetadata, KernelOps, attention, kernel_ops
+from gpu_engine.attention import TORCH_OPS, AttentionMetadata, KernelOps, attention, kernel_ops
+from gpu_engine.sliding_window import sliding_window_attention
 from kernels.reference import rope_cos_sin_cache
 from sim.config import ModelSpec
 
@@ -45,8 +50,10 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, layer: int = 0):
         super().__init__()
+        # a sliding-window layer attends to the last `window` positions (gpu_engine/sliding_window.py)
+        self.window = spec.sliding_window if layer in spec.sliding_layers else None
         self.num_heads, self.num_kv_heads, self.head_dim = (
             spec.num_attention_heads,
             spec.num_key_value_heads,
@@ -77,7 +84,12 @@ class Attention(nn.Module):
             q = self.q_norm(q.reshape(-1, self.head_dim), ops).view(-1, self.num_heads, self.head_dim)
             k = self.k_norm(k.reshape(-1, self.head_dim), ops).view(-1, self.num_kv_heads, self.head_dim)
         ops.rotary(positions, q, k, cos_sin_cache)  # in place
-        o = attention(q, k, v, kv_cache, attn, self.scale, ops)  # [T, H, D]
+        if self.window is None:
+            o = attention(q, k, v, kv_cache, attn, self.scale, ops)  # [T, H, D]
+        elif ops is TORCH_OPS:
+            o = sliding_window_attention(q, k, v, kv_cache, attn, self.scale, ops, self.window)
+        else:
+            raise NotImplementedError("sliding-window attention runs on the torch path only (no Triton kernel)")
         return self.o_proj(o.flatten(1))
 
 
@@ -91,13 +103,45 @@ class MLP(nn.Module):
         return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))  # [T, 2 * intermediate] -> [T, hidden]
 
 
-class DecoderLayer(nn.Module):
+class SparseMoE(nn.Module):
+    """Top-k routed SwiGLU experts (Qwen3-MoE, Mixtral), in vLLM's FusedMoE layout: `w13` holds every
+    expert's gate; up rows ([experts * 2 * width, hidden]), `w2` every expert's down ([experts * hidden,
+    width]). Routing as transformers' TopKRouter: softmax in float32 over the router logits, top-k, the k
+    weights renormalised (norm_topk_prob), cast to the model's dtype. Then one matmul pair per expert over the
+    tokens routed to it, weighted and summed into the output (a loop of torch matmuls, not a grouped GEMM)."""
+
     def __init__(self, spec: ModelSpec):
         super().__init__()
+        self.num_experts, self.top_k = spec.num_experts, spec.num_experts_per_tok
+        self.width, self.hidden = spec.moe_intermediate_size, spec.hidden_size
+        self.renormalize = spec.norm_topk_prob
+        self.gate = nn.Linear(spec.hidden_size, spec.num_experts, bias=False)
+        self.w13 = nn.Parameter(torch.empty(spec.num_experts * 2 * self.width, spec.hidden_size))
+        self.w2 = nn.Parameter(torch.empty(spec.num_experts * spec.hidden_size, self.width))
+
+    def forward(self, x: torch.Tensor, ops: KernelOps) -> torch.Tensor:  # x: [T, hidden]
+        probs = torch.softmax(self.gate(x), dim=-1, dtype=torch.float32)  # [T, experts]
+        weights, experts = torch.topk(probs, self.top_k, dim=-1)  # [T, k]
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        w13 = self.w13.view(self.num_experts, 2 * self.width, self.hidden)
+        w2 = self.w2.view(self.num_experts, self.hidden, self.width)
+        out = torch.zeros_like(x)
+        for expert in experts.unique().tolist():
+            token, slot = torch.where(experts == expert)
+            y = F.linear(ops.silu_and_mul(F.linear(x[token], w13[expert])), w2[expert])
+            out.index_add_(0, token, y * weights[token, slot, None])
+        return out
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, spec: ModelSpec, layer: int):
+        super().__init__()
         self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
-        self.self_attn = Attention(spec)
+        self.self_attn = Attention(spec, layer)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
-        self.mlp = MLP(spec)
+        self.mlp = SparseMoE(spec) if spec.is_moe and layer not in spec.dense_layers else MLP(spec)
 
     def forward(
         self,
@@ -121,9 +165,12 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
+        unsupported = spec.live_engine_unsupported()
+        if unsupported:  # a MoE / sliding-window / MLA / quantised model must not run as a dense one
+            raise ValueError(f"model {spec.name}: the live engine does not implement {', '.join(unsupported)}")
         self.spec = spec
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_hidden_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         # tied: the logits reuse embed_tokens.weight, and there is no lm_head parameter at all
         tied = spec.tie_word_embeddings

@@ -17,6 +17,7 @@ import torch
 from safetensors import safe_open
 
 from gpu_engine.model import Transformer
+from sim.config import ModelSpec
 
 # Per layer: our name (after "layers.N.") -> checkpoint names (after the family's layer prefix), in the
 # order they are stacked. Entries for parameters a model does not have (bias, q_norm) are never asked for.
@@ -76,10 +77,27 @@ def init_random_weights(model: Transformer, seed: int, std: float = 0.02) -> Non
                 param.fill_(1.0)
 
 
+def moe_layer_names(spec: ModelSpec) -> dict[str, list[str]]:
+    """SparseMoE's parameters -> the per-expert checkpoint tensors stacked into them: Qwen3-MoE's
+    mlp.experts.E.{gate,up,down}_proj, Mixtral's block_sparse_moe.experts.E.{w1 (gate), w3 (up), w2 (down)}."""
+    if spec.model_type == "mixtral":
+        module, gate, up, down = "block_sparse_moe", "w1", "w3", "w2"
+    else:
+        module, gate, up, down = "mlp", "gate_proj", "up_proj", "down_proj"
+    experts = range(spec.num_experts)
+    return {
+        "mlp.gate.weight": [f"{module}.gate.weight"],
+        "mlp.w13": [f"{module}.experts.{e}.{p}.weight" for e in experts for p in (gate, up)],
+        "mlp.w2": [f"{module}.experts.{e}.{down}.weight" for e in experts],
+    }
+
+
 def checkpoint_names(model: Transformer) -> dict[str, list[str]]:
     """Our parameter name -> the checkpoint tensors stacked (dim 0) to make it."""
     family = "qwen" if model.spec.model_type == "qwen" else "llama"
     layer_prefix, layer_names, top_names = CHECKPOINT_LAYOUTS[family]
+    if model.spec.is_moe:
+        layer_names = layer_names | moe_layer_names(model.spec)
     names = {}
     for name, _ in model.named_parameters():
         if match := re.fullmatch(r"layers\.(\d+)\.(.+)", name):

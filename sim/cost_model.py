@@ -3,8 +3,10 @@
 A step has a device side and a host (CPU) side.
 
 Device: each term is max(flops / (peak_flops * flops_efficiency), bytes / (peak_bw * bandwidth_efficiency)):
-the linear layers (every weight read once per step, 2 flops per weight per token), attention over the
-cached context (each row's K/V read once per layer; 4 flops per head_dim per query-key pair: QK^T and PV),
+the linear layers (the weights the step reads, once, at their stored size: for a mixture of experts the dense
+part plus the experts its tokens are routed to; 2 flops per weight a token goes through, at the GPU's fp8
+rate for fp8 weights), attention over the cached context (each row's K/V, or MLA's latent, read once per
+layer; 4 flops per head_dim per query-key pair: QK^T and PV; sliding-window layers over the window only),
 the KV writes and the LM head over the sampled rows; under tensor parallel two ring all-reduces of the
 hidden states per layer; the kernel launches the device waits for, per layer, which CUDA graphs remove
 for decode batches up to the largest capture size; and per-request work per layer that does not scale with
@@ -28,7 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sim.config import DTYPE_BYTES, Scenario
-from sim.memory import kv_bytes_per_token
+from sim.memory import kv_bytes_per_token_per_layer
 
 HOST_DEVICES = ("cpu",)  # catalog GPUs that are the host itself: no CUDA graphs, nothing overlaps
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vLLM's cap on the default capture sizes (VllmConfig._set_cudagraph_sizes)
@@ -72,6 +74,30 @@ def peak_flops(scenario: Scenario) -> float:
     return tflops * 1e12 * (0.5 if scenario.dtype == "float32" else 1.0)
 
 
+def linear_peak_flops(scenario: Scenario) -> float:
+    """The linear layers' peak: the fp8 tensor rate for fp8 weights (vLLM's W8A8 fp8 GEMMs quantise the
+    activations on the fly) where the GPU has one; int4/MXFP4 kernels on these GPUs dequantise to bf16
+    (W4A16, Marlin-style), so they run at the dtype's rate."""
+    gpu = scenario.hardware.gpu
+    if scenario.model.quant_method == "fp8" and gpu.fp8_tflops:
+        return gpu.fp8_tflops * 1e12
+    return peak_flops(scenario)
+
+
+def expected_experts_touched(num_tokens, num_experts: int, top_k: int):
+    """Distinct experts a step's num_tokens tokens activate in one MoE layer, in expectation, if each token's
+    top-k set is a uniformly random k-subset: each expert is missed by one token with probability 1 - k/E,
+    so E * (1 - (1 - k/E)^n). Real routers are not uniform (some experts are hot), which touches fewer
+    experts at mid batch sizes: this errs towards more bytes. Works on floats and numpy arrays."""
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
+
+
+def _minimum(a, b):
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.minimum(a, b)
+    return min(a, b)  # one step: plain floats
+
+
 def cudagraph_capture_size(scenario: Scenario) -> int:
     """The largest decode batch replayed from a CUDA graph: min(2 x max_num_seqs, 512) as vLLM's
     `VllmConfig._set_cudagraph_sizes`; 0 when there are none (enforce_eager, or the host as device)."""
@@ -90,19 +116,45 @@ class CostModel:
         m, tp = scenario.model, scenario.hardware.tensor_parallel_size
         c = self.coefficients = coefficients or CostCoefficients()
         dtype_bytes = DTYPE_BYTES[scenario.dtype]
-        layer_params = m.num_hidden_layers * m.params_per_layer
         self.serial = is_serial(scenario)
         self.capture_size = cudagraph_capture_size(scenario)
         self.launch_s = c.launch_overhead_per_layer_s * m.num_hidden_layers
         self.row_s = c.per_row_layer_overhead_s * m.num_hidden_layers
         self.flops_per_s = peak_flops(scenario) * c.flops_efficiency
+        self.linear_flops_per_s = linear_peak_flops(scenario) * c.flops_efficiency
         self.bytes_per_s = scenario.hardware.gpu.memory_bandwidth_gbps * 1e9 * c.bandwidth_efficiency
-        self.linear_flops_per_token = 2 * layer_params / tp
-        self.linear_bytes = layer_params * dtype_bytes / tp
+        # The decoder layers' weights: everything stored but the embeddings, the lm_head and the final norm.
+        outside = m.embedding_params * (1 if m.tie_word_embeddings else 2) + m.hidden_size
+        dense_bytes, expert_bytes = m.weight_bytes(dtype_bytes)
+        self.linear_bytes = (dense_bytes - outside * dtype_bytes) / tp  # read by every step
+        self.linear_flops_per_token = 2 * (m.active_params - outside) / tp
+        # Routed experts: a step reads the distinct experts its tokens go to, in every MoE layer.
+        self.num_experts, self.top_k = m.num_experts, m.num_experts_per_tok
+        # per expert index, summed over the MoE layers (expert_bytes covers every layer)
+        self.expert_bytes_per_touch = expert_bytes / m.num_experts / tp if m.is_moe else 0.0
         self.lm_head_flops_per_row = 2 * m.hidden_size * m.vocab_size / tp
         self.lm_head_bytes = m.hidden_size * m.vocab_size * dtype_bytes / tp
-        self.attention_flops_per_pair = 4 * m.head_dim * m.num_attention_heads * m.num_hidden_layers / tp
-        self.kv_bytes_per_token = kv_bytes_per_token(scenario)
+        heads_per_layer = m.num_attention_heads / tp
+        if m.is_mla:
+            # vLLM's MLA: prefill attends with K/V expanded from the latent (QK over qk_nope + qk_rope, PV over
+            # v_head_dim); decode absorbs kv_b into q and o and attends over the latent itself (QK over
+            # kv_lora_rank + qk_rope, PV over kv_lora_rank), ~3.4x the flops per pair for DeepSeek-V3. A step
+            # made of single-token rows is priced as decode, any other as prefill.
+            prefill_dims = 2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + 2 * m.v_head_dim
+            decode_dims = 2 * (m.kv_lora_rank + m.qk_rope_head_dim) + 2 * m.kv_lora_rank
+            self.attention_flops_per_pair = prefill_dims * heads_per_layer * m.num_hidden_layers
+            self.mla_decode_extra_flops_per_pair = (decode_dims - prefill_dims) * heads_per_layer * m.num_hidden_layers
+        else:
+            self.attention_flops_per_pair = 4 * m.head_dim * heads_per_layer * m.num_hidden_layers
+            self.mla_decode_extra_flops_per_pair = 0.0
+        per_layer = kv_bytes_per_token_per_layer(scenario)
+        self.kv_bytes_per_token = per_layer * m.num_hidden_layers  # what a step reads and writes per token
+        # Sliding-window layers attend to at most `window` keys per query and read at most `window` tokens per
+        # row. The step gives only totals, so a sliding layer's share is bounded by them: pairs by
+        # min(pairs, tokens x window), reads by min(context, rows x window), an upper bound (exact once every
+        # row's context exceeds the window).
+        self.window = m.sliding_window or 0
+        self.sliding_fraction = m.num_sliding_layers / m.num_hidden_layers
         self.allreduce_s_per_token = 0.0
         self.allreduce_fixed_s = 0.0
         if tp > 1:
@@ -114,18 +166,37 @@ class CostModel:
             self.allreduce_s_per_token = calls * ring_bytes_per_token / link
             self.allreduce_fixed_s = calls * c.allreduce_latency_s
 
-    def _roof(self, flops, nbytes):
-        compute_s, memory_s = flops / self.flops_per_s, nbytes / self.bytes_per_s
+    def linear_step_bytes(self, num_tokens):
+        """Weight bytes a step of num_tokens tokens reads (one GPU): the dense part, and for a mixture of
+        experts the expected distinct experts its tokens touch in every MoE layer."""
+        if not self.num_experts:
+            return self.linear_bytes
+        return self.linear_bytes + self.expert_bytes_per_touch * expected_experts_touched(
+            num_tokens, self.num_experts, self.top_k
+        )
+
+    def _roof(self, flops, nbytes, flops_per_s=None):
+        compute_s, memory_s = flops / (flops_per_s or self.flops_per_s), nbytes / self.bytes_per_s
         if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
             return np.maximum(compute_s, memory_s)
         return max(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
 
     def device_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens):
         """The device's seconds for a step: the rooflines, the all-reduces and the launches it waits for."""
-        linear = self._roof(num_tokens * self.linear_flops_per_token, self.linear_bytes)
+        linear = self._roof(
+            num_tokens * self.linear_flops_per_token, self.linear_step_bytes(num_tokens), self.linear_flops_per_s
+        )
         lm_head = self._roof(num_sampled * self.lm_head_flops_per_row, (num_sampled > 0) * self.lm_head_bytes)
+        flops_per_pair = self.attention_flops_per_pair
+        if self.mla_decode_extra_flops_per_pair:
+            flops_per_pair = flops_per_pair + (num_tokens == num_seqs) * self.mla_decode_extra_flops_per_pair
+        context = sum_context_tokens
+        if self.window:  # the sliding layers' share attends over the window only
+            f = self.sliding_fraction
+            attention_pairs = (1 - f) * attention_pairs + f * _minimum(attention_pairs, num_tokens * self.window)
+            context = (1 - f) * context + f * _minimum(context, num_seqs * self.window)
         attention = self._roof(
-            attention_pairs * self.attention_flops_per_pair, (sum_context_tokens + num_tokens) * self.kv_bytes_per_token
+            attention_pairs * flops_per_pair, (context + num_tokens) * self.kv_bytes_per_token
         )  # reads + writes
         allreduce = num_tokens * self.allreduce_s_per_token + self.allreduce_fixed_s
         # A uniform decode batch (one token per row) up to the capture size replays a full CUDA graph
@@ -155,8 +226,9 @@ class CostModel:
 
     def floors(self, scenario: Scenario, prompt_tokens: float) -> dict[str, float]:
         """What no engine can beat on this hardware, at 100% of spec peak and bandwidth:
-        a decode step reads every weight once; a prefill also does 2 flops per weight per prompt token."""
-        weights = self.linear_bytes + self.lm_head_bytes
+        a decode step of one row reads every weight it uses once (a mixture of experts: the dense part and
+        top-k experts); a prefill also does 2 flops per weight per prompt token."""
+        weights = self.linear_step_bytes(1) + self.lm_head_bytes
         bw = scenario.hardware.gpu.memory_bandwidth_gbps * 1e9
         flops = peak_flops(scenario)
         prefill_flops = prompt_tokens * self.linear_flops_per_token + self.lm_head_flops_per_row

@@ -7,7 +7,8 @@ max_num_seqs rows of logits), the growth of non-torch memory during that run and
 estimate of the CUDA graphs' memory (`GPUModelRunner.profile_cudagraph_memory`; subtracted by default since
 v0.21, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); what is left becomes KV blocks:
     num_blocks = available // (2 * block_size * num_kv_heads * head_dim * bytes) // num_layers
-The CUDA context, created before the baseline is taken, is not subtracted. num_blocks counts vLLM's null
+(the page of a latent-attention layer is block_size * (kv_lora_rank + qk_rope_head_dim) * bytes; with
+sliding-window layers, the layers are grouped as vLLM's hybrid allocator does: kv_cache_groups). The CUDA context, created before the baseline is taken, is not subtracted. num_blocks counts vLLM's null
 block (block 0, never given to a request: sim/block_pool.py), as vLLM's "GPU KV cache size" does.
 The live engine is eager (it captures no graphs): its own profiling (gpu_engine/profiling.py) has no graph
 term, the same as this model with enforce_eager true.
@@ -61,6 +62,11 @@ class MemoryBreakdown:
     max_kv_tokens: int
     max_model_len: int
     block_size: int
+    # vLLM's hybrid allocator (sliding-window models): the pool's blocks are shared by kv_cache_groups groups
+    # of layers; sliding_groups of them hold at most sliding_window_blocks blocks per request.
+    kv_cache_groups: int = 1
+    sliding_groups: int = 0
+    sliding_window_blocks: int = 0
 
     @property
     def num_usable_blocks(self) -> int:
@@ -69,10 +75,20 @@ class MemoryBreakdown:
     @property
     def max_concurrency_at_max_len(self) -> float:
         """vLLM's 'Maximum concurrency for L tokens per request': whole requests of max_model_len."""
-        return self.num_gpu_blocks / ceil(self.max_model_len / self.block_size)
+        return self.requests_that_fit(self.max_model_len)
 
     def requests_that_fit(self, tokens_per_request: float) -> float:
-        return self.num_gpu_blocks / ceil(tokens_per_request / self.block_size)
+        """Requests of this many tokens the pool holds. With sliding-window groups, as vLLM's
+        `get_max_concurrency_for_kv_cache_config` (vllm/v1/core/kv_cache_utils.py): the pool has
+        num_gpu_blocks x kv_cache_groups blocks; a request takes ceil(tokens / block_size) in each full-attention
+        group and at most sliding_window_blocks in each sliding one."""
+        full_blocks = ceil(tokens_per_request / self.block_size)
+        if not self.sliding_groups:
+            return self.num_gpu_blocks / full_blocks
+        per_request = (self.kv_cache_groups - self.sliding_groups) * full_blocks + self.sliding_groups * min(
+            full_blocks, self.sliding_window_blocks
+        )
+        return self.num_gpu_blocks * self.kv_cache_groups / per_request
 
     def to_dict(self) -> dict:
         return asdict(self) | {"max_concurrency_at_max_len": self.max_concurrency_at_max_len}
@@ -83,16 +99,90 @@ def kv_heads_per_gpu(num_kv_heads: int, tensor_parallel_size: int) -> int:
     return max(1, num_kv_heads // tensor_parallel_size)
 
 
-def kv_bytes_per_token(scenario: Scenario) -> int:
-    """K and V of every layer for one token, on one GPU."""
+def kv_bytes_per_token_per_layer(scenario: Scenario) -> int:
+    """One token's cache in one attention layer, on one GPU, as vLLM's page size counts it.
+
+    Multi-head latent attention (`MLAAttentionSpec`) caches the latent: kv_lora_rank + qk_rope_head_dim values,
+    one "head", replicated on every tensor-parallel rank. Otherwise K and V of this rank's KV heads."""
     m = scenario.model
+    if m.is_mla:
+        return (m.kv_lora_rank + m.qk_rope_head_dim) * DTYPE_BYTES[scenario.kv_dtype]
     heads = kv_heads_per_gpu(m.num_key_value_heads, scenario.hardware.tensor_parallel_size)
-    return 2 * m.num_hidden_layers * heads * m.head_dim * DTYPE_BYTES[scenario.kv_dtype]
+    return 2 * heads * m.head_dim * DTYPE_BYTES[scenario.kv_dtype]
+
+
+def kv_cache_groups(scenario: Scenario) -> tuple[int, int, int]:
+    """(layers per group, groups, sliding groups) as vLLM's `_get_kv_cache_groups_uniform_page_size`
+    (vllm/v1/core/kv_cache_utils.py) groups a model's layers. One attention type: one group of all layers.
+    Full and sliding layers: groups of the smaller type's layer count (or the larger's, when that is under
+    1.25x the smaller: fewer padding slots), each type split into ceil(count / group size) groups. The pool
+    holds one tensor per slot of a group, shared by one layer of every group."""
+    m = scenario.model
+    sliding = m.num_sliding_layers
+    full = m.num_hidden_layers - sliding
+    if not sliding or not full:
+        return m.num_hidden_layers, 1, 1 if sliding else 0
+    group = min(full, sliding)
+    if max(full, sliding) < group * 1.25:
+        group = max(full, sliding)
+    return group, ceil(full / group) + ceil(sliding / group), ceil(sliding / group)
+
+
+def kv_bytes_per_token(scenario: Scenario) -> int:
+    """Bytes of the KV pool per token of one block-pool block, on one GPU: every layer slot of every group.
+
+    For one attention type that is every layer's K and V (or MLA latent). For a hybrid model it is what vLLM's
+    "GPU KV cache size: N tokens" divides by (num_blocks // groups x block_size); a sliding-window group then
+    holds at most its window's blocks per request (`MemoryBreakdown.requests_that_fit`)."""
+    per_layer_group, groups, _ = kv_cache_groups(scenario)
+    return per_layer_group * groups * kv_bytes_per_token_per_layer(scenario)
+
+
+def sliding_window_blocks(scenario: Scenario) -> int:
+    """Blocks a sliding-window layer holds per request at most, as vLLM's `SlidingWindowSpec.
+    max_memory_usage_bytes`: the last window - 1 tokens plus a step's new ones, one more block because the
+    window need not start at a block boundary."""
+    m, e = scenario.model, scenario.engine
+    if not m.num_sliding_layers:
+        return 0
+    tokens = min(m.sliding_window - 1 + e.max_num_batched_tokens, scenario.max_model_len)
+    return ceil(tokens / e.block_size) + 1
 
 
 def weights_bytes(scenario: Scenario) -> int:
-    """Every parameter once, split evenly over tensor-parallel ranks (norms are replicated: negligible)."""
-    return scenario.model.num_params * DTYPE_BYTES[scenario.dtype] // scenario.hardware.tensor_parallel_size
+    """Every parameter once, every expert included, quantised weights at their stored size with their scales
+    (ModelSpec.weight_bytes), split evenly over tensor-parallel ranks (vLLM shards experts over TP ranks too,
+    by their intermediate dimension; norms, routers and MLA's small down-projections are replicated:
+    negligible)."""
+    dense, experts = scenario.model.weight_bytes(DTYPE_BYTES[scenario.dtype])
+    return int(dense + experts) // scenario.hardware.tensor_parallel_size
+
+
+# vLLM's fused MoE processes at most this many tokens at once (VLLM_FUSED_MOE_CHUNK_SIZE, vllm/envs.py).
+FUSED_MOE_CHUNK_TOKENS = 32768
+
+
+def forward_peak_bytes(scenario: Scenario, tokens: int) -> int:
+    """The forward's peak for `tokens` tokens, inside the MLP of a layer (see activation_bytes).
+
+    Dense MLP: the residual and the normed input [T, hidden], the fused gate_up output [T, 2*I/tp] and the
+    activated product [T, I/tp]. MoE layer, as vLLM's `fused_experts_impl` allocates its workspaces for
+    M = min(T, chunk) tokens: cache13 [M, top_k, max(2*I/tp, hidden)] (gate_up output and the experts' down
+    output share it), cache2 [M * top_k, I/tp], plus the residual, the normed input, the layer's output
+    [T, hidden] and the router's float32 logits [T, experts]."""
+    m, tp = scenario.model, scenario.hardware.tensor_parallel_size
+    dtype = DTYPE_BYTES[scenario.dtype]
+    peak = 0
+    if m.num_dense_mlp_layers:
+        peak = tokens * dtype * (2 * m.hidden_size + 3 * m.intermediate_size // tp)
+    if m.num_moe_layers:
+        width, k = m.moe_intermediate_size // tp, m.num_experts_per_tok
+        chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
+        workspace = chunk * k * (max(2 * width, m.hidden_size) + width) * dtype
+        moe = tokens * dtype * 3 * m.hidden_size + workspace + tokens * m.num_experts * 4
+        moe += tokens * dtype * 3 * m.shared_expert_intermediate_size // tp  # shared experts' gate_up and act
+        peak = max(peak, moe)
+    return peak
 
 
 def activation_bytes(scenario: Scenario) -> tuple[int, int]:
@@ -103,9 +193,9 @@ def activation_bytes(scenario: Scenario) -> tuple[int, int]:
     freed by then. The sampler's logits are gathered to full vocabulary. Check: Llama-3-8B, T=8192,
     256 rows -> 0.78 + 0.37 = 1.15 GiB; vLLM logged 1.26 GiB on an H100 (vllm-project/vllm #10511).
     """
-    m, e, tp = scenario.model, scenario.engine, scenario.hardware.tensor_parallel_size
+    m, e = scenario.model, scenario.engine
     tokens = e.max_num_batched_tokens
-    mlp = tokens * DTYPE_BYTES[scenario.dtype] * (2 * m.hidden_size + 3 * m.intermediate_size // tp)
+    mlp = forward_peak_bytes(scenario, tokens)
     sampler = min(e.max_num_seqs, tokens) * m.vocab_size * 4 * SAMPLER_FP32_COPIES
     return mlp, sampler
 
@@ -127,14 +217,14 @@ def cuda_graph_bytes(scenario: Scenario) -> int:
     PIECEWISE graphs at every capture size, FULL graphs of pure-decode batches up to max_num_seqs; the first
     capture holds the forward's activations at the largest size (the MLP peak, no sampler), every further graph
     costs CUDA_GRAPH_BYTES_PER_LAYER per layer."""
-    m, e, tp = scenario.model, scenario.engine, scenario.hardware.tensor_parallel_size
+    m, e = scenario.model, scenario.engine
     if e.enforce_eager:
         return 0
     piecewise = cudagraph_capture_sizes(e.max_num_seqs, e.max_num_batched_tokens)
     full = [n for n in piecewise if n <= e.max_num_seqs]
     if not piecewise:
         return 0
-    first = piecewise[0] * DTYPE_BYTES[scenario.dtype] * (2 * m.hidden_size + 3 * m.intermediate_size // tp)
+    first = forward_peak_bytes(scenario, piecewise[0])
     per_graph = CUDA_GRAPH_BYTES_PER_LAYER * m.num_hidden_layers
     return first + per_graph * (len(piecewise) - 1 + max(len(full) - 1, 0))
 
@@ -147,6 +237,7 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
     non_torch = non_torch_bytes(scenario.hardware.tensor_parallel_size)
     graphs = cuda_graph_bytes(scenario)
     per_token = kv_bytes_per_token(scenario)
+    _, groups, sliding = kv_cache_groups(scenario)
     block = per_token * e.block_size
     kv_cache = usable - weights - mlp - sampler - non_torch - graphs
     num_blocks = max(0, kv_cache) // block
@@ -168,6 +259,9 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
         max_kv_tokens=num_blocks * e.block_size,
         max_model_len=scenario.max_model_len,
         block_size=e.block_size,
+        kv_cache_groups=groups,
+        sliding_groups=sliding,
+        sliding_window_blocks=sliding_window_blocks(scenario),
     )
 
 
@@ -185,10 +279,12 @@ def tensor_parallel_that_fits(scenario: Scenario, mem: MemoryBreakdown) -> int |
     shrinks with more GPUs, so this errs towards more GPUs)."""
     tp_now, m = scenario.hardware.tensor_parallel_size, scenario.model
     weights_total = mem.weights_bytes * tp_now
-    kv_total = mem.kv_bytes_per_token * tp_now * mem.max_model_len
+    kv_request = mem.kv_bytes_per_token * mem.max_model_len  # one request, on one GPU now
+    kv_shards = not m.is_mla  # MLA's latent is replicated on every rank: more GPUs do not shrink it
     fixed = mem.activation_bytes + mem.cuda_graph_bytes + non_torch_bytes(2)
     for tp in tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads):
-        if tp > tp_now and (weights_total + kv_total) / tp + fixed < mem.usable_bytes:
+        kv = kv_request * tp_now / tp if kv_shards else kv_request
+        if tp > tp_now and weights_total / tp + kv + fixed < mem.usable_bytes:
             return tp
     return None
 

@@ -29,19 +29,16 @@ REQUIRED_MODELS = [
     "qwen-7b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b", "qwen2.5-72b", "qwen3-8b", "qwen3-32b",
     "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "mistral-7b",
     "tiny-llama", "tiny-qwen2",
+    # issue 13: mixtures of experts, sliding-window, latent attention, quantised weights
+    "llama-3.3-70b", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "gpt-oss-20b", "gpt-oss-120b",
+    "gemma-3-27b", "deepseek-v3", "deepseek-v2-lite", "qwen3-32b-awq",
 ]  # fmt: skip
 REQUIRED_GPUS = [
     "a10", "a10g", "l4", "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "rtx-4090",
     "mi300x", "cpu",
 ]  # fmt: skip
-NO_FP8 = {
-    "a10",
-    "a10g",
-    "a40",
-    "a100-40gb",
-    "a100-80gb",
-    "cpu",
-}  # Ampere has no fp8 tensor cores; nor does the CPU entry
+# Ampere has no fp8 tensor cores; nor does the CPU entry
+NO_FP8 = {"a10", "a10g", "a40", "a100-40gb", "a100-80gb", "cpu"}
 
 
 def kv_bytes_per_token(spec: ModelSpec, dtype_bytes: int = 2) -> int:

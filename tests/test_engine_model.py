@@ -157,8 +157,15 @@ def test_rope_scaling_spellings_and_unsupported_types():
     assert specs[0] == specs[1] == specs[2] and specs[0].rope_scaling["factor"] == 8.0
     unscaled = {"model_type": "llama", **TINY, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}
     assert model_spec_from_hf_config(unscaled, "m").rope_scaling is None
-    with pytest.raises(CatalogError, match=r"rope_scaling type 'yarn' is not supported \(supported: default, llama3\)"):
-        model_spec_from_hf_config(v4 | {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "m")
+    with pytest.raises(
+        CatalogError, match=r"rope_scaling type 'dynamic' is not supported \(supported: default, llama3"
+    ):
+        model_spec_from_hf_config(v4 | {"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "m")
+    # YaRN (gpt-oss, DeepSeek-V3) is read for sizes and costs; the live engine refuses to run it
+    yarn = model_spec_from_hf_config(v4 | {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "m")
+    assert yarn.live_engine_unsupported() == ["rope_scaling yarn"]
+    with pytest.raises(ValueError, match="does not implement rope_scaling yarn"):
+        build_model(yarn, torch.float32, "cpu")
     with pytest.raises(ValueError, match="lacks low_freq_factor"):
         model_spec_from_hf_config(v4 | {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "m")
 

@@ -17,6 +17,13 @@ from typing import Any
 
 import yaml
 
+from planner.catalog.architecture import (
+    ArchitectureError,
+    attention_fields,
+    mla_fields,
+    moe_fields,
+    quantization_fields,
+)
 from planner.errors import PlannerError
 from sim.config import GpuSpec, ModelSpec
 
@@ -36,7 +43,10 @@ class CatalogError(PlannerError, ValueError):
     PlannerError so the CLI prints it as one line."""
 
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen")
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "qwen2", "qwen3", "qwen",
+    "qwen3_moe", "mixtral", "gpt_oss", "gemma3_text", "gemma3", "deepseek_v3", "deepseek_v2",
+)  # fmt: skip
 
 
 # --- models --------------------------------------------------------------------------------------------
@@ -86,7 +96,10 @@ def _rope_theta(config: Mapping[str, Any], key: str, name: str) -> float:
 
 
 LLAMA3_ROPE_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-SUPPORTED_ROPE_TYPES = ("default", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn")
+# Described for sizes and costs (Gemma 3's linear, gpt-oss's and DeepSeek-V3's YaRN); the live engine
+# implements only llama3 and refuses these (ModelSpec.live_engine_unsupported).
+DESCRIBED_ROPE_TYPES = ("linear", "yarn")
 
 
 def _rope_scaling(config: Mapping[str, Any], name: str) -> dict | None:
@@ -106,6 +119,8 @@ def _rope_scaling(config: Mapping[str, Any], name: str) -> dict | None:
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type == "default":
         return None
+    if rope_type in DESCRIBED_ROPE_TYPES:
+        return {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": rope_type}
     if rope_type != "llama3":
         raise CatalogError(
             f"model {name!r}: rope_scaling type {rope_type!r} is not supported (supported: "
@@ -117,23 +132,59 @@ def _rope_scaling(config: Mapping[str, Any], name: str) -> dict | None:
     return {"rope_type": "llama3", **{key: _float(scaling, key, 0.0, name) for key in LLAMA3_ROPE_KEYS}}
 
 
-def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
-    """Normalise an HF config.json (as a dict) of model_type llama, mistral, qwen2, qwen3 or qwen.
+# Gemma3TextConfig's defaults for keys the published configs leave out (transformers
+# models/gemma3/configuration_gemma3.py): google/gemma-3-27b-it's text_config omits vocab_size, for one.
+GEMMA3_TEXT_DEFAULTS = {
+    "vocab_size": 262_208,
+    "head_dim": 256,
+    "max_position_embeddings": 131_072,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1_000_000.0,
+    "tie_word_embeddings": True,
+    "num_key_value_heads": 4,
+    "sliding_window_pattern": 6,
+}
 
-    Keys the planner does not model (sliding_window, dropout, token ids...) are ignored; rope_scaling is
-    carried for the live engine (llama3 only; another type is an error); `published_params` (a
-    catalog-only key) is carried over when present.
+
+def _flatten(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """Gemma 3's multimodal config.json keeps the language model in text_config: read that (the vision tower,
+    ~0.4B parameters, is not modelled). gemma3_text gets its class defaults for absent keys."""
+    if config.get("model_type") == "gemma3":
+        text = config.get("text_config")
+        if not isinstance(text, Mapping):
+            raise CatalogError(f"model {name!r}: model_type gemma3 needs a text_config mapping")
+        config = {**text, "model_type": "gemma3_text", "quantization_config": config.get("quantization_config")}
+    if config.get("model_type") == "gemma3_text":
+        layer_types = config.get("layer_types")
+        defaults = dict(GEMMA3_TEXT_DEFAULTS)
+        if layer_types is not None:
+            del defaults["sliding_window_pattern"]
+        config = {**defaults, **{k: v for k, v in config.items() if v is not None or k == "quantization_config"}}
+    return config
+
+
+def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
+    """Normalise an HF config.json (as a dict) of a SUPPORTED_MODEL_TYPES model.
+
+    Dense llama, mistral, qwen2, qwen3 and qwen; mixture of experts (qwen3_moe, mixtral, gpt_oss, deepseek_v2/
+    v3), sliding-window layers (mistral v0.1, gpt_oss, gemma3), latent attention (deepseek) and quantised
+    weights (quantization_config) are read by planner/catalog/architecture.py; anything it does not support is
+    an error, never a silent dense reading. Keys that change neither sizes nor costs (dropout, token ids,
+    activation clamps...) are ignored; `published_params` (a catalog-only key) is carried over when present.
     """
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise CatalogError(
             f"model {name!r}: model_type = {model_type!r}: supported are {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
+    config = _flatten(config, name)
+    model_type = config["model_type"]
     if config.get("mlp_bias"):  # Llama configs may ask for MLP biases; ModelSpec's formula has none
         raise CatalogError(f"model {name!r}: mlp_bias = true is not supported (ModelSpec has no MLP bias)")
 
     hidden = _positive_int(config, "hidden_size", name)
     heads = _positive_int(config, "num_attention_heads", name)
+    num_layers = _positive_int(config, "num_hidden_layers", name)
 
     if model_type == "qwen":
         # First-generation Qwen (remote code) has its own key names. Its intermediate_size counts the two
@@ -158,8 +209,20 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec
         rope_theta = _rope_theta(config, "rope_theta", name)
         # Qwen2's config has no attention_bias key: the bias on q, k, v is part of the architecture.
         attention_bias = True if model_type == "qwen2" else _bool(config, "attention_bias", False, name)
-        qk_norm = model_type == "qwen3"
+        qk_norm = model_type in ("qwen3", "qwen3_moe", "gemma3_text")
 
+    try:
+        extra = {
+            **moe_fields(config, model_type, num_layers, name),
+            **attention_fields(config, model_type, num_layers, name),
+            **mla_fields(config, model_type, name),
+            **quantization_fields(config, name),
+        }
+    except ArchitectureError as err:
+        raise CatalogError(str(err)) from None
+    if extra.get("kv_lora_rank"):
+        # MLA: a query head is qk_nope + qk_rope wide; there are no per-head K/V to cache (the latent is).
+        head_dim = extra["qk_nope_head_dim"] + extra["qk_rope_head_dim"]
     if head_dim is None:
         if hidden % heads:
             raise CatalogError(
@@ -180,14 +243,14 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec
         model_type=model_type,
         hidden_size=hidden,
         intermediate_size=intermediate,
-        num_hidden_layers=_positive_int(config, "num_hidden_layers", name),
+        num_hidden_layers=num_layers,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         head_dim=head_dim,
         vocab_size=_positive_int(config, "vocab_size", name),
         max_position_embeddings=max_pos,
-        # Every supported model class defaults to untied when the key is absent (PretrainedConfig's own
-        # default is True, but Llama/Mistral/Qwen2/Qwen3 configs override it to False).
+        # Every supported model class but Gemma defaults to untied when the key is absent (PretrainedConfig's
+        # own default is True, but Llama/Mistral/Qwen2/Qwen3 configs override it to False).
         tie_word_embeddings=_bool(config, "tie_word_embeddings", False, name),
         attention_bias=attention_bias,
         qk_norm=qk_norm,
@@ -195,6 +258,8 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec
         rms_norm_eps=eps,
         rope_scaling=_rope_scaling(config, name),
         published_params=published,
+        post_norms=model_type == "gemma3_text",
+        **extra,
     )
 
 

@@ -1,0 +1,166 @@
+"""The live engine's mixture-of-experts layer (torch path, CPU): greedy tokens of tiny random Qwen3-MoE and
+Mixtral models, loaded from their HF checkpoints, equal transformers' generate() of each prompt alone, under
+chunked prefill, staggered arrivals and a preemption (tests/test_engine_runner.py's `serve`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import transformers
+from test_engine_parity import count_triton_calls
+from test_engine_runner import BLOCK_SIZE, hf_greedy, prompts, serve
+
+from gpu_engine.runner import ModelRunner
+from planner.catalog import model_spec_from_hf_config
+
+TINY_MOE = {
+    "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "vocab_size": 512, "max_position_embeddings": 256, "initializer_range": 0.2, "num_experts_per_tok": 2,
+}  # fmt: skip
+CASES = {
+    # norm_topk_prob false: transformers' default for Qwen3-MoE (the top-k weights are not renormalised);
+    # decoder_sparse_step 2: layer 0 is a dense MLP, layer 1 has experts
+    "qwen3_moe": (
+        transformers.Qwen3MoeConfig,
+        transformers.Qwen3MoeForCausalLM,
+        {
+            "head_dim": 16,
+            "intermediate_size": 96,
+            "moe_intermediate_size": 32,
+            "num_experts": 8,
+            "decoder_sparse_step": 2,
+            "norm_topk_prob": False,
+        },
+    ),
+    "qwen3_moe-renormalised": (
+        transformers.Qwen3MoeConfig,
+        transformers.Qwen3MoeForCausalLM,
+        {
+            "head_dim": 16,
+            "intermediate_size": 96,
+            "moe_intermediate_size": 32,
+            "num_experts": 8,
+            "norm_topk_prob": True,
+        },
+    ),
+    "mixtral": (
+        transformers.MixtralConfig,
+        transformers.MixtralForCausalLM,
+        {"intermediate_size": 32, "num_local_experts": 4, "sliding_window": None},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_moe_greedy_tokens_equal_transformers_generate(case, tmp_path):
+    config_cls, model_cls, overrides = CASES[case]
+    config = config_cls(**TINY_MOE | overrides)
+    torch.manual_seed(0)
+    hf = model_cls(config).eval()
+    hf.save_pretrained(tmp_path)
+    spec = model_spec_from_hf_config(config.to_dict(), f"tiny-{case}")
+    assert spec.is_moe and spec.live_engine_unsupported() == []
+    if case == "qwen3_moe":
+        assert spec.dense_layers == (0,) and not spec.norm_topk_prob
+    runner = ModelRunner(spec, "float32", "cpu", num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
+    batch_prompts = prompts(spec.vocab_size)
+    expected = [hf_greedy(hf, p) for p in batch_prompts]
+    assert len({t for out in expected for t in out}) > 8  # not a model that repeats one token
+    assert serve(runner, batch_prompts, chunk=6) == expected
+    assert serve(runner, batch_prompts, chunk=6, preempt=(1, 5)) == expected
+
+
+def test_routing_sends_tokens_to_different_experts(tmp_path):
+    """The tiny model really routes: its tokens' top-k sets differ (else parity would not test routing)."""
+    config_cls, model_cls, overrides = CASES["mixtral"]
+    config = config_cls(**TINY_MOE | overrides)
+    torch.manual_seed(0)
+    hf = model_cls(config).eval()
+    x = hf.model.embed_tokens(torch.arange(40))
+    logits = torch.nn.functional.linear(x, hf.model.layers[0].mlp.gate.weight)
+    assert len(torch.topk(logits, 2, dim=-1).indices.unique()) == 4
+
+
+SLIDING = {
+    # a 4-token window, shorter than most prompts: the mask matters from the fifth token on
+    "mistral-window": (
+        transformers.MistralConfig,
+        transformers.MistralForCausalLM,
+        {"intermediate_size": 96, "sliding_window": 4},
+    ),
+    "mixtral-window": (
+        transformers.MixtralConfig,
+        transformers.MixtralForCausalLM,
+        {"intermediate_size": 32, "num_local_experts": 4, "sliding_window": 4},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", SLIDING)
+def test_sliding_window_greedy_tokens_equal_transformers_generate(case, tmp_path):
+    config_cls, model_cls, overrides = SLIDING[case]
+    config = config_cls(**TINY_MOE | overrides)
+    torch.manual_seed(0)
+    hf = model_cls(config).eval()
+    hf.save_pretrained(tmp_path)
+    spec = model_spec_from_hf_config(config.to_dict(), f"tiny-{case}")
+    assert spec.sliding_window == 4 and spec.num_sliding_layers == spec.num_hidden_layers
+    runner = ModelRunner(spec, "float32", "cpu", num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
+    batch_prompts = prompts(spec.vocab_size)
+    expected = [hf_greedy(hf, p) for p in batch_prompts]
+    assert serve(runner, batch_prompts, chunk=6) == expected
+    assert serve(runner, batch_prompts, chunk=6, preempt=(1, 5)) == expected
+    # the window changes the tokens: the same weights without it generate something else
+    unwindowed = dataclasses.replace(spec, sliding_window=None, sliding_layers=())
+    full = ModelRunner(unwindowed, "float32", "cpu", num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
+    assert serve(full, batch_prompts, chunk=6) != expected
+
+
+def test_moe_on_the_triton_kernels(tmp_path, monkeypatch):
+    """The MoE layer between the Triton kernels (on CUDA, or Triton's interpreter on CPU): the same tokens."""
+    device, calls = count_triton_calls(monkeypatch)
+    config_cls, model_cls, overrides = CASES["mixtral"]
+    config = config_cls(**TINY_MOE | overrides)
+    torch.manual_seed(0)
+    hf = model_cls(config).eval()
+    hf.save_pretrained(tmp_path)
+    spec = model_spec_from_hf_config(config.to_dict(), "tiny-mixtral")
+    runner = ModelRunner(spec, "float32", device, num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
+    batch_prompts = prompts(spec.vocab_size)[:2]
+    assert serve(runner, batch_prompts, chunk=6) == [hf_greedy(hf, p) for p in batch_prompts]
+    assert calls["paged_attention"] > 0 and calls["silu_and_mul"] > calls["paged_attention"]  # one per expert hit
+
+
+@pytest.mark.parametrize(
+    ("model", "device", "message"),
+    [
+        ("deepseek-v3", "cpu", "does not implement mixture of experts of model_type deepseek_v3, multi-head latent"),
+        ("gpt-oss-20b", "cpu", "mxfp4 quantised weights"),
+        ("gemma-3-27b", "cpu", "model_type gemma3_text"),
+    ],
+)
+def test_live_engine_refuses_models_it_does_not_implement(model, device, message):
+    from sim_helpers import make_scenario
+
+    from gpu_engine.engine import EngineError, run_scenario
+
+    scenario = make_scenario(model=model, hardware={"gpu": "h200"})
+    with pytest.raises(EngineError, match=message):
+        run_scenario(scenario, device=device)
+
+
+def test_sliding_window_is_refused_on_cuda():
+    from sim_helpers import make_scenario
+
+    from gpu_engine.engine import EngineError, run_scenario
+
+    mistral_v01 = {
+        "model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 4096,
+        "sliding_window": 16,
+    }  # fmt: skip
+    scenario = make_scenario(model=mistral_v01, hardware={"gpu": "h200"})
+    with pytest.raises(EngineError, match="torch path only.*--device cpu"):
+        run_scenario(scenario, device="cuda")
