@@ -137,6 +137,12 @@ def engine_geometries() -> dict[str, object]:
 
     specs: dict[tuple, tuple[str, object]] = {}
     for key, spec in load_model_catalog().items():
+        if spec.live_engine_unsupported():
+            continue  # the live engine refuses it: nothing of it is ever launched
+        if spec.is_moe:  # the experts' MLP is a dense one of the expert's width, run per expert (torch routing
+            # is data-dependent, which meta tensors cannot run): record its kernels through that dense shape
+            spec = dataclasses.replace(spec, num_experts=0, num_experts_per_tok=0, dense_layers=(),
+                                       intermediate_size=spec.moe_intermediate_size)  # fmt: skip
         shape = (spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim, spec.hidden_size,
                  spec.intermediate_size, spec.qk_norm)  # fmt: skip
         specs.setdefault(shape, (key, spec))

@@ -346,7 +346,8 @@ def run_sweep(
     import torch
 
     block_size = runner.block_size
-    grid = design_grid(engine.max_num_seqs, engine.max_num_batched_tokens, max_model_len, block_size, runner.num_blocks)
+    usable = runner.num_blocks - 1  # block 0 is the null block: the pool never hands it out
+    grid = design_grid(engine.max_num_seqs, engine.max_num_batched_tokens, max_model_len, block_size, usable)
     grid = sweep_order(grid, seed)
     rng, ids = np.random.default_rng(seed), itertools.count()
     steps: list[SchedulerOutput] = []
@@ -379,6 +380,7 @@ def run_sweep(
 def blocks_for_grid(
     max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int, block_size: int, limit: int
 ) -> int:
-    """KV blocks the sweep needs: enough for its largest shape, at most `limit` (what the device holds)."""
-    grid = design_grid(max_num_seqs, max_num_batched_tokens, max_model_len, block_size, limit)
-    return max(s.num_blocks(block_size) for s in grid)
+    """KV blocks the sweep needs: enough for its largest shape plus the null block (block 0, never handed
+    out), at most `limit` (what the device holds)."""
+    grid = design_grid(max_num_seqs, max_num_batched_tokens, max_model_len, block_size, limit - 1)
+    return max(s.num_blocks(block_size) for s in grid) + 1
