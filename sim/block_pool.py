@@ -51,11 +51,17 @@ class BlockPool:
             raise ValueError(f"asked for {n} blocks with {len(self.free_block_queue)} free")
         popitem = self.free_block_queue.popitem
         ids = [popitem(last=False)[0] for _ in range(n)]
-        for block_id in ids:
-            self.ref_cnt[block_id] = 1
-            if self.block_key[block_id] is not None:
-                del self.cached_blocks[self.block_key[block_id]]
-                self.block_key[block_id] = None
+        ref_cnt = self.ref_cnt
+        if self.cached_blocks:  # else no block has cached content to evict (block_key is all None)
+            block_key = self.block_key
+            for block_id in ids:
+                ref_cnt[block_id] = 1
+                if block_key[block_id] is not None:
+                    del self.cached_blocks[block_key[block_id]]
+                    block_key[block_id] = None
+        else:
+            for block_id in ids:
+                ref_cnt[block_id] = 1
         return ids
 
     def touch(self, block_ids: Iterable[int]) -> None:
@@ -67,11 +73,12 @@ class BlockPool:
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
+        ref_cnt, queue = self.ref_cnt, self.free_block_queue
         for block_id in block_ids:
-            self.ref_cnt[block_id] -= 1
-            if self.ref_cnt[block_id] == 0:
-                self.free_block_queue[block_id] = None
-            elif self.ref_cnt[block_id] < 0:
+            count = ref_cnt[block_id] = ref_cnt[block_id] - 1
+            if count == 0:
+                queue[block_id] = None
+            elif count < 0:
                 raise AssertionError(f"block {block_id} freed more often than allocated")
 
     def lookup(self, key: tuple[int, Hashable]) -> int | None:

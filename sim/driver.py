@@ -187,11 +187,12 @@ class Simulation:
         # A closed loop over several replicas: a reply finishing on one replica sends a request to another,
         # which may be in the middle of a decode window; windows are not interrupted, so step there.
         closed_loop = self.workload.arrival_s is None
+        fast_paths = fast_forward  # False: the reference, every fast path off (the tests compare with it)
         fast_forward = fast_forward and not (closed_loop and scenario.hardware.replicas > 1)
         self.replicas = [
             Replica(
                 self.env,
-                build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder, replica=index),
+                build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder, index, fast_paths),
                 self.cost,
                 self.recorder,
                 self.next_arrival_s,
@@ -262,5 +263,6 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     fast_forward: bool = True,
 ) -> SimResult:
-    """Run a scenario. fast_forward=False steps every decode step as its own event (for tests)."""
+    """Run a scenario. fast_forward=False is the reference the fast paths are tested against: every decode
+    step its own event, every full block registered in the prefix cache at allocation (for tests)."""
     return Simulation(scenario, coefficients, record_steps, progress, fast_forward).run()

@@ -192,7 +192,7 @@ class ContinuousScheduler(Scheduler):
 
     def _preempt(self, request: Request) -> None:
         """Recompute preemption: drop the KV, keep the outputs, go back to the head of the queue."""
-        self.kv.free(request)
+        self.kv.free_preempted(request)
         request.status = Status.WAITING
         request.num_computed_tokens = 0
         request.num_preemptions += 1
@@ -243,16 +243,39 @@ class ContinuousScheduler(Scheduler):
         """Advance every running request by len(step_end_s) decode steps ending at those times."""
         num_steps = len(step_end_s)
         first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
-        first_gaps = []
-        for request in self.running:
-            self.kv.allocate_slots(request, num_steps)  # room checked by decode_window_bound
+        kv, running = self.kv, self.running
+        if kv.pool.enable_caching and not kv.defer_private_blocks:
+            self._allocate_window_one_by_one(num_steps)
+        else:
+            # What allocate_slots(request, num_steps) would take, request after request, in one draw from
+            # the free queue (room checked by decode_window_bound); nothing to register (decode blocks are
+            # private: deferred, or no prefix cache).
+            block_size, floor_tokens = kv.block_size, kv.contiguous_tokens or 0
+            needed = [
+                -(-max(r.num_computed_tokens + num_steps, floor_tokens) // block_size) - len(r.block_ids)
+                for r in running
+            ]
+            new_ids = kv.pool.get_new_blocks(sum(n for n in needed if n > 0))
+            taken = 0
+            for request, n in zip(running, needed):
+                if n > 0:
+                    request.block_ids += new_ids[taken : taken + n]
+                    taken += n
+        first_gaps = np.empty(len(running))
+        for i, request in enumerate(running):
             request.num_computed_tokens += num_steps
             request.num_output_tokens += num_steps
-            first_gaps.append(first_end - request.last_token_s)
+            first_gaps[i] = first_end - request.last_token_s
             request.last_token_s = last_end
-            self.kv.cache_full_blocks(request)
-        self.recorder.token_gaps(np.array(first_gaps))
-        self.recorder.token_gaps(np.tile(np.diff(step_end_s), len(self.running)))
+        if kv.pool.enable_caching:
+            for request in running:
+                kv.cache_full_blocks(request)
+        self.recorder.token_gaps(first_gaps)
+        self.recorder.token_gaps(np.tile(np.diff(step_end_s), len(running)))
+
+    def _allocate_window_one_by_one(self, num_steps: int) -> None:
+        for request in self.running:
+            self.kv.allocate_slots(request, num_steps)  # room checked by decode_window_bound
 
 
 class StaticScheduler(Scheduler):
@@ -319,10 +342,13 @@ class StaticScheduler(Scheduler):
         return done
 
 
-def build_scheduler(scenario: Scenario, num_gpu_blocks: int, recorder: Recorder, replica: int = 0) -> Scheduler:
-    """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes)."""
+def build_scheduler(
+    scenario: Scenario, num_gpu_blocks: int, recorder: Recorder, replica: int = 0, defer_private_blocks: bool = True
+) -> Scheduler:
+    """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes).
+    defer_private_blocks=False registers every block at allocation (KVCacheManager: the tests' reference)."""
     e = scenario.engine
     contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
-    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous)
+    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, defer_private_blocks)
     policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
     return policy(e, kv, recorder, replica)
