@@ -264,5 +264,6 @@ def simulate(
     fast_forward: bool = True,
 ) -> SimResult:
     """Run a scenario. fast_forward=False is the reference the fast paths are tested against: every decode
-    step its own event, every full block registered in the prefix cache at allocation (for tests)."""
+    step its own event, every row through allocate_slots, every full block registered in the prefix cache
+    at allocation (for tests)."""
     return Simulation(scenario, coefficients, record_steps, progress, fast_forward).run()

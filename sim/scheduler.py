@@ -51,6 +51,17 @@ class SchedulerOutput:
         else:
             self.num_prefill_tokens += num_new_tokens
 
+    def add_decodes(self, num_rows: int, sum_context_tokens: int) -> None:
+        """What add() counts for num_rows decode rows (one new token each, sampled) whose contexts after the
+        step sum to sum_context_tokens: a decode token attends over its whole context."""
+        self.num_tokens += num_rows
+        self.num_seqs += num_rows
+        self.num_sampled += num_rows
+        self.num_decode_requests += num_rows
+        self.sum_context_tokens += sum_context_tokens
+        self.attention_pairs += sum_context_tokens
+        self.tokens_held += sum_context_tokens
+
 
 class Scheduler(ABC):
     """State and bookkeeping shared by both policies; subclasses decide the batch."""
@@ -58,6 +69,9 @@ class Scheduler(ABC):
     def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder, replica: int = 0) -> None:
         self.config = engine
         self.kv = kv
+        # schedule()'s fast path for decode rows that need nothing from the pool; False in the tests'
+        # reference (build_scheduler with fast_paths=False), which takes allocate_slots and add() for each.
+        self.fast_decode_rows = True
         self.recorder = recorder
         self.replica = replica  # for the step rows, when several engines share one recorder
         self.waiting: deque[Request] = deque()
@@ -80,9 +94,10 @@ class Scheduler(ABC):
         `sampled` holds the live engine's token per request; the simulator passes None.
         """
         finished = []
+        last_token_s = []  # of the requests that sampled before: the step's inter-token gaps, recorded at once
         for request, num_new_tokens in output.scheduled:
             request.num_computed_tokens += num_new_tokens
-            if request.num_computed_tokens < request.num_tokens:
+            if request.num_computed_tokens < request.num_prompt_tokens + request.num_output_tokens:
                 continue  # mid-prompt chunk: nothing sampled
             if sampled is not None:
                 request.output_token_ids.append(sampled[request.request_id])
@@ -90,10 +105,12 @@ class Scheduler(ABC):
             if request.first_token_s is None:
                 request.first_token_s = now_s
             else:
-                self.recorder.token_gap(now_s - request.last_token_s)
+                last_token_s.append(request.last_token_s)
             request.last_token_s = now_s
             if request.num_output_tokens >= request.max_output_tokens:
                 finished.append(request)
+        if last_token_s:
+            self.recorder.token_gaps(now_s - np.array(last_token_s))
         return self._retire(finished, now_s)
 
     def record_step(
@@ -159,15 +176,33 @@ class ContinuousScheduler(Scheduler):
         budget (v0's prefill-only steps are gone from vLLM since 0.11, and from here)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
+        block_size, held_floor = self.kv.block_size, self.kv.contiguous_tokens or 0
+        scheduled, fast = out.scheduled, self.fast_decode_rows
+        num_decodes = decode_context = 0  # the fast path's rows, added to out's aggregates in one go
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            computed = request.num_computed_tokens
+            num_prompt = request.num_prompt_tokens
+            if fast and num_prompt + request.num_output_tokens - computed == 1 and computed >= num_prompt:
+                # A decode whose token lands in a block it holds, filling none: allocate_slots would change
+                # nothing (no block needed; every full block already went through cache_full_blocks, which
+                # runs up to the computed tokens after each step) and add() would count a decode row.
+                held = len(request.block_ids) * block_size
+                if computed % block_size != block_size - 1 and computed < held and held_floor <= held:
+                    scheduled.append((request, 1))
+                    num_decodes += 1
+                    decode_context += computed + 1
+                    budget -= 1
+                    i += 1
+                    continue
+            num_new = min(request.num_tokens - computed, budget)
             if not self._allocate_or_preempt(request, num_new, out):
                 break
             out.add(request, num_new)
             budget -= num_new
             i += 1
+        out.add_decodes(num_decodes, decode_context)
         if not out.num_preempted:
             self._schedule_waiting(out)
         return self._count_held(out, i)
@@ -343,12 +378,15 @@ class StaticScheduler(Scheduler):
 
 
 def build_scheduler(
-    scenario: Scenario, num_gpu_blocks: int, recorder: Recorder, replica: int = 0, defer_private_blocks: bool = True
+    scenario: Scenario, num_gpu_blocks: int, recorder: Recorder, replica: int = 0, fast_paths: bool = True
 ) -> Scheduler:
     """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes).
-    defer_private_blocks=False registers every block at allocation (KVCacheManager: the tests' reference)."""
+    fast_paths=False is the tests' reference: every block registered in the prefix cache at allocation, every
+    row through allocate_slots and SchedulerOutput.add."""
     e = scenario.engine
     contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
-    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, defer_private_blocks)
+    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, fast_paths)
     policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
-    return policy(e, kv, recorder, replica)
+    scheduler = policy(e, kv, recorder, replica)
+    scheduler.fast_decode_rows = fast_paths
+    return scheduler
