@@ -7,7 +7,7 @@ counts, Poisson arrivals, Llama-2-7B on one A100-80GB, continuous batching) at 2
 <= 1 s at 8 req/s, import <= 150 ms.
 
 The machine is shared and timings are noisy: each figure is the minimum of --runs runs (the least
-disturbed one). With --baseline REV the same commands run from an export of REV (`git archive`, in a temp
+disturbed one), in wall seconds and in CPU seconds (user + system, which a busy machine inflates less). With --baseline REV the same commands run from an export of REV (`git archive`, in a temp
 dir) alternately with this tree's, so both see the same load, and the ratio of the minima is printed. It
 also checks that both trees print the same summary JSON for every shipped scenario (the trees' own paths
 aside): a speed-up must not change a simulated result. This is a benchmark, not a test: it prints
@@ -17,6 +17,7 @@ figures and verdicts and fails only when the results differ.
 from __future__ import annotations
 
 import argparse
+import resource
 import subprocess
 import sys
 import tempfile
@@ -32,21 +33,26 @@ CASES = {  # name -> (planner arguments, target whole-process seconds)
 TARGET_IMPORT_S = 0.150
 
 
-def _wall_s(command: list[str], tree: Path) -> float:
-    """Seconds for the whole process, run from tree (its code first on sys.path)."""
+def _run_s(command: list[str], tree: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of the whole process, run from tree (its code first on sys.path). CPU
+    (user + system) suffers less than wall time from a busy machine: both are printed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(command, cwd=tree, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall_s = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall_s, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _planner(tree: Path, args: list[str]) -> list[str]:
     return [sys.executable, "-m", "planner.cli", *args]
 
 
-def _import_s(tree: Path) -> float:
-    """The CLI's import: `import planner.cli` less a bare interpreter's start, one pair of runs."""
-    bare = _wall_s([sys.executable, "-c", "pass"], tree)
-    return _wall_s([sys.executable, "-c", "import planner.cli"], tree) - bare
+def _import_s(tree: Path) -> tuple[float, float]:
+    """The CLI's import: `import planner.cli` less a bare interpreter's start (wall, CPU)."""
+    bare = _run_s([sys.executable, "-c", "pass"], tree)
+    full = _run_s([sys.executable, "-c", "import planner.cli"], tree)
+    return full[0] - bare[0], full[1] - bare[1]
 
 
 def export(rev: str, into: Path) -> Path:
@@ -90,22 +96,24 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline:
             trees[args.baseline] = export(args.baseline, Path(tmp))
         print(f"whole process, min of {args.runs} runs (shared machine: noisy; runs alternate between trees)")
-        header = f"{'':<16}" + "".join(f"{name:>14}" for name in trees)
-        print(header + ("   ratio" if args.baseline else "") + "  target")
+        names = list(trees)
+        header = f"{'':<20}" + "".join(f"{name + ' ' + kind:>20}" for name in names for kind in ("wall", "cpu"))
+        print(header + ("  ratio wall   cpu" if args.baseline else "") + "  target (wall)")
         rows = {"import planner.cli": ([], TARGET_IMPORT_S)} | CASES
         for label, (planner_args, target_s) in rows.items():
-            best = dict.fromkeys(trees, float("inf"))
+            best = {name: [float("inf"), float("inf")] for name in names}
             for _ in range(args.runs):
                 for name, tree in trees.items():
                     if planner_args:
-                        seconds = _wall_s(_planner(tree, planner_args), tree)
+                        figures = _run_s(_planner(tree, planner_args), tree)
                     else:
-                        seconds = min(_import_s(tree) for _ in range(3))
-                    best[name] = min(best[name], seconds)
-            line = f"{label:<16}" + "".join(f"{best[name]:>13.3f}s" for name in trees)
+                        figures = _import_s(tree)
+                    best[name] = [min(b, f) for b, f in zip(best[name], figures)]
+            line = f"{label:<20}" + "".join(f"{best[name][k]:>19.3f}s" for name in names for k in (0, 1))
             if args.baseline:
-                line += f"{best['this tree'] / best[args.baseline]:>8.2f}"
-            verdict = "PASS" if best["this tree"] <= target_s else "MISS"
+                ratios = [best[names[0]][k] / best[names[1]][k] for k in (0, 1)]
+                line += f"{ratios[0]:>12.2f}{ratios[1]:>6.2f}"
+            verdict = "PASS" if best[names[0]][0] <= target_s else "MISS"
             print(f"{line}  <= {target_s:g} s: {verdict}")
         if args.rss:
             line = f"{'100k peak RSS':<16}" + "".join(

@@ -8,7 +8,6 @@ recently freed), evicting whatever was cached there.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
 NULL_BLOCK_ID = 0
@@ -25,16 +24,25 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.ref_cnt = [0] * num_blocks
-        # OrderedDict as vLLM's doubly linked free list: O(1) append, pop-front and removal from the middle.
-        self.free_block_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(NULL_BLOCK_ID + 1, num_blocks))
+        # vLLM's free queue is a doubly linked list (O(1) append, pop-front and removal from the middle). Here a
+        # Python list read from a moving head: handing out n blocks is one slice, freeing them one extend;
+        # removal from the middle (a prefix hit on a free block, rare) is a search and a delete. The consumed
+        # front is dropped once it outgrows the rest.
+        self._free: list[int] = list(range(NULL_BLOCK_ID + 1, num_blocks))
+        self._head = 0
         # (parent block hash, block content) -> block id. Keying on the content itself means a dict hit is
         # confirmed by comparing tokens, not only their hash.
         self.cached_blocks: dict[tuple[int, Hashable], int] = {}
         self.block_key: list[tuple[int, Hashable] | None] = [None] * num_blocks
 
     @property
+    def free_block_queue(self) -> list[int]:
+        """The free blocks, least recently freed first (a copy)."""
+        return self._free[self._head :]
+
+    @property
     def num_free_blocks(self) -> int:
-        return len(self.free_block_queue)
+        return len(self._free) - self._head
 
     @property
     def num_usable_blocks(self) -> int:
@@ -43,14 +51,19 @@ class BlockPool:
     @property
     def num_used_blocks(self) -> int:
         """Blocks held by requests (vLLM's KV usage leaves the null block out too)."""
-        return self.num_usable_blocks - len(self.free_block_queue)
+        return self.num_usable_blocks - self.num_free_blocks
 
     def get_new_blocks(self, n: int) -> list[int]:
         """Take n blocks from the front of the free queue (caller checks num_free_blocks first)."""
-        if n > len(self.free_block_queue):
-            raise ValueError(f"asked for {n} blocks with {len(self.free_block_queue)} free")
-        popitem = self.free_block_queue.popitem
-        ids = [popitem(last=False)[0] for _ in range(n)]
+        free, head = self._free, self._head
+        if n > len(free) - head:
+            raise ValueError(f"asked for {n} blocks with {len(free) - head} free")
+        ids = free[head : head + n]
+        head += n
+        if head > 1024 and 2 * head > len(free):
+            del free[:head]
+            head = 0
+        self._head = head
         ref_cnt = self.ref_cnt
         if self.cached_blocks:  # else no block has cached content to evict (block_key is all None)
             block_key = self.block_key
@@ -68,18 +81,19 @@ class BlockPool:
         """Take a reference on cached blocks found by a prefix hit."""
         for block_id in block_ids:
             if self.ref_cnt[block_id] == 0:
-                del self.free_block_queue[block_id]
+                del self._free[self._free.index(block_id, self._head)]
             self.ref_cnt[block_id] += 1
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
-        ref_cnt, queue = self.ref_cnt, self.free_block_queue
+        ref_cnt, freed = self.ref_cnt, []
         for block_id in block_ids:
             count = ref_cnt[block_id] = ref_cnt[block_id] - 1
             if count == 0:
-                queue[block_id] = None
+                freed.append(block_id)
             elif count < 0:
                 raise AssertionError(f"block {block_id} freed more often than allocated")
+        self._free += freed
 
     def lookup(self, key: tuple[int, Hashable]) -> int | None:
         return self.cached_blocks.get(key)

@@ -253,13 +253,22 @@ class ContinuousScheduler(Scheduler):
         no request waiting or mid-prompt, none finishing, every block they need free. 0 or 1: step."""
         if self.waiting or not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
-        steps = min(r.max_output_tokens - r.num_output_tokens for r in self.running) - 1
-        if steps < 2 or any(
-            r.num_tokens - r.num_computed_tokens != 1 or r.num_computed_tokens < r.num_prompt_tokens
-            for r in self.running
+        computed = []
+        steps, num_held = 1 << 62, 0  # running is not empty: the min over it replaces this
+        for r in self.running:
+            c, num_prompt, num_output = r.num_computed_tokens, r.num_prompt_tokens, r.num_output_tokens
+            if num_prompt + num_output - c != 1 or c < num_prompt:
+                return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
+            steps = min(steps, r.max_output_tokens - num_output)
+            computed.append(c)
+            num_held += len(r.block_ids)
+        steps -= 1
+        # Blocks the window needs: what blocks_needed(r, steps) sums to over the running requests.
+        block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
+        num_free = self.kv.pool.num_free_blocks
+        while (
+            steps >= 2 and sum(-(-max(c + steps, floor_tokens) // block_size) for c in computed) - num_held > num_free
         ):
-            return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
-        while steps >= 2 and sum(self.kv.blocks_needed(r, steps) for r in self.running) > self.kv.pool.num_free_blocks:
             steps //= 2
         return steps if steps >= 2 else 0
 
