@@ -250,8 +250,11 @@ class ContinuousScheduler(Scheduler):
 
     def decode_window_bound(self) -> int:
         """How many next steps are certain to be identical pure-decode steps of every running request:
-        no request waiting or mid-prompt, none finishing, every block they need free. 0 or 1: step."""
-        if self.waiting or not self.running or len(self.running) > self.config.max_num_batched_tokens:
+        none mid-prompt, none finishing, every block they need free, and no request waiting that could be
+        admitted. 0 or 1: step."""
+        if not self.running or len(self.running) > self.config.max_num_batched_tokens:
+            return 0
+        if self.waiting and not self._waiting_head_blocked():
             return 0
         computed = []
         steps, num_held = 1 << 62, 0  # running is not empty: the min over it replaces this
@@ -271,6 +274,25 @@ class ContinuousScheduler(Scheduler):
         ):
             steps //= 2
         return steps if steps >= 2 else 0
+
+    def _waiting_head_blocked(self) -> bool:
+        """The queue's head cannot be admitted after the running requests' decode tokens: what
+        _schedule_waiting would find, without its side effects. It stays blocked through a decode window
+        (so do those behind it: first come, first served): the rows and so the budget are the same each
+        step, free blocks only get fewer, and its prefix hits only fewer, which needs more blocks."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return True
+        budget = self.config.max_num_batched_tokens - len(self.running)
+        if budget <= 0:
+            return True
+        kv, request = self.kv, self.waiting[0]
+        hits = kv.get_computed_blocks(request) if request.num_computed_tokens == 0 else []
+        num_new = request.num_tokens - request.num_computed_tokens - len(hits) * kv.block_size
+        if not self.config.enable_chunked_prefill and num_new > budget:
+            return True
+        needed = kv.blocks_needed(request, min(num_new, budget), len(hits))
+        free = kv.pool.num_free_blocks - sum(1 for b in hits if kv.pool.ref_cnt[b] == 0)
+        return needed > free  # allocate_slots would fail
 
     def window_blocks_used(self, num_steps: int) -> np.ndarray:
         """Blocks in use after each of the next num_steps decode steps, as stepping one by one would have."""
