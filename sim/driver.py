@@ -145,26 +145,31 @@ class Replica:
     def _decode_window(self, durations: np.ndarray, host: float, device: np.ndarray, context: np.ndarray):
         sched = self.scheduler
         blocks = sched.window_blocks_used(len(durations))
-        if not sched.waiting:
+        num_waiting = len(sched.waiting)  # requests blocked in the queue (a saturated engine), or none
+        if not num_waiting:
             ends = self.env.now + np.cumsum(durations)
             yield self.env.timeout(float(ends[-1]) - self.env.now)
         else:
-            # Requests blocked in the queue (a saturated engine): the clock advances step by step, as when
-            # stepping one by one, so every time is the same to the last bit (still no per-request work).
+            # The clock advances step by step, as when stepping one by one, so every time is the same to the
+            # last bit (still no per-request work).
             ends = np.cumsum(np.concatenate(([self.env.now], durations)))[1:]
             for duration in durations:
                 yield self.env.timeout(float(duration))
         sched.apply_decode_window(ends)
-        # The recorder writes an empty queue for every step of a window but the last; with requests blocked
-        # in the queue the window goes to it one step at a time (still no per-request work).
-        rows = [slice(None)] if not sched.waiting else [slice(k, k + 1) for k in range(len(durations))]
-        for row in rows:
+        # The recorder writes an empty queue after every step of a window but the last (only the last can see
+        # an arrival): with requests blocked in the queue, the window goes to it one step at a time.
+        last = len(durations) - 1
+        if not num_waiting:
+            rows = [(slice(None), len(sched.waiting))]
+        else:
+            rows = [(slice(k, k + 1), num_waiting) for k in range(last)] + [(slice(last, None), len(sched.waiting))]
+        for row, num_waiting_after in rows:
             self.recorder.decode_window(
                 replica=sched.replica,
                 start_s=(ends - durations)[row],
                 duration_s=durations[row],
                 num_running=len(sched.running),
-                num_waiting_after=len(sched.waiting),
+                num_waiting_after=num_waiting_after,
                 sum_context_tokens=context[row],
                 kv_blocks_used=blocks[row],
                 host_s=host,
