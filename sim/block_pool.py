@@ -8,7 +8,6 @@ recently freed), evicting whatever was cached there.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 
 NULL_BLOCK_ID = 0
@@ -30,8 +29,12 @@ class BlockPool:
         # millions of blocks (a tiny model on a large GPU) costs memory only for the blocks a run uses.
         self.num_touched = NULL_BLOCK_ID + 1  # the null block is never handed out
         self.ref_cnt: list[int] = [0]
-        # OrderedDict as vLLM's doubly linked free list: O(1) append, pop-front and removal from the middle.
-        self.free_block_queue: OrderedDict[int, None] = OrderedDict()
+        # The rest of vLLM's free queue (a doubly linked list: O(1) append, pop-front and removal from the
+        # middle), the blocks freed after use, is a Python list read from a moving head: handing out n blocks
+        # is one slice, freeing them one extend; removal from the middle (a prefix hit on a free block) is a
+        # search and a delete. The consumed front is dropped once it outgrows the rest.
+        self._free: list[int] = []
+        self._head = 0
         # (parent block hash, block content) -> block id. Keying on the content itself means a dict hit is
         # confirmed by comparing tokens, not only their hash.
         self.cached_blocks: dict[tuple[int, Hashable], int] = {}
@@ -41,8 +44,14 @@ class BlockPool:
         self.num_shared_refs = 0
 
     @property
+    def free_block_queue(self) -> list[int]:
+        """The free blocks that were used before, least recently freed first (a copy); the never-used ones,
+        ahead of them in vLLM's queue, are num_touched .. num_blocks - 1."""
+        return self._free[self._head :]
+
+    @property
     def num_free_blocks(self) -> int:
-        return len(self.free_block_queue) + self.num_blocks - self.num_touched
+        return len(self._free) - self._head + self.num_blocks - self.num_touched
 
     @property
     def num_usable_blocks(self) -> int:
@@ -51,7 +60,7 @@ class BlockPool:
     @property
     def num_used_blocks(self) -> int:
         """Blocks held by requests (vLLM's KV usage leaves the null block out too)."""
-        return self.num_touched - 1 - len(self.free_block_queue)
+        return self.num_usable_blocks - self.num_free_blocks
 
     def get_new_blocks(self, n: int) -> list[int]:
         """Take n blocks from the front of the free queue (caller checks num_free_blocks first)."""
@@ -59,37 +68,53 @@ class BlockPool:
             raise ValueError(f"asked for {n} blocks with {self.num_free_blocks} free")
         num_fresh = min(n, self.num_blocks - self.num_touched)
         ids = list(range(self.num_touched, self.num_touched + num_fresh))
-        self.num_touched += num_fresh
-        self.ref_cnt.extend([0] * num_fresh)
-        self.block_key.extend([None] * num_fresh)
-        popitem = self.free_block_queue.popitem
-        ids += [popitem(last=False)[0] for _ in range(n - num_fresh)]
-        for block_id in ids:
-            self.ref_cnt[block_id] = 1
-            if self.block_key[block_id] is not None:
-                del self.cached_blocks[self.block_key[block_id]]
-                self.block_key[block_id] = None
-        return ids
+        if num_fresh:  # never used: nothing cached in them
+            self.num_touched += num_fresh
+            self.ref_cnt += [1] * num_fresh
+            self.block_key += [None] * num_fresh
+        if num_fresh == n:
+            return ids
+        free, head = self._free, self._head
+        reused = free[head : head + n - num_fresh]
+        head += len(reused)
+        if head > 1024 and 2 * head > len(free):
+            del free[:head]
+            head = 0
+        self._head = head
+        ref_cnt = self.ref_cnt
+        if self.cached_blocks:  # else no block has cached content to evict (block_key is all None)
+            block_key = self.block_key
+            for block_id in reused:
+                ref_cnt[block_id] = 1
+                if block_key[block_id] is not None:
+                    del self.cached_blocks[block_key[block_id]]
+                    block_key[block_id] = None
+        else:
+            for block_id in reused:
+                ref_cnt[block_id] = 1
+        return ids + reused
 
     def touch(self, block_ids: Iterable[int]) -> None:
         """Take a reference on cached blocks found by a prefix hit."""
         for block_id in block_ids:
             if self.ref_cnt[block_id] == 0:
-                del self.free_block_queue[block_id]
+                del self._free[self._free.index(block_id, self._head)]
             else:
                 self.num_shared_refs += 1
             self.ref_cnt[block_id] += 1
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
+        ref_cnt, freed = self.ref_cnt, []
         for block_id in block_ids:
-            self.ref_cnt[block_id] -= 1
-            if self.ref_cnt[block_id] >= 1:
+            count = ref_cnt[block_id] = ref_cnt[block_id] - 1
+            if count == 0:
+                freed.append(block_id)
+            elif count > 0:
                 self.num_shared_refs -= 1
-            elif self.ref_cnt[block_id] == 0:
-                self.free_block_queue[block_id] = None
-            elif self.ref_cnt[block_id] < 0:
+            else:
                 raise AssertionError(f"block {block_id} freed more often than allocated")
+        self._free += freed
 
     def lookup(self, key: tuple[int, Hashable]) -> int | None:
         return self.cached_blocks.get(key)

@@ -144,22 +144,39 @@ class Replica:
 
     def _decode_window(self, durations: np.ndarray, host: float, device: np.ndarray, context: np.ndarray):
         sched = self.scheduler
-        ends = self.env.now + np.cumsum(durations)
         blocks = sched.window_blocks_used(len(durations))
-        yield self.env.timeout(float(ends[-1]) - self.env.now)
+        num_waiting = len(sched.waiting)  # requests blocked in the queue (a saturated engine), or none
+        if not num_waiting:
+            ends = self.env.now + np.cumsum(durations)
+            yield self.env.timeout(float(ends[-1]) - self.env.now)
+        else:
+            # The clock advances step by step, as when stepping one by one, so every time is the same to the
+            # last bit (still no per-request work).
+            ends = np.cumsum(np.concatenate(([self.env.now], durations)))[1:]
+            for duration in durations:
+                yield self.env.timeout(float(duration))
         sched.apply_decode_window(ends)
-        self.recorder.decode_window(
-            replica=sched.replica,
-            start_s=ends - durations,
-            duration_s=durations,
-            num_running=len(sched.running),
-            num_waiting_after=len(sched.waiting),
-            sum_context_tokens=context,
-            kv_blocks_used=blocks,
-            host_s=host,
-            device_s=device,
-            tokens_held=context - sched.kv.shared_tokens(),
-        )
+        # The recorder writes an empty queue after every step of a window but the last (only the last can see
+        # an arrival): with requests blocked in the queue, the window goes to it one step at a time.
+        last = len(durations) - 1
+        if not num_waiting:
+            rows = [(slice(None), len(sched.waiting))]
+        else:
+            rows = [(slice(k, k + 1), num_waiting) for k in range(last)] + [(slice(last, None), len(sched.waiting))]
+        shared_tokens = sched.kv.shared_tokens()  # a decode window shares no new block
+        for row, num_waiting_after in rows:
+            self.recorder.decode_window(
+                replica=sched.replica,
+                start_s=(ends - durations)[row],
+                duration_s=durations[row],
+                num_running=len(sched.running),
+                num_waiting_after=num_waiting_after,
+                sum_context_tokens=context[row],
+                kv_blocks_used=blocks[row],
+                host_s=host,
+                device_s=device[row],
+                tokens_held=context[row] - shared_tokens,
+            )
 
 
 class Simulation:
@@ -189,11 +206,12 @@ class Simulation:
         # A closed loop over several replicas: a reply finishing on one replica sends a request to another,
         # which may be in the middle of a decode window; windows are not interrupted, so step there.
         closed_loop = self.workload.arrival_s is None
+        fast_paths = fast_forward  # False: the reference, every fast path off (the tests compare with it)
         fast_forward = fast_forward and not (closed_loop and scenario.hardware.replicas > 1)
         self.replicas = [
             Replica(
                 self.env,
-                build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder, replica=index),
+                build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder, index, fast_paths),
                 self.cost,
                 self.recorder,
                 self.next_arrival_s,
@@ -265,6 +283,8 @@ def simulate(
     fast_forward: bool = True,
     steps_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> SimResult:
-    """Run a scenario. fast_forward=False steps every decode step as its own event (for tests); steps_sink
-    takes the step rows in chunks as the run goes (see sim.metrics.Recorder)."""
+    """Run a scenario. fast_forward=False is the reference the fast paths are tested against: every decode
+    step its own event, every row through allocate_slots, every full block registered in the prefix cache
+    at allocation (for tests). steps_sink takes the step rows in chunks as the run goes (see
+    sim.metrics.Recorder)."""
     return Simulation(scenario, coefficients, record_steps, progress, fast_forward, steps_sink).run()

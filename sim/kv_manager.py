@@ -21,11 +21,23 @@ def cdiv(a: int, b: int) -> int:
 
 class KVCacheManager:
     def __init__(
-        self, num_blocks: int, block_size: int, enable_caching: bool, contiguous_tokens: int | None = None
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_caching: bool,
+        contiguous_tokens: int | None = None,
+        defer_private_blocks: bool = True,
     ) -> None:
         self.pool = BlockPool(num_blocks, enable_caching)
         self.block_size = block_size
         self.contiguous_tokens = contiguous_tokens
+        # Deferred registration (the simulator's speed): a block that only its own request can hit (simulated,
+        # outside a shared prefix; Request.num_shareable_blocks) enters the prefix cache when the request is
+        # preempted, not at allocation. Nobody can look it up in between (it is held, so it is not evicted
+        # either), and a finished request's are never looked up: the same hits and evictions as registering at
+        # allocation, without hashing every block of every request. False: register every full block at
+        # allocation, as vLLM does (the reference the property tests compare with).
+        self.defer_private_blocks = defer_private_blocks
 
     def get_computed_blocks(self, request: Request) -> list[int]:
         """Leading full blocks of a new request already in the prefix cache.
@@ -34,9 +46,13 @@ class KVCacheManager:
         """
         if not self.pool.enable_caching:
             return []
+        num_blocks = (request.num_tokens - 1) // self.block_size
+        shareable = request.num_shareable_blocks(self.block_size)
+        if shareable is not None and not request.num_preemptions:
+            num_blocks = min(num_blocks, shareable)  # its own blocks were never cached: no need to look
         hits: list[int] = []
         parent = ROOT_HASH
-        for i in range((request.num_tokens - 1) // self.block_size):
+        for i in range(num_blocks):
             key = (parent, request.block_content_key(i, self.block_size))
             block_id = self.pool.lookup(key)
             if block_id is None:
@@ -86,17 +102,33 @@ class KVCacheManager:
 
     def cache_full_blocks(self, request: Request, num_tokens: int | None = None) -> None:
         """Register the full blocks among the request's first num_tokens tokens (default: its computed ones)
-        in the prefix cache; those already registered (hits among them) are skipped."""
+        in the prefix cache; those already registered (hits among them) are skipped, deferred ones too."""
         if not self.pool.enable_caching:
             return
         if num_tokens is None:
             num_tokens = request.num_computed_tokens
         num_full = min(num_tokens // self.block_size, len(request.block_ids))
+        if self.defer_private_blocks:
+            shareable = request.num_shareable_blocks(self.block_size)
+            if shareable is not None and shareable < num_full:
+                num_full = shareable
+        self._register(request, num_full)
+
+    def _register(self, request: Request, num_full: int) -> None:
+        """Register the request's blocks [num_cached_blocks, num_full) under their chained keys."""
         for i in range(request.num_cached_blocks, num_full):
             key = (request.block_hashes[i - 1] if i else ROOT_HASH, request.block_content_key(i, self.block_size))
             request.block_hashes.append(hash(key))
             self.pool.cache_block(request.block_ids[i], key)
         request.num_cached_blocks = max(request.num_cached_blocks, num_full)
+
+    def free_preempted(self, request: Request) -> None:
+        """Free a preempted request's blocks. It will come back for them: the blocks whose registration was
+        deferred enter the prefix cache first, as far as registering at allocation would have taken them
+        (its computed tokens: every allocation registers up to what the step then computes)."""
+        if self.pool.enable_caching and self.defer_private_blocks:
+            self._register(request, min(request.num_computed_tokens // self.block_size, len(request.block_ids)))
+        self.free(request)
 
     def free(self, request: Request) -> None:
         self.pool.free_blocks(reversed(request.block_ids))

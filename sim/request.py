@@ -71,3 +71,14 @@ class Request:
         if stop <= self.prefix_tokens:
             return (0, self.prefix_group, block_index)  # ints hash the same in every process
         return (1, self.request_id, block_index)
+
+    def num_shareable_blocks(self, block_size: int) -> int | None:
+        """Leading full blocks whose content another request may have (None: any block).
+
+        Live: token ids can repeat across requests, so any block. Simulated: only the blocks inside the
+        shared prefix; a block keyed by this request's own id can be hit by nobody else (only by this
+        request itself, after a preemption).
+        """
+        if self.prompt_token_ids is not None:
+            return None
+        return self.prefix_tokens // block_size

@@ -51,6 +51,17 @@ class SchedulerOutput:
         else:
             self.num_prefill_tokens += num_new_tokens
 
+    def add_decodes(self, num_rows: int, sum_context_tokens: int) -> None:
+        """What add() counts for num_rows decode rows (one new token each, sampled) whose contexts after the
+        step sum to sum_context_tokens: a decode token attends over its whole context."""
+        self.num_tokens += num_rows
+        self.num_seqs += num_rows
+        self.num_sampled += num_rows
+        self.num_decode_requests += num_rows
+        self.sum_context_tokens += sum_context_tokens
+        self.attention_pairs += sum_context_tokens
+        self.tokens_held += sum_context_tokens
+
 
 class Scheduler(ABC):
     """State and bookkeeping shared by both policies; subclasses decide the batch."""
@@ -58,6 +69,9 @@ class Scheduler(ABC):
     def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder, replica: int = 0) -> None:
         self.config = engine
         self.kv = kv
+        # schedule()'s fast path for decode rows that need nothing from the pool; False in the tests'
+        # reference (build_scheduler with fast_paths=False), which takes allocate_slots and add() for each.
+        self.fast_decode_rows = True
         self.recorder = recorder
         self.replica = replica  # for the step rows, when several engines share one recorder
         self.waiting: deque[Request] = deque()
@@ -80,9 +94,10 @@ class Scheduler(ABC):
         `sampled` holds the live engine's token per request; the simulator passes None.
         """
         finished = []
+        last_token_s = []  # of the requests that sampled before: the step's inter-token gaps, recorded at once
         for request, num_new_tokens in output.scheduled:
             request.num_computed_tokens += num_new_tokens
-            if request.num_computed_tokens < request.num_tokens:
+            if request.num_computed_tokens < request.num_prompt_tokens + request.num_output_tokens:
                 continue  # mid-prompt chunk: nothing sampled
             if sampled is not None:
                 request.output_token_ids.append(sampled[request.request_id])
@@ -90,10 +105,12 @@ class Scheduler(ABC):
             if request.first_token_s is None:
                 request.first_token_s = now_s
             else:
-                self.recorder.token_gap(now_s - request.last_token_s)
+                last_token_s.append(request.last_token_s)
             request.last_token_s = now_s
             if request.num_output_tokens >= request.max_output_tokens:
                 finished.append(request)
+        if last_token_s:
+            self.recorder.token_gaps(now_s - np.array(last_token_s))
         return self._retire(finished, now_s)
 
     def record_step(
@@ -159,15 +176,33 @@ class ContinuousScheduler(Scheduler):
         budget (v0's prefill-only steps are gone from vLLM since 0.11, and from here)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
+        block_size, held_floor = self.kv.block_size, self.kv.contiguous_tokens or 0
+        scheduled, fast = out.scheduled, self.fast_decode_rows
+        num_decodes = decode_context = 0  # the fast path's rows, added to out's aggregates in one go
         i = 0
         while i < len(self.running) and budget > 0:
             request = self.running[i]
-            num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+            computed = request.num_computed_tokens
+            num_prompt = request.num_prompt_tokens
+            if fast and num_prompt + request.num_output_tokens - computed == 1 and computed >= num_prompt:
+                # A decode whose token lands in a block it holds, filling none: allocate_slots would change
+                # nothing (no block needed; every full block already went through cache_full_blocks, which
+                # runs up to the computed tokens after each step) and add() would count a decode row.
+                held = len(request.block_ids) * block_size
+                if computed % block_size != block_size - 1 and computed < held and held_floor <= held:
+                    scheduled.append((request, 1))
+                    num_decodes += 1
+                    decode_context += computed + 1
+                    budget -= 1
+                    i += 1
+                    continue
+            num_new = min(request.num_tokens - computed, budget)
             if not self._allocate_or_preempt(request, num_new, out):
                 break
             out.add(request, num_new)
             budget -= num_new
             i += 1
+        out.add_decodes(num_decodes, decode_context)
         if not out.num_preempted:
             self._schedule_waiting(out)
         return self._count_held(out, i)
@@ -193,7 +228,7 @@ class ContinuousScheduler(Scheduler):
 
     def _preempt(self, request: Request) -> None:
         """Recompute preemption: drop the KV, keep the outputs, go back to the head of the queue."""
-        self.kv.free(request)
+        self.kv.free_preempted(request)
         request.status = Status.WAITING
         request.num_computed_tokens = 0
         request.num_preemptions += 1
@@ -216,18 +251,49 @@ class ContinuousScheduler(Scheduler):
 
     def decode_window_bound(self) -> int:
         """How many next steps are certain to be identical pure-decode steps of every running request:
-        no request waiting or mid-prompt, none finishing, every block they need free. 0 or 1: step."""
-        if self.waiting or not self.running or len(self.running) > self.config.max_num_batched_tokens:
+        none mid-prompt, none finishing, every block they need free, and no request waiting that could be
+        admitted. 0 or 1: step."""
+        if not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
-        steps = min(r.max_output_tokens - r.num_output_tokens for r in self.running) - 1
-        if steps < 2 or any(
-            r.num_tokens - r.num_computed_tokens != 1 or r.num_computed_tokens < r.num_prompt_tokens
-            for r in self.running
+        if self.waiting and not self._waiting_head_blocked():
+            return 0
+        computed = []
+        steps, num_held = 1 << 62, 0  # running is not empty: the min over it replaces this
+        for r in self.running:
+            c, num_prompt, num_output = r.num_computed_tokens, r.num_prompt_tokens, r.num_output_tokens
+            if num_prompt + num_output - c != 1 or c < num_prompt:
+                return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
+            steps = min(steps, r.max_output_tokens - num_output)
+            computed.append(c)
+            num_held += len(r.block_ids)
+        steps -= 1
+        # Blocks the window needs: what blocks_needed(r, steps) sums to over the running requests.
+        block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
+        num_free = self.kv.pool.num_free_blocks
+        while (
+            steps >= 2 and sum(-(-max(c + steps, floor_tokens) // block_size) for c in computed) - num_held > num_free
         ):
-            return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
-        while steps >= 2 and sum(self.kv.blocks_needed(r, steps) for r in self.running) > self.kv.pool.num_free_blocks:
             steps //= 2
         return steps if steps >= 2 else 0
+
+    def _waiting_head_blocked(self) -> bool:
+        """The queue's head cannot be admitted after the running requests' decode tokens: what
+        _schedule_waiting would find, without its side effects. It stays blocked through a decode window
+        (so do those behind it: first come, first served): the rows and so the budget are the same each
+        step, free blocks only get fewer, and its prefix hits only fewer, which needs more blocks."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return True
+        budget = self.config.max_num_batched_tokens - len(self.running)
+        if budget <= 0:
+            return True
+        kv, request = self.kv, self.waiting[0]
+        hits = kv.get_computed_blocks(request) if request.num_computed_tokens == 0 else []
+        num_new = request.num_tokens - request.num_computed_tokens - len(hits) * kv.block_size
+        if not self.config.enable_chunked_prefill and num_new > budget:
+            return True
+        needed = kv.blocks_needed(request, min(num_new, budget), len(hits))
+        free = kv.pool.num_free_blocks - sum(1 for b in hits if kv.pool.ref_cnt[b] == 0)
+        return needed > free  # allocate_slots would fail
 
     def window_blocks_used(self, num_steps: int) -> np.ndarray:
         """Blocks in use after each of the next num_steps decode steps, as stepping one by one would have."""
@@ -244,16 +310,39 @@ class ContinuousScheduler(Scheduler):
         """Advance every running request by len(step_end_s) decode steps ending at those times."""
         num_steps = len(step_end_s)
         first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
-        first_gaps = []
-        for request in self.running:
-            self.kv.allocate_slots(request, num_steps)  # room checked by decode_window_bound
+        kv, running = self.kv, self.running
+        if kv.pool.enable_caching and not kv.defer_private_blocks:
+            self._allocate_window_one_by_one(num_steps)
+        else:
+            # What allocate_slots(request, num_steps) would take, request after request, in one draw from
+            # the free queue (room checked by decode_window_bound); nothing to register (decode blocks are
+            # private: deferred, or no prefix cache).
+            block_size, floor_tokens = kv.block_size, kv.contiguous_tokens or 0
+            needed = [
+                -(-max(r.num_computed_tokens + num_steps, floor_tokens) // block_size) - len(r.block_ids)
+                for r in running
+            ]
+            new_ids = kv.pool.get_new_blocks(sum(n for n in needed if n > 0))
+            taken = 0
+            for request, n in zip(running, needed):
+                if n > 0:
+                    request.block_ids += new_ids[taken : taken + n]
+                    taken += n
+        first_gaps = np.empty(len(running))
+        for i, request in enumerate(running):
             request.num_computed_tokens += num_steps
             request.num_output_tokens += num_steps
-            first_gaps.append(first_end - request.last_token_s)
+            first_gaps[i] = first_end - request.last_token_s
             request.last_token_s = last_end
-            self.kv.cache_full_blocks(request)
-        self.recorder.token_gaps(np.array(first_gaps))
-        self.recorder.token_gaps(np.diff(step_end_s), times=len(self.running))  # each step's gap, once per request
+        if kv.pool.enable_caching:
+            for request in running:
+                kv.cache_full_blocks(request)
+        self.recorder.token_gaps(first_gaps)
+        self.recorder.token_gaps(np.diff(step_end_s), times=len(running))  # each step's gap, once per request
+
+    def _allocate_window_one_by_one(self, num_steps: int) -> None:
+        for request in self.running:
+            self.kv.allocate_slots(request, num_steps)  # room checked by decode_window_bound
 
 
 class StaticScheduler(Scheduler):
@@ -320,10 +409,16 @@ class StaticScheduler(Scheduler):
         return done
 
 
-def build_scheduler(scenario: Scenario, num_gpu_blocks: int, recorder: Recorder, replica: int = 0) -> Scheduler:
-    """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes)."""
+def build_scheduler(
+    scenario: Scenario, num_gpu_blocks: int, recorder: Recorder, replica: int = 0, fast_paths: bool = True
+) -> Scheduler:
+    """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes).
+    fast_paths=False is the tests' reference: every block registered in the prefix cache at allocation, every
+    row through allocate_slots and SchedulerOutput.add."""
     e = scenario.engine
     contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
-    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous)
+    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, fast_paths)
     policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
-    return policy(e, kv, recorder, replica)
+    scheduler = policy(e, kv, recorder, replica)
+    scheduler.fast_decode_rows = fast_paths
+    return scheduler

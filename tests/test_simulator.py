@@ -103,16 +103,26 @@ def test_fast_forward_matches_stepping_one_by_one():
     kv_cache=st.sampled_from(["paged", "contiguous"]),
     replicas=st.integers(1, 2),
     seed=st.integers(0, 1000),
+    shared=st.booleans(),
+    num_gpu_blocks=st.sampled_from([60, 200]),
+    eager=st.booleans(),
 )
-def test_fast_forward_matches_stepping_over_random_scenarios(arrival, prefix_caching, kv_cache, replicas, seed):
+def test_fast_forward_matches_stepping_over_random_scenarios(
+    arrival, prefix_caching, kv_cache, replicas, seed, shared, num_gpu_blocks, eager
+):
+    """The reference (fast_forward=False) steps one by one and registers every block in the prefix cache at
+    allocation; the fast paths (decode windows, deferred registration of private blocks, windows' blocks
+    drawn at once) must give the same run, step rows included. 60 blocks: preemptions, hits on a preempted
+    request's own blocks, and windows while the queue's head is blocked. Eager (serial): arrivals join the
+    queue during a step rather than after the next schedule()."""
     scenario = make_scenario(
         hardware={"replicas": replicas},
         engine={"enable_prefix_caching": prefix_caching, "kv_cache": kv_cache, "max_model_len": 512,
-                "max_num_seqs": 8, "num_gpu_blocks_override": 200},
+                "max_num_seqs": 8, "num_gpu_blocks_override": num_gpu_blocks, "enforce_eager": eager},
         workload={"num_requests": 30, "seed": seed, "arrival": arrival,
                   "prompt_tokens": {"dist": "uniform", "low": 1, "high": 200},
                   "output_tokens": {"dist": "uniform", "low": 1, "high": 250},
-                  "shared_prefix": {"tokens": 64, "group_size": 3}},
+                  **({"shared_prefix": {"tokens": 64, "group_size": 3}} if shared else {})},
     )  # fmt: skip
     assert_same_run(simulate(scenario), simulate(scenario, fast_forward=False), scenario)
 
