@@ -9,6 +9,7 @@ at the next schedule, exactly as in the simulator.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import resource
 import sys
@@ -29,6 +30,9 @@ from sim.request import Request
 from sim.scheduler import Scheduler, build_scheduler
 from sim.workload import Workload, generate_workload, make_request
 
+# On CPU, one torch thread, as `planner calibrate --device cpu` measures: a profile then fits the runs, and on
+# a shared 2-core machine a second thread turned other processes' time slices into whole-step stalls.
+CPU_THREADS = 1
 WARMUP_REQUESTS = 2  # short requests run to completion before the clock starts (kernels, allocator)
 
 
@@ -42,6 +46,10 @@ class LiveResult:
     recorder: Recorder
     memory: dict  # measured at start-up, the memory model's keys: weights_bytes, activation_bytes, ...
     extra: dict  # device, device_name, peak_memory_bytes, memory_predicted, weights, sampling
+
+
+def _eager(scenario: Scenario) -> Scenario:
+    return dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True))
 
 
 def _device(name: str) -> torch.device:
@@ -160,6 +168,8 @@ def run_scenario(
         )
     e = scenario.engine
     torch_device = _device(device)
+    if torch_device.type == "cpu":
+        torch.set_num_threads(CPU_THREADS)
     workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
     try:
         runner = ModelRunner(
@@ -177,10 +187,10 @@ def run_scenario(
     total = None if torch_device.type == "cuda" else scenario.hardware.gpu.memory_bytes
     measured = profile_num_blocks(runner, e.max_num_batched_tokens, e.max_num_seqs, e.gpu_memory_utilization, total)
     num_blocks = e.num_gpu_blocks_override or measured["num_gpu_blocks"]
-    if num_blocks < -(-scenario.max_model_len // e.block_size):
+    if num_blocks - 1 < -(-scenario.max_model_len // e.block_size):  # block 0 is the null block
         raise EngineError(
             f"{scenario.source}: the measured KV pool holds {num_blocks} blocks of {e.block_size}"
-            f" tokens, less than one request of max_model_len {scenario.max_model_len}"
+            f" tokens (one is the null block), less than one request of max_model_len {scenario.max_model_len}"
         )
     runner.allocate(num_blocks)
     warm_up(scenario, runner, workload, num_blocks)
@@ -215,7 +225,8 @@ def run_scenario(
         "device": torch_device.type,
         "device_name": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else "cpu",
         "peak_memory_bytes": _peak_memory_bytes(torch_device),
-        "memory_predicted": memory_breakdown(scenario).to_dict(),
+        # as this engine runs: eager, so vLLM's CUDA-graph memory estimate is not taken from its pool
+        "memory_predicted": memory_breakdown(_eager(scenario)).to_dict(),
         "weights": "random" if model_path is None else str(model_path),
         "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p},
     }

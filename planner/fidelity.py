@@ -206,16 +206,15 @@ def section_proposed(ops, ar) -> list[str]:
 
 
 def section_launch(ops, ar) -> list[str]:
-    """The max form plus a per-layer launch floor: the cost model's form on the calib branch."""
+    """The max form plus a per-layer launch floor: the cost model's form."""
     from planner.calibration import public_fit as pf
     from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
     from planner.calibration.transfer import load_profile
 
     out = [
         (
-            "The max form plus a per-layer launch floor (`public_fit.fit_linear_launch`; the cost model on the "
-            "calib branch adds `launch_overhead_per_layer_s` to steps not replayed from a CUDA graph, and "
-            "`public_profiles` fits it whenever `CostCoefficients` has that field):"
+            "The max form plus a per-layer launch floor (`public_fit.fit_linear_launch`: the cost model adds "
+            "`launch_overhead_per_layer_s` to steps not replayed from a CUDA graph, and `public_profiles` fits it):"
         ),
         "",
     ]
@@ -488,18 +487,20 @@ the cost model's defaults until `planner calibrate` measures them.
 
 FORM_NOTE = """## The cost model's form, as the per-operator data see it
 
-The cost model prices a layer's linears as one roofline, max(compute, memory). The data show two things it
-cannot express, and the per-step target is missed because of them (table above):
+The cost model prices a layer's linears as one roofline, max(compute, memory), plus a per-layer launch
+term. The data show two things the roofline alone cannot express:
 
 - **The ridge**: between about 64 and 512 tokens, measured layers are 15-30% slower than max(compute, memory)
   (the GEMMs do not turn sharply from bandwidth- to compute-bound). A max-form fit trades this off against
-  the ends, so no coefficient pair reaches 5% / 10%.
+  the ends, so no coefficient pair reaches 5% / 10% p90: this is what still misses the target (table above).
 - **A floor per kernel**: a layer runs 9 kernels, each costing a few microseconds whatever its size. The
-  max form can only absorb that into bandwidth_efficiency, which then falls as tensor parallel shrinks the
-  shards (H100: 0.73 at tp 1, 0.48 at tp 8) although the kernels stream no slower.
+  max form alone can only absorb that into bandwidth_efficiency, which then falls as tensor parallel shrinks
+  the shards (H100: 0.73 at tp 1, 0.48 at tp 8, fitted without the launch term) although the kernels stream
+  no slower. The cost model's `launch_overhead_per_layer_s` now takes it (fitted 35-60 us per layer, see
+  below), and the H100's bandwidth efficiency stays at 0.84-0.90 across tp.
 
-Proposed minimal change (`planner/calibration/public_fit.py::layer_time_proposed_s`, not adopted here: the
-cost model is another module's): the linear term as sqrt(compute^2 + memory^2) (a fitted exponent
+Proposed minimal change (`planner/calibration/public_fit.py::layer_time_proposed_s`, not adopted yet: it would
+change every calibration, the CPU one included, and was not re-validated): the linear term as sqrt(compute^2 + memory^2) (a fitted exponent
 (c^p + m^p)^(1/p) lands at p = 1.5-2.2 everywhere, so p = 2 is fixed) plus one new coefficient,
 kernel_floor_s, per kernel per layer. Its efficiencies then hardly move with tp, which also makes transfer
 across tp and GPUs more reliable (leave-one-GPU-out column `proposed form` below).

@@ -1,4 +1,4 @@
-"""Calibration's CORE: the cost model's async/eager form, the driver's N+2 rule, fitting, profiles, provenance,
+"""Calibration: the cost model's async/eager form, the driver's N+2 rule, fitting, profiles, provenance,
 intervals, and `--from` on a real `planner run` folder."""
 
 from __future__ import annotations

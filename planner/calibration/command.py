@@ -34,7 +34,6 @@ CPU_DEFAULT = {
 }
 DEFAULT_WORKLOAD = {"num_requests": 32, "seed": 0, "arrival": {"process": "poisson", "rate": 10.0}}  # for validation
 CUDA_MAX_MODEL_LEN = 4096  # the sweep's longest context on CUDA (or the model's, if shorter)
-CPU_THREADS = 1
 
 
 def default_scenario(device: str, model: str | None) -> Scenario:
@@ -179,6 +178,8 @@ def calibrate_scenario(
 
     path = out or profile.default_profile_dir() / f"{scenario.model.name}-{scenario.dtype}-{device}.yaml"
     rows_path = path.with_suffix(".rows.csv")
+    from gpu_engine.engine import CPU_THREADS
+
     engine = dataclasses.asdict(e) | ({"cpu_threads": CPU_THREADS} if device == "cpu" else {})
     command = "planner calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else "planner calibrate"
     prof = profile.profile_from_fit(
@@ -303,6 +304,8 @@ def cmd_calibrate(args) -> int:
         raise PlannerError("--model picks the built-in default's model; a scenario names its own model")
     budget_s = (args.budget_s or DEFAULT_BUDGET_S[device]) / len(scenarios)
     held_out = args.held_out_requests or DEFAULT_HELD_OUT_REQUESTS[device]
+    from gpu_engine.engine import CPU_THREADS
+
     threads = torch.get_num_threads()
     if device == "cpu":
         torch.set_num_threads(CPU_THREADS)

@@ -83,16 +83,6 @@ def layer_time_s(b: Batch, flops_efficiency, bandwidth_efficiency) -> np.ndarray
 LAUNCH_NAME = "launch_overhead_per_layer_s"
 
 
-def cost_model_has_launch_term() -> bool:
-    """Whether sim.cost_model prices kernel launches per layer (the calib branch adds
-    launch_overhead_per_layer_s: device time per layer on steps not replayed from a CUDA graph)."""
-    import dataclasses
-
-    from sim.cost_model import CostCoefficients
-
-    return LAUNCH_NAME in {f.name for f in dataclasses.fields(CostCoefficients)}
-
-
 def predicted_layer_s(b: Batch, coefficients: dict[str, float], form=None) -> np.ndarray:
     """One layer's predicted time for eager rows such as Vidur's (no CUDA graph): the linear roofline
     (`form`, default the cost model's) plus the per-layer launch term where the coefficients have one."""
@@ -102,7 +92,7 @@ def predicted_layer_s(b: Batch, coefficients: dict[str, float], form=None) -> np
 
 def fit_linear_launch(b: Batch) -> FitResult:
     """flops_efficiency, bandwidth_efficiency and a per-layer launch floor, fitted together: the max form
-    plus launch_overhead_per_layer_s, as the cost model on the calib branch prices an eager layer."""
+    plus launch_overhead_per_layer_s, as sim.cost_model prices an eager layer (Vidur ran no CUDA graphs)."""
     return fit_relative(
         lambda x: layer_time_s(b, x[0], x[1]) + x[2],
         b.layer_s,
@@ -115,9 +105,9 @@ def fit_linear_launch(b: Batch) -> FitResult:
 
 
 def fit_layers(b: Batch) -> FitResult:
-    """The fit the shipped profiles use: in the cost model's form as it is (with the launch term if it
-    has one, so that the floors are not also absorbed into the efficiencies and then counted twice)."""
-    return fit_linear_launch(b) if cost_model_has_launch_term() else fit_linear(b)
+    """The fit the shipped profiles use: the cost model's form, launch term included (so that the kernels'
+    floors are not absorbed into the efficiencies and then counted twice)."""
+    return fit_linear_launch(b)
 
 
 def allreduce_bytes(b: Batch) -> np.ndarray:
@@ -130,18 +120,6 @@ def allreduce_time_s(size_bytes, num_workers, link_bytes_per_s, interconnect_eff
     (2 (n - 1) / n of the message per GPU) at the link's bandwidth."""
     ring = 2 * (num_workers - 1) / num_workers * size_bytes
     return allreduce_latency_s + ring / (link_bytes_per_s * interconnect_efficiency)
-
-
-def fit_linear(b: Batch) -> FitResult:
-    """flops_efficiency and bandwidth_efficiency from the measured time of whole layers."""
-    return fit_relative(
-        lambda x: layer_time_s(b, x[0], x[1]),
-        b.layer_s,
-        LINEAR_NAMES,
-        initial=(0.6, 0.8),
-        lower=(0.01, 0.01),
-        upper=(1.0, 1.0),
-    )
 
 
 def fit_allreduce(rows: list[AllReduceRow], link_bytes_per_s: float) -> FitResult:
@@ -168,7 +146,7 @@ def measured_allreduce_s(rows: list[AllReduceRow], size_bytes: np.ndarray) -> np
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The form change the per-operator data ask for (NOT in sim/cost_model.py; for the integrator to adopt)
+# The form change the per-operator data ask for (not in sim/cost_model.py yet: see docs/fidelity.md)
 
 
 KERNELS_PER_LAYER = 9  # Vidur's layer: 2 norms, QKV, rotary, O, gate/up, activation, down, residual add
