@@ -63,14 +63,15 @@ def export(rev: str, into: Path) -> Path:
 
 
 def summaries_match(trees: list[Path], scenario: str, extra: list[str]) -> bool:
-    """Both trees print the same summary JSON for scenario, each tree's own path written as <tree>."""
+    """Both trees print the same summary JSON for scenario, each tree's own path written as <tree> (a tree
+    that cannot run it, e.g. a baseline older than the scenario file, counts as differing)."""
     outputs = []
     for tree in trees:
-        out = subprocess.run(
-            _planner(tree, ["simulate", scenario, "--json", *extra]), cwd=tree, check=True, capture_output=True
-        ).stdout.decode()
-        outputs.append(out.replace(str(tree), "<tree>"))
-    return outputs[0] == outputs[1]
+        done = subprocess.run(
+            _planner(tree, ["simulate", scenario, "--json", *extra]), cwd=tree, capture_output=True, check=False
+        )
+        outputs.append(done.stdout.decode().replace(str(tree), "<tree>") if done.returncode == 0 else None)
+    return outputs[0] is not None and outputs[0] == outputs[1]
 
 
 def peak_rss_bytes(tree: Path, num_requests: int) -> int:
