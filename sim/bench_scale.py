@@ -55,7 +55,7 @@ def measure(num_requests: int, steps_to: Path | None = None) -> dict:
 
 def measure_in_subprocess(num_requests: int, steps_to: Path | None) -> dict:
     extra = ["--steps-to", str(steps_to)] if steps_to else []
-    command = [sys.executable, "-m", "sim.bench", "--one", str(num_requests), *extra]
+    command = [sys.executable, "-m", "sim.bench_scale", "--one", str(num_requests), *extra]
     return json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout)
 
 
