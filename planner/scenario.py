@@ -16,6 +16,7 @@ import copy
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from planner.cross_checks import check_relations
 from planner.errors import PlannerError, ScenarioError, read_text_file, show_value
@@ -37,11 +38,16 @@ MAX_SCENARIO_BYTES = 1 << 20  # a scenario is a page of text; a larger file is n
 def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read, override (`--set key=value` strings) and validate a scenario file. Raises PlannerError."""
     path = Path(path)
-    data = parse_yaml(read_text_file(path, "scenario file", MAX_SCENARIO_BYTES), str(path))
-    if data is None and not overrides:
-        raise PlannerError(f"{path}: the file is empty; a scenario needs at least `model` and `hardware.gpu`")
-    data = apply_overrides({} if data is None else data, overrides, str(path))
+    data = read_overridden(path, overrides, "scenario file", "a scenario needs at least `model` and `hardware.gpu`")
     return validate_mapping(data, str(path), path.absolute().parent)
+
+
+def read_overridden(path: Path, overrides: Sequence[str], what: str, needs: str) -> Any:
+    """A scenario-like file's YAML with the `--set` overrides applied (a sizing file reads the same way)."""
+    data = parse_yaml(read_text_file(path, what, MAX_SCENARIO_BYTES), str(path))
+    if data is None and not overrides:
+        raise PlannerError(f"{path}: the file is empty; {needs}")
+    return apply_overrides({} if data is None else data, overrides, str(path))
 
 
 def validate_mapping(data: dict, source: str, base_dir: Path) -> Scenario:

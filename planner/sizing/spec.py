@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.errors import NO_VALUE, PlannerError, ScenarioError, read_text_file
+from planner.errors import NO_VALUE, ScenarioError
 from planner.rules import Ctx, did_you_mean
-from planner.scenario import MAX_SCENARIO_BYTES, apply_overrides, validate_mapping
+from planner.scenario import read_overridden, validate_mapping
 from planner.special_fields import SPECIAL
 from planner.validation import _convert_scalar, allowed_keys
-from planner.yaml_loader import parse_yaml
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
@@ -108,10 +107,7 @@ NOT_SWEPT = ("num_gpu_blocks_override",)
 def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuestion:
     """Read and validate a sizing file (a scenario, with or without `search:`). Raises PlannerError."""
     path = Path(path)
-    data = parse_yaml(read_text_file(path, "sizing file", MAX_SCENARIO_BYTES), str(path))
-    if data is None and not overrides:
-        raise PlannerError(f"{path}: the file is empty; a sizing file is a scenario (model, hardware.gpu) + search")
-    data = apply_overrides({} if data is None else data, overrides, str(path))
+    data = read_overridden(path, overrides, "sizing file", "a sizing file is a scenario (model, hardware.gpu) + search")
     if not isinstance(data, dict):
         raise ScenarioError(str(path), "top level", data, "must be a mapping (a scenario with a search section)")
     search_raw = data.pop("search", None)
