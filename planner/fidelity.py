@@ -392,7 +392,7 @@ def section_transfer() -> list[str]:
     for name, gpu in load_gpu_catalog().items():
         if name == "cpu":
             continue
-        c, u, label = public_cost_model(gpu, "bfloat16", 1)
+        c, u, label, _ = public_cost_model(gpu, "bfloat16", 1)
         rule = "own profile" if label.startswith("calibrated") else choose_sources(name, PROFILED_GPUS)[1]
         cells = [f"{c[k]:.3f} ± {u[k]:.3f}" for k in ("flops_efficiency", "bandwidth_efficiency")]
         rows.append([name, rule, *cells, label])
@@ -455,7 +455,7 @@ def section_public() -> list[str]:
     catalog = load_gpu_catalog()
     rows = []
     for f in PUBLIC_FIGURES:
-        c, _, label = public_cost_model(catalog[f.gpu], f.dtype, f.tensor_parallel_size)
+        c, _, label, _ = public_cost_model(catalog[f.gpu], f.dtype, f.tensor_parallel_size)
         ours = simulate_figure(f, c)
         # Attribution, not tuning: the same run without the CPU-side defaults that no data here measured.
         gpu_only = simulate_figure(f, c | {"step_overhead_s": 0.0, "per_row_overhead_s": 0.0})

@@ -130,7 +130,7 @@ def test_the_fitted_terms_are_the_cost_models_terms(tokens):
 
 def test_profiled_gpu_is_calibrated():
     gpu = load_gpu_catalog()["h100-sxm"]
-    coefficients, uncertainty, label = public_cost_model(gpu, "bfloat16", 4)
+    coefficients, uncertainty, label, _ = public_cost_model(gpu, "bfloat16", 4)
     p = next(p for p in shipped_profiles() if p["device"]["gpu"] == "h100-sxm" and p["tensor_parallel_size"] == 4)
     assert label == f"calibrated (public profile {p['id']}, h100-sxm)"
     assert coefficients == p["coefficients"] and uncertainty == p["uncertainty"]
@@ -140,7 +140,7 @@ def test_profiled_gpu_is_calibrated():
 def test_unprofiled_gpu_is_transferred_with_a_measured_uncertainty(name):
     ids = {p["id"] for p in shipped_profiles()}
     for tp in (1, 2):
-        coefficients, uncertainty, label = public_cost_model(load_gpu_catalog()[name], "bfloat16", tp)
+        coefficients, uncertainty, label, _ = public_cost_model(load_gpu_catalog()[name], "bfloat16", tp)
         assert label.startswith("transferred (from public profiles ") and label.endswith(")")
         sources = label[len("transferred (from public profiles ") : -1].split(", ")
         assert {source.split()[-1] for source in sources} <= ids  # "<gpu> <id>" each
@@ -152,13 +152,13 @@ def test_unprofiled_gpu_is_transferred_with_a_measured_uncertainty(name):
 
 def test_a_gpu_given_as_a_mapping_is_transferred_from_every_profiled_gpu():
     gpu = dataclasses.replace(load_gpu_catalog()["l40s"], name="my-accelerator")
-    _, uncertainty, label = public_cost_model(gpu, "bfloat16", 1)
+    _, uncertainty, label, _ = public_cost_model(gpu, "bfloat16", 1)
     assert label.count(",") == len(PROFILED_GPUS) - 1
     assert all(math.isfinite(s) and s > 0 for s in uncertainty.values())
 
 
 def test_a_dtype_that_was_not_profiled_is_not_called_calibrated():
-    _, _, label = public_cost_model(load_gpu_catalog()["a100-80gb"], "float32", 1)
+    _, _, label, _ = public_cost_model(load_gpu_catalog()["a100-80gb"], "float32", 1)
     assert label.startswith("transferred (from ")
 
 

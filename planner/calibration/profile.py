@@ -413,10 +413,8 @@ def _public(scenario: Scenario) -> tuple[CostCoefficients, Provenance]:
         return CostCoefficients(), SPEC_SHEET
     from planner.calibration.transfer import public_cost_model  # reads one to three small YAML files
 
-    coefficients, uncertainty, label = public_cost_model(gpu, scenario.dtype, scenario.hardware.tensor_parallel_size)
+    tp = scenario.hardware.tensor_parallel_size
+    coefficients, uncertainty, label, ids = public_cost_model(gpu, scenario.dtype, tp)
     kind = "calibrated" if label.startswith("calibrated") else "transferred"
-    # "calibrated (public profile <id>, <gpu>)" | "transferred (from public profiles <gpu> <id>, ...)"
-    inside = label.split("(", 1)[1].rstrip(")").removeprefix("public profile ").removeprefix("from public profiles ")
-    parts = [part.split()[-1] for part in inside.split(", ")]
-    profile_id = parts[0] if kind == "calibrated" else ", ".join(parts)
+    profile_id = ", ".join(ids)
     return CostCoefficients(**coefficients), Provenance(kind, label, profile_id, uncertainty)

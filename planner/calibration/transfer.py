@@ -213,10 +213,11 @@ def _spread(coefficients: dict, rule: str) -> dict:
     return {k: abs(v) * spread[k] for k, v in coefficients.items() if k in spread}
 
 
-def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tuple[dict, dict, str]:
+def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tuple[dict, dict, str, tuple[str, ...]]:
     """The shipped coefficients for `gpu`: its own public profile where one was measured (same GPU, tensor
     parallel degree, a float16/bfloat16 model), else transferred. Returns (coefficients, std per
-    coefficient, label). Coefficients not in the dict (the CPU-side overheads) keep the cost model's defaults."""
+    coefficient, label, the source profiles' ids). Coefficients not in the dict (the CPU-side overheads)
+    keep the cost model's defaults."""
     tp = profiled_tp(tensor_parallel_size)
     own = load_profile(gpu.name, tp)
     if own is not None and tp == tensor_parallel_size and dtype in CALIBRATED_DTYPES:
@@ -224,14 +225,16 @@ def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tu
             dict(own["coefficients"]),
             dict(own["uncertainty"]),
             f"calibrated (public profile {own['id']}, {gpu.name})",
+            (own["id"],),
         )
     if own is not None:
         # Its own profile at another tp or dtype: the nearest measurement, but no fold measured that step,
         # so it carries the widest spread leave-one-GPU-out measured.
-        coefficients, sources = dict(own["coefficients"]), [f"{gpu.name} tp{tp} {own['id']}"]
+        coefficients, ids = dict(own["coefficients"]), (own["id"],)
+        sources = [f"{gpu.name} tp{tp} {own['id']}"]
         uncertainty = _spread(coefficients, "all")
     else:
         coefficients, uncertainty, ids, _ = transfer(gpu, tensor_parallel_size)
         names, _ = choose_sources(gpu.name, PROFILED_GPUS)
         sources = [f"{name} {profile_id}" for name, profile_id in zip(names, ids)]
-    return coefficients, uncertainty, f"transferred (from public profiles {', '.join(sources)})"
+    return coefficients, uncertainty, f"transferred (from public profiles {', '.join(sources)})", ids
