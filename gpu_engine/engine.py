@@ -22,6 +22,7 @@ import torch
 
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner, SamplingParams
+from gpu_engine.sweep import Shape, time_reference
 from gpu_engine.weights import WeightLoadError
 from sim.config import Scenario
 from sim.memory import memory_breakdown
@@ -141,9 +142,12 @@ def run_scenario(
     model_path: Path | None = None,
     sampling: SamplingParams | None = None,
     progress: Callable[[int, int], None] | None = None,
+    reference: Shape | None = None,
 ) -> LiveResult:
     """Run the scenario for real (greedy unless `sampling` says otherwise); `progress(done, total)` is
-    called as requests finish."""
+    called as requests finish. With a `reference` step shape (gpu_engine.sweep.reference_shape), its time
+    before and after the run goes into extra["reference_step_s"]: calibration's check that the machine ran
+    this run as fast as it ran the sweep."""
     sampling = sampling or SamplingParams()
     if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
         raise EngineError(
@@ -209,6 +213,8 @@ def run_scenario(
         if progress is not None:
             progress(finished_count, len(workload))
 
+    reference_s = [] if reference is None else [time_reference(runner, reference)]
+    busy_wall_s = busy_cpu_s = 0.0  # over the steps: wall time, and this thread's CPU time
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0
     while scheduler.num_unfinished or arrivals.due:
@@ -217,7 +223,12 @@ def run_scenario(
         if not scheduler.num_unfinished:
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             continue
+        wall_s, cpu_s = time.perf_counter(), time.thread_time()
         step(scheduler, runner, clock, on_finished)
+        busy_wall_s += time.perf_counter() - wall_s
+        busy_cpu_s += time.thread_time() - cpu_s
+    if reference is not None:
+        reference_s.append(time_reference(runner, reference))
 
     measured["block_size"] = e.block_size
     measured["num_gpu_blocks"] = num_blocks
@@ -229,7 +240,13 @@ def run_scenario(
         "memory_predicted": memory_breakdown(_eager(scenario)).to_dict(),
         "weights": "random" if model_path is None else str(model_path),
         "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p},
+        # On CPU (one torch thread, the caller's) the engine computes only while it holds the CPU: the share of
+        # its busy wall time that it did says how much other processes delayed its steps. On CUDA the thread
+        # also waits for the GPU, so the share says nothing there.
+        "cpu_share": busy_cpu_s / busy_wall_s if torch_device.type == "cpu" and busy_wall_s > 0 else None,
     }
+    if reference_s:
+        extra["reference_step_s"] = reference_s
     return LiveResult(workload, recorder, measured, extra)
 
 

@@ -377,6 +377,39 @@ def run_sweep(
     return sweep_rows(grid, steps, measured)
 
 
+REFERENCE_REPEATS = 7  # timed calls of the reference step, after WARMUP_CALLS; the median is kept
+
+
+def reference_shape(max_num_seqs: int, max_model_len: int, block_size: int, max_blocks: int) -> Shape:
+    """The machine-speed reference: a decode step of up to 8 requests after 4 blocks of context each, shrunk
+    to what the limits and `max_blocks` free KV blocks allow. Timed on the sweep's runner when calibrating
+    and on a live run's runner before and after it (`time_reference`), it says whether the machine ran that
+    run as fast as it ran the sweep: a shared machine slows every step when other processes take the CPU."""
+    context = max(1, min(4 * block_size, max_model_len - 2))
+    batch = max(1, min(8, max_num_seqs, max_blocks // cdiv(context + 1, block_size)))
+    return Shape(num_decode=batch, decode_context=context)
+
+
+def time_reference(runner, shape: Shape, seed: int = 0) -> float:
+    """Median wall seconds of the reference step on this runner (its KV pool must be free: between runs).
+    The step is built on a KV manager of its own over the runner's pool; the blocks it writes are free ones."""
+    import torch
+
+    kv = KVCacheManager(runner.num_blocks, runner.block_size, enable_caching=False)
+    scheduled = build_step(shape, kv, runner.spec.vocab_size, np.random.default_rng(seed), itertools.count()).scheduled
+    sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
+    for _ in range(WARMUP_CALLS):
+        runner.execute(scheduled)
+    times = []
+    for _ in range(REFERENCE_REPEATS):
+        sync()
+        t0 = time.perf_counter()
+        runner.execute(scheduled)
+        sync()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
 def blocks_for_grid(
     max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int, block_size: int, limit: int
 ) -> int:

@@ -371,6 +371,9 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+CPU_SHARE_WARNING = 0.9  # `planner run --device cpu`: below this share of CPU time the figures measure the load
+
+
 def cmd_run(args) -> int:
     try:
         from gpu_engine.engine import EngineError, run_scenario
@@ -399,6 +402,13 @@ def cmd_run(args) -> int:
         "measured", scenario, result.recorder, result.memory, wl.num_rejected, wl.num_truncated, result.extra
     )
     _emit(args, summary, result.recorder, f"{scenario.name} (measured on {result.extra['device_name']})")
+    share = result.extra.get("cpu_share")
+    if share is not None and share < CPU_SHARE_WARNING:
+        print(
+            f"planner: warning: the engine computed only {share:.0%} of its busy time: other processes held the CPU,"
+            " and its latencies include their waits (run it again on a quieter machine to measure the engine)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -141,3 +141,24 @@ def test_left_over_budget_buys_samples_where_the_median_is_uncertain():
     assert len(measured[0].samples) > len(measured[1].samples) == sweep.MAX_ROUNDS
     assert sweep.median_ci(measured[1].totals()) < sweep.UNSTABLE_CI
     assert machine.now <= 1.0 + 0.05
+
+
+@pytest.mark.parametrize(
+    "max_num_seqs, max_model_len, max_blocks, expected",
+    [(16, 512, 1000, (8, 64)), (2, 512, 1000, (2, 64)), (16, 512, 12, (2, 64)), (16, 20, 1000, (8, 18))],
+)
+def test_reference_shape_fits_the_limits(max_num_seqs, max_model_len, max_blocks, expected):
+    shape = sweep.reference_shape(max_num_seqs, max_model_len, 16, max_blocks)
+    assert (shape.num_decode, shape.decode_context) == expected and shape.step_class == "decode"
+    assert shape.num_blocks(16) <= max_blocks and shape.decode_context + 1 < max_model_len
+
+
+def test_reference_step_is_timed_on_the_runner_and_leaves_its_pool_free():
+    scenario = load_scenario("scenarios/cpu_tiny.yaml")
+    runner = ModelRunner(scenario.model, scenario.dtype, "cpu", 64, 16)
+    shape = sweep.reference_shape(16, scenario.max_model_len, 16, 63)
+    calls = []
+    execute = runner.execute
+    runner.execute = lambda scheduled: calls.append(len(scheduled)) or execute(scheduled)
+    assert sweep.time_reference(runner, shape) > 0
+    assert calls == [shape.num_decode] * (sweep.WARMUP_CALLS + sweep.REFERENCE_REPEATS)

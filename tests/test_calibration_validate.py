@@ -1,6 +1,8 @@
 """Held-out validation's pieces on tiny hand-made cases: the error table, the saturation flag, the held-out
 scenarios themselves, the report and calibration.md, and the figures."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,50 @@ def test_figures_are_written(tmp_path):
 def test_coverage_is_measured_inside_the_interval():
     intervals = {"metrics": {"a": {"low": 1.0, "high": 2.0}, "b": {"low": 1.0, "high": 2.0}, "c": {"low": None}}}
     assert validate.coverage({"a": 1.5, "b": 2.5, "c": 1.0}, intervals) == {"a": True, "b": False, "c": None}
+
+
+def test_machine_check_tells_a_busy_machine():
+    assert validate.machine_check({"reference_step_s": [0.0101, 0.0104], "cpu_share": 0.97}, 0.01, 1).clean
+    slow = validate.machine_check({"reference_step_s": [0.010, 0.014], "cpu_share": 0.97}, 0.01, 1)
+    assert not slow.clean and slow.slowdown == pytest.approx(0.4) and "BUSY MACHINE" in slow.describe()
+    descheduled = validate.machine_check({"reference_step_s": [0.010, 0.010], "cpu_share": 0.5}, 0.01, 2)
+    assert not descheduled.clean and "50%" in descheduled.describe() and "best of 2" in descheduled.describe()
+    assert descheduled.badness > slow.badness
+    on_cuda = validate.machine_check({"reference_step_s": [0.02, 0.02], "cpu_share": None}, 0.02, 1)
+    assert on_cuda.clean and on_cuda.cpu_share is None
+    assert validate.machine_check({}, None, 1).clean  # nothing measured: nothing to flag
+
+
+def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch):
+    """run_held_out re-runs a held-out scenario while the reference step is slower than at the sweep, keeps
+    the cleanest run, and flags it when every attempt was busy."""
+    import gpu_engine.engine as engine
+
+    real = engine.run_scenario
+    slowdowns = iter([1.5, 1.3, 1.0] + [1.0] * 4 + [1.4] * 3)  # light: third try clean; the last scenario: never
+    seen = []
+
+    def run_scenario(scenario, device, reference=None):
+        result = real(scenario, device, reference=reference)
+        before, after = result.extra["reference_step_s"]  # the real engine timed the reference around the run
+        assert before > 0 and after > 0 and 0 < result.extra["cpu_share"] <= 1.0
+        factor = next(slowdowns)
+        seen.append(factor)
+        result.extra["reference_step_s"] = [0.01 * factor, 0.01 * factor]
+        result.extra["cpu_share"] = 0.95
+        return result
+
+    monkeypatch.setattr(engine, "run_scenario", run_scenario)
+    base = default_scenario("cpu", None)
+    base = dataclasses.replace(base, engine=dataclasses.replace(base.engine, num_gpu_blocks_override=64))
+    from gpu_engine.sweep import reference_shape
+    from sim.cost_model import CostCoefficients
+
+    shape = reference_shape(base.engine.max_num_seqs, base.max_model_len, base.engine.block_size, 63)
+    runs = validate.run_held_out(base, CostCoefficients(), "cpu", 6, interval_runs=0, reference=(shape, 0.01))
+    assert len(seen) == 3 + 4 + 3  # light ran three times, the last scenario three, the others once
+    light, last = runs[0], runs[-1]
+    assert light.machine.clean and light.machine.attempts == 3
+    assert not last.machine.clean and last.machine.attempts == 3 and last.machine.slowdown == pytest.approx(0.4)
+    text = "\n".join(validate.report_lines(runs, "cpu"))
+    assert "BUSY MACHINE" in text and "Machine check: 5 of 6 live runs ran as fast as the sweep" in text

@@ -154,11 +154,17 @@ def calibrate_scenario(
     )
     runner.allocate(num_blocks)
 
+    # The machine-speed reference (sweep.reference_shape), timed around the sweep here and around every
+    # held-out run: it tells a held-out error from a machine that got busier after the sweep.
+    shape = sweep.reference_shape(e.max_num_seqs, scenario.max_model_len, e.block_size, num_blocks - 1)
+    reference_before = sweep.time_reference(runner, shape)
     bar, sweep_started = Bar(f"sweeping step shapes on {device}"), time.perf_counter()
     try:
         rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar)
     finally:
         bar.close()
+    reference_after = sweep.time_reference(runner, shape)
+    reference_s = min(reference_before, reference_after)
     # On CUDA the runner replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py): fit that form.
     cuda_graphs = runner.decode_graphs is not None
     del runner  # the held-out runs build their own engines: free this one's weights and KV first
@@ -171,6 +177,8 @@ def calibrate_scenario(
         f"Step sweep: {len(stable)} shapes in {time.perf_counter() - sweep_started:.0f} s ({classes});"
         f" {int(rows['num_outliers'].sum())} outlier samples re-measured; {int((~stable).sum())} shapes still noisy"
         f" (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit",
+        f"reference step ({shape.num_decode} decodes after {shape.decode_context} tokens): {reference_before * 1e3:.3g} ms"
+        f" before the sweep, {reference_after * 1e3:.3g} ms after",
     )
     fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
     fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=cuda_graphs)
@@ -198,7 +206,7 @@ def calibrate_scenario(
         held_out = dataclasses.replace(scenario, engine=dataclasses.replace(e, num_gpu_blocks_override=num_blocks))
         say(f"held-out runs on CPU use the sweep's pool of {num_blocks:,} KV blocks (engine.num_gpu_blocks_override)")
     validation_lines = validate_profile(
-        held_out, device, held_out_requests, report_dir, rows, fit, prof, probe_lines(probe)
+        held_out, device, held_out_requests, report_dir, rows, fit, prof, probe_lines(probe), (shape, reference_s)
     )
     say("", *validation_lines, "", f"calibration took {time.perf_counter() - started:.0f} s")
     return saved, validation_lines
@@ -213,6 +221,7 @@ def validate_profile(
     fit,  # fitting.StepFit
     prof,  # profile.Profile
     memory_lines: list[str],
+    reference: tuple | None = None,  # (sweep.Shape, its seconds at the sweep): validate.run_held_out's check
 ) -> list[str]:
     """Held-out runs, the terminal report, and calibration.md + figures in report_dir."""
     from gpu_engine.engine import EngineError
@@ -223,7 +232,13 @@ def validate_profile(
     coefficients = fit.coefficients
     try:
         runs = run_held_out(
-            scenario, coefficients, device, num_requests, lambda name: say(f"held-out run: {name}"), fit.uncertainty
+            scenario,
+            coefficients,
+            device,
+            num_requests,
+            lambda name: say(f"held-out run: {name}"),
+            fit.uncertainty,
+            reference=reference,
         )
     except EngineError as e:
         raise PlannerError(f"held-out validation: {e}") from e
