@@ -64,6 +64,22 @@ def test_from_fits_a_run_folder(run_dir, tmp_path, capsys):
     assert profile.source == "live-runs" and profile.model == "tiny-llama"
 
 
+def test_from_warns_of_a_run_on_a_busy_cpu(run_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert 0 < summary["cpu_share"] <= 1  # the live run measured its share of the CPU
+    quiet, busy = tmp_path / "quiet", tmp_path / "busy"  # copies: the real run's share depends on this machine
+    for folder, share in ((quiet, 0.98), (busy, 0.42)):
+        shutil.copytree(run_dir, folder)
+        (folder / "summary.json").write_text(json.dumps(summary | {"cpu_share": share}))
+    capsys.readouterr()
+    assert main(["calibrate", "--from", str(quiet), str(busy), "--out", str(tmp_path / "p.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {busy}: the engine computed only 42%" in out and f"warning: {quiet}:" not in out
+
+
 def cli(*args: str, block_torch: bool = False) -> subprocess.CompletedProcess:
     code = "import sys\n"
     if block_torch:  # as on a machine without the engine extra: `import torch` fails

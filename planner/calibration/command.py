@@ -336,7 +336,7 @@ def _from_runs(args) -> int:
     from planner.calibration import fitting, profile
 
     started = time.perf_counter()
-    prof = fitting.fit_from_runs(args.from_runs)
+    prof = fitting.fit_from_runs(args.from_runs, warn=say)
     path = args.out or profile.default_profile_dir() / f"{prof.model}-{prof.dtype}-runs-{prof.id}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     saved = profile.save_profile(prof, path)

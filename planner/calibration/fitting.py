@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -286,11 +287,23 @@ def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
     return summary, scenario, {name: table[name] for name in table.dtype.names}
 
 
-def fit_from_runs(run_dirs: list[Path]) -> Profile:
-    """One profile fitted to the steps of several `planner run` folders of the same model, dtype and GPU."""
+BUSY_CPU_SHARE = 0.9  # a CPU run whose engine computed less of its busy time waited for other processes
+
+
+def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda line: None) -> Profile:
+    """One profile fitted to the steps of several `planner run` folders of the same model, dtype and GPU.
+    `warn` hears of runs measured on a busy CPU (their stalled steps are down-weighted by the robust loss,
+    but a run that was slow throughout pulls every coefficient)."""
     if not run_dirs:
         raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
     runs = [read_run(Path(d)) for d in run_dirs]
+    for (summary, _, _), run_dir in zip(runs, run_dirs):
+        share = summary.get("cpu_share")
+        if isinstance(share, int | float) and share < BUSY_CPU_SHARE:
+            warn(
+                f"warning: {run_dir}: the engine computed only {share:.0%} of its busy time (other processes held"
+                " the CPU): its step times include their waits"
+            )
     summary0, scenario, _ = runs[0]
     key = (scenario.model.name, scenario.dtype, scenario.hardware.gpu.name, summary0.get("device_name"))
     for (summary, other, _), run_dir in zip(runs, run_dirs):
