@@ -190,3 +190,24 @@ def test_serve_line_passes_the_flag():
     line = vllm_serve_command(s)
     assert "--tensor-parallel-size 2" in line and line.endswith("--enable-expert-parallel")
     assert "--enable-expert-parallel" not in vllm_serve_command(_load(QWEN3_MOE, 2, False))
+
+
+def test_sizing_candidates_keep_expert_parallel_where_there_is_more_than_one_gpu():
+    from planner.sizing.candidates import enumerate_candidates
+    from planner.sizing.spec import load_sizing
+
+    q = load_sizing(
+        QWEN3_MOE,
+        (
+            "hardware.tensor_parallel_size=2",
+            "hardware.expert_parallel=true",
+            "search.candidates.gpus=[h100-sxm]",
+            "search.candidates.tensor_parallel_sizes=[1, 2, 4]",
+        ),
+    )
+    candidates, _ = enumerate_candidates(q)
+    by_tp = {c.tensor_parallel_size: c.scenario for c in candidates}
+    assert set(by_tp) == {1, 2, 4}
+    assert not by_tp[1].hardware.expert_parallel and "--enable-expert-parallel" not in vllm_serve_command(by_tp[1])
+    for tp in (2, 4):
+        assert by_tp[tp].hardware.expert_parallel and "--enable-expert-parallel" in vllm_serve_command(by_tp[tp])
