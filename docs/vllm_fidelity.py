@@ -303,6 +303,10 @@ FOLLOWED = [  # (vLLM function, file, what we follow, our module)
     ("Worker.determine_available_memory, GPUModelRunner.profile_cudagraph_memory",
      "vllm/v1/worker/gpu_worker.py, gpu_model_runner.py",
      "requested memory minus weights, activation peak, non-torch growth and the CUDA-graph estimate", "sim/memory.py"),
+    ("FusedMoEParallelConfig.make, determine_expert_map", "vllm/model_executor/layers/fused_moe/",
+     ("expert parallel: experts whole on the tensor-parallel ranks (the first experts % tp get one more), the"
+      " MoE output all-reduced as without it (all-to-all kernels need data parallel)"),
+     "sim/memory.py, sim/cost_model.py"),
 ]  # fmt: skip
 
 
