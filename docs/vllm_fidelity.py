@@ -6,9 +6,12 @@ docs/vllm-fidelity.md (the table of logs, their settings, vLLM's figures, ours a
 
 Each log's settings are written as a scenario mapping, validated like a scenario file, so unset keys take
 the values `vllm serve` would (sim/defaults.py). vLLM's num_gpu_blocks is "GPU KV cache size" / block_size
-when the log prints it, else "Available KV cache memory" / block bytes (that figure is rounded to 0.01 GiB).
-`comparable` says whether the log's vLLM accounts memory as the one this model follows (v1, v0.21+); the
-others are listed so the difference is on record, and their error does not count against the target.
+when the log prints it, else "Available KV cache memory" / block bytes (that figure is rounded to 0.01 GiB;
+the block bytes are our page size, which the KV-per-token checks below hold to vLLM's). `comparable` says
+whether the log's vLLM accounts memory as the one this model follows (v1, v0.21+); the others are listed so
+the difference is on record, and their error does not count against the target. Logs from before v0.21 did
+not subtract a CUDA-graph estimate: their scenarios set enforce_eager true, which in the memory model only
+drops that term (the logged runs captured graphs).
 """
 
 from __future__ import annotations
@@ -35,6 +38,49 @@ H100_AS_LOGGED = {
     "bf16_tflops": 989,
     "memory_bandwidth_gbps": 3350,
 }
+
+# The total the llm-d measurements logged ("H100 GPU (79.18 GiB)").
+H100_LLMD = {**H100_AS_LOGGED, "memory_bytes": int(79.18 * GIB)}
+# Qwen/Qwen3-235B-A22B-FP8 config.json: Qwen3-235B-A22B's fields (planner/catalog/models.yaml) with fp8
+# weights in 128x128 blocks, one float32 scale each (routers, embeddings and lm_head stay bf16).
+QWEN3_235B_FP8 = {
+    "name": "qwen3-235b-a22b-fp8",
+    "model_type": "qwen3_moe",
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "norm_topk_prob": True,
+    "num_hidden_layers": 94,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": False,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"},
+}
+LLMD_URL = (
+    "https://github.com/llm-d/llm-d-benchmark/blob/4f4d44943c39b76b28e30dfa1fb0dfaf1ee894b5/"
+    "config_explorer/empirical-vllm-memory-results.md"
+)
+OLD_SAMPLER = (
+    " Most of the rest: this vLLM's activation peak at max_num_seqs 1024 is far above our model's (7.38 GiB"
+    " measured for both gpt-oss models, 4.76 GiB for the dense Llama-3.1-8B in the same table, against our"
+    " MLP peak + sampler of about 3 GiB and 2.3 GiB): the same gap on a dense model points at the profiling"
+    " run's sampler over 1024 rows of logits in that version, not at the MoE layers; not changed here (our"
+    " sampler term follows the v0.21 log, at 256 rows)."
+)
+MXFP4_WEIGHTS = (
+    " vLLM loads the MXFP4 experts repacked for its kernels (triton_kernels' swizzled layout on Hopper, Marlin"
+    " on Ampere), {more} above the checkpoint we count; we have not found the rule that sizes it, so the"
+    " weights stay the checkpoint's (the issue's target) and this part of the error is on record."
+)
 
 LOGS = [
     {
@@ -80,22 +126,168 @@ LOGS = [
         "notes": "v0.6.5 counted the CUDA context and cuBLAS workspaces in non-torch memory (1.79 GiB against"
         " the 0.2 GiB v1 logs show, the context being created before v1's baseline): most of our error.",
     },
+    {
+        "source": "llm-d/llm-d-benchmark empirical-vllm-memory-results.md, gpt-oss-20b",
+        "url": LLMD_URL,
+        "vllm": "0.11.0",
+        "comparable": False,
+        "settings": "gpt-oss-20b (MXFP4 experts, 12 sliding-window + 12 full layers), 1x H100 (79.18 GiB logged),"
+        " gpu_memory_utilization 0.9, max_model_len 16000, block_size 128, prefix caching, other keys default"
+        " (8192 tokens, 1024 sequences)",
+        "scenario": {
+            "model": "gpt-oss-20b",
+            "hardware": {"gpu": H100_LLMD},
+            "engine": {"max_model_len": 16000, "block_size": 128, "enforce_eager": True},
+        },
+        "vllm_kv_gib": 50.28,
+        "vllm_weights_gib": 13.47,
+        "vllm_figures": "Model loading took 13.47 GiB; activation 7.38 GiB; non-torch 0.13 GiB; Available KV cache"
+        " memory 50.28 GiB (figures read from the start-up logs into a table; the raw log is not published)",
+        "notes": "Weights: 0.65 GiB of our error." + MXFP4_WEIGHTS.format(more="5% (0.65 GiB)") + OLD_SAMPLER,
+    },
+    {
+        "source": "llm-d/llm-d-benchmark empirical-vllm-memory-results.md, gpt-oss-120b",
+        "url": LLMD_URL,
+        "vllm": "0.11.0",
+        "comparable": False,
+        "settings": "gpt-oss-120b (MXFP4 experts, 18 sliding-window + 18 full layers), 1x H100 (79.18 GiB"
+        " logged), gpu_memory_utilization 0.9, max_model_len 16000, block_size 128, prefix caching, other keys"
+        " default (8192 tokens, 1024 sequences)",
+        "scenario": {
+            "model": "gpt-oss-120b",
+            "hardware": {"gpu": H100_LLMD},
+            "engine": {"max_model_len": 16000, "block_size": 128, "enforce_eager": True},
+        },
+        "vllm_kv_gib": 3.33,
+        "vllm_weights_gib": 64.38,
+        "vllm_figures": "Model loading took 64.38 GiB; activation 7.38 GiB; non-torch 0.13 GiB; Available KV cache"
+        " memory 3.33 GiB (as the row above, a table of logged figures)",
+        "notes": "Weights: 3.6 GiB of our error (the same 64.38 GiB is logged by v0.14.1 in vllm-project/vllm"
+        " #33155, 65.97 GiB by v0.10.1 in #23278)."
+        + MXFP4_WEIGHTS.format(more="6% (3.6 GiB)")
+        + OLD_SAMPLER
+        + " The pool is small, so the"
+        " relative error is large: we would promise twice the blocks vLLM found.",
+    },
+    {
+        "source": "vllm-project/vllm#27508 (2025-10-31)",
+        "url": "https://github.com/vllm-project/vllm/issues/27508",
+        "vllm": "0.11.0 (assumed: the log's line numbers, gpu_worker.py:298 and core.py:708, are v0.11.0's)",
+        "comparable": False,
+        "settings": "`vllm serve openai/gpt-oss-120b --gpu-memory-utilization 0.95 --max-num-batched-tokens"
+        " 1024`: 1x H100 (catalog total 79.11 GiB assumed: not logged), max_model_len 131072 (the model's),"
+        " max_num_seqs 1024 (default)",
+        "scenario": {
+            "model": "gpt-oss-120b",
+            "hardware": {"gpu": "h100-sxm"},
+            "engine": {"gpu_memory_utilization": 0.95, "max_num_batched_tokens": 1024, "enforce_eager": True},
+        },
+        "vllm_kv_gib": 1.71,
+        "vllm_figures": "Available KV cache memory 1.71 GiB (then: not enough for one request of 131,072 tokens)",
+        "notes": "The log gives no weights or activation figure. The llm-d rows of the same version name the"
+        " likely causes: ~3.6 GiB of MXFP4 repacking and an activation peak at 1024 sequences ~4.4 GiB above"
+        " ours (here our MLP peak is only 0.08 GiB, the budget being 1024 tokens, so that gap would not be the"
+        " forward's). With 1.71 GiB left the relative error is very large. Both say the deployment cannot take"
+        " one request of max_model_len.",
+    },
+    {
+        "source": "myoceane.fr, vLLM on A100 (2026-04-18)",
+        "url": "https://myoceane.fr/index.php/ai-vllm-a100-gemma-4/",
+        "vllm": "0.19.0",
+        "comparable": False,
+        "settings": "`vllm serve openai/gpt-oss-20b --max-model-len 131072 --gpu-memory-utilization 0.65`: 1x A100"
+        " 80GB (assumed: the post says A100, and the figures need the 80 GB part; total 79.15 GiB from the"
+        " catalog), other keys default (2048 tokens, 256 sequences on an A100)",
+        "scenario": {
+            "model": "gpt-oss-20b",
+            "hardware": {"gpu": "a100-80gb"},
+            "engine": {"max_model_len": 131072, "gpu_memory_utilization": 0.65, "enforce_eager": True},
+        },
+        "vllm_kv_gib": 36.56,
+        "vllm_weights_gib": 13.72,
+        "vllm_figures": "Model loading took 13.72 GiB; Available KV cache memory 36.56 GiB",
+        "notes": "Weights: 0.90 GiB of our 1.13 GiB error (Marlin's MXFP4 layout on Ampere)."
+        + MXFP4_WEIGHTS.format(more="7% (0.90 GiB)")
+        + " The remaining 0.23 GiB (0.6% of the pool) is not attributed; the v0.11 activation gap at 1024"
+        " sequences does not appear at this GPU's 256.",
+    },
+    {
+        "source": "vllm-project/vllm#21348 (2025-07-22)",
+        "url": "https://github.com/vllm-project/vllm/issues/21348",
+        "vllm": "unknown, July 2025 (v0.9/v0.10: before the CUDA-graph estimate)",
+        "comparable": False,
+        "settings": "`vllm serve Qwen3-235B-A22B-FP8 --tensor-parallel-size 4` (with an LMCache KV connector):"
+        " 4x H100 (catalog total assumed), all else default: gpu_memory_utilization 0.9, max_model_len 40960,"
+        " 8192 tokens, 1024 sequences",
+        "scenario": {
+            "model": QWEN3_235B_FP8,
+            "hardware": {"gpu": "h100-sxm", "tensor_parallel_size": 4},
+            "engine": {"enforce_eager": True},
+        },
+        "vllm_num_gpu_blocks": 178_880 // 16,  # "GPU KV cache size: 178,880 tokens"
+        "vllm_figures": "Available KV cache memory 8.11 GiB; GPU KV cache size 178,880 tokens",
+        "notes": "KV per token agrees within 1.1% (8.11 GiB / 178,880 = 48.7 kB against our 48,128 B: 94 layers,"
+        " one KV head per rank; the 0.01 GiB rounding is 0.06%, the rest we cannot explain from the log); the"
+        " pool does not: we leave 3.6 GiB more. The weights were not logged. The other logs of"
+        " that period show an activation peak at 1024 sequences 2.5-4.4 GiB above ours (see the gpt-oss rows),"
+        " which would account for most of it; not changed here.",
+    },
+]
+
+# vLLM's own statement of a page size: "X GiB KV cache is needed" for one request of max_model_len, or
+# Available KV cache memory / GPU KV cache size. These check kv_bytes_per_token alone.
+KV_PER_TOKEN_CHECKS = [
+    {
+        "source": "vllm-project/vllm#15871 (2025-04-02)",
+        "url": "https://github.com/vllm-project/vllm/issues/15871",
+        "model": "deepseek-v2-lite",
+        "tp": 1,
+        "tokens": 32768,
+        "vllm_gib": 0.95,
+        "exact": True,  # vLLM computes it as page size x layers x tokens: only its rounding differs
+        "vllm_figures": 'DeepSeek-V2-Lite-Chat, v0.8.3 (v1): "0.95 GiB KV cache is needed" for max seq len 32768',
+    },
+    {
+        "source": "vllm-project/vllm#21348 (2025-07-22)",
+        "url": "https://github.com/vllm-project/vllm/issues/21348",
+        "model": QWEN3_235B_FP8,
+        "tp": 4,
+        "tokens": 178_880,
+        "vllm_gib": 8.11,
+        "exact": False,  # the pool over its token count: block rounding and unlogged layout in between
+        "vllm_figures": "Qwen3-235B-A22B-FP8, tp 4: Available KV cache memory 8.11 GiB for 178,880 tokens",
+    },
 ]
 
 
+def _scenario(data: dict, source: str):
+    return validate_mapping({"workload": {"arrival": {"rate": 1.0}}, **data}, source, REPO)
+
+
 def evaluate(log: dict) -> dict:
-    data = {"workload": {"arrival": {"rate": 1.0}}, **log["scenario"]}
-    scenario = validate_mapping(data, log["source"], REPO)
+    scenario = _scenario(log["scenario"], log["source"])
     mem = memory_breakdown(scenario)
-    error = mem.num_gpu_blocks / log["vllm_num_gpu_blocks"] - 1
+    vllm_blocks = log.get("vllm_num_gpu_blocks") or int(log["vllm_kv_gib"] * GIB) // mem.block_bytes
     return {
+        "vllm_blocks": vllm_blocks,
         "ours": mem.num_gpu_blocks,
-        "error": error,
+        "error": mem.num_gpu_blocks / vllm_blocks - 1,
         "cuda_graph_gib": mem.cuda_graph_bytes / GIB,
         "kv_gib": mem.kv_cache_bytes / GIB,
+        "weights_gib": mem.weights_bytes / GIB,
+        "activation_gib": mem.activation_bytes / GIB,
         "max_num_seqs": scenario.engine.max_num_seqs,
         "max_num_batched_tokens": scenario.engine.max_num_batched_tokens,
     }
+
+
+def kv_per_token_check(check: dict) -> dict:
+    """Our KV bytes for the check's token count against vLLM's GiB (rounded to 0.01 GiB in its log)."""
+    hardware = {"gpu": "h200", "tensor_parallel_size": check["tp"]}
+    scenario = _scenario({"model": check["model"], "hardware": hardware}, check["source"])
+    ours_gib = memory_breakdown(scenario).kv_bytes_per_token * check["tokens"] / GIB
+    name = scenario.model.name
+    return {"model": name, "ours_gib": ours_gib, "error": ours_gib / check["vllm_gib"] - 1}
 
 
 FOLLOWED = [  # (vLLM function, file, what we follow, our module)
@@ -111,6 +303,10 @@ FOLLOWED = [  # (vLLM function, file, what we follow, our module)
     ("Worker.determine_available_memory, GPUModelRunner.profile_cudagraph_memory",
      "vllm/v1/worker/gpu_worker.py, gpu_model_runner.py",
      "requested memory minus weights, activation peak, non-torch growth and the CUDA-graph estimate", "sim/memory.py"),
+    ("FusedMoEParallelConfig.make, determine_expert_map", "vllm/model_executor/layers/fused_moe/",
+     ("expert parallel: experts whole on the tensor-parallel ranks (the first experts % tp get one more), the"
+      " MoE output all-reduced as without it (all-to-all kernels need data parallel)"),
+     "sim/memory.py, sim/cost_model.py"),
 ]  # fmt: skip
 
 
@@ -140,16 +336,33 @@ def render() -> str:
         r = evaluate(log)
         lines.append(
             f"| [{log['source']}]({log['url']}) | {log['vllm']} | {log['settings']} | {log['vllm_figures']} |"
-            f" {log['vllm_num_gpu_blocks']:,} | {r['ours']:,} | {r['error']:+.2%} |"
+            f" {r['vllm_blocks']:,} | {r['ours']:,} | {r['error']:+.2%} |"
             f" {'yes' if log['comparable'] else 'no: other accounting'} |"
         )
     lines += ["", "Notes:", ""]
     for log in LOGS:
         r = evaluate(log)
         lines.append(
-            f"- {log['source']}: {log['notes']} Ours: {r['kv_gib']:.2f} GiB for KV, CUDA graphs"
+            f"- {log['source']}: {log['notes']} Ours: weights {r['weights_gib']:.2f} GiB, activation"
+            f" {r['activation_gib']:.2f} GiB, {r['kv_gib']:.2f} GiB for KV, CUDA graphs"
             f" {r['cuda_graph_gib']:.2f} GiB, max_num_seqs {r['max_num_seqs']}, max_num_batched_tokens"
             f" {r['max_num_batched_tokens']}."
+        )
+    lines += [
+        "",
+        "## KV per token",
+        "",
+        "Where a log states the KV bytes of a known token count, that checks `kv_bytes_per_token` alone (vLLM's",
+        "page sizes: `FullAttentionSpec`, `MLAAttentionSpec`; vLLM's figure is rounded to 0.01 GiB):",
+        "",
+        "| log | what vLLM says | tokens | vLLM GiB | ours GiB | error |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for check in KV_PER_TOKEN_CHECKS:
+        r = kv_per_token_check(check)
+        lines.append(
+            f"| [{check['source']}]({check['url']}) | {check['vllm_figures']} | {check['tokens']:,} |"
+            f" {check['vllm_gib']:.2f} | {r['ours_gib']:.3f} | {r['error']:+.2%} |"
         )
     return "\n".join(lines) + "\n"
 

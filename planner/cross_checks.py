@@ -40,6 +40,21 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
             " NVLink 450 on an H100, PCIe Gen4 x16 32) in the inline gpu mapping",
         )  # fmt: skip
 
+    # Expert parallel: vLLM accepts the flag for any model and ignores it where it means nothing (a dense model,
+    # or one GPU: `FusedMoEParallelConfig.make` sets use_ep only for tp x dp > 1); asked for there, it would be
+    # silently dropped, so it is refused.
+    if hw.expert_parallel and not m.is_moe:
+        fail(
+            "hardware.expert_parallel", True,
+            f"is only for mixture-of-experts models; {m.name} is dense (it has no experts to place); allowed: false",
+        )  # fmt: skip
+    if hw.expert_parallel and tp == 1:
+        fail(
+            "hardware.expert_parallel", True,
+            "needs hardware.tensor_parallel_size > 1 (the experts are placed whole across the tensor-parallel"
+            " ranks; on one GPU there is nothing to split); allowed: false at tensor_parallel_size 1",
+        )  # fmt: skip
+
     # max_model_len: the model's limit by default; above it is an error, as in vLLM.
     limit = m.max_position_embeddings
     max_len = eng.max_model_len or limit

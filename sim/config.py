@@ -255,6 +255,10 @@ class HardwareConfig:
     tensor_parallel_size: int = 1
     replicas: int = 1
     router: str = "round_robin"  # round_robin | least_outstanding
+    # vLLM's --enable-expert-parallel: a mixture of experts' routed experts are placed whole on the
+    # tensor-parallel ranks (each rank holds ceil or floor of num_experts / tp of them) instead of every expert
+    # being split across all ranks; attention, dense MLPs and shared experts stay tensor parallel.
+    expert_parallel: bool = False
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sim.config import DTYPE_BYTES, Scenario
-from sim.memory import kv_bytes_per_token_per_layer
+from sim.memory import (
+    expert_parallel_size,
+    expert_tensor_parallel_size,
+    kv_bytes_per_token_per_layer,
+    max_local_experts,
+)
 
 HOST_DEVICES = ("cpu",)  # catalog GPUs that are the host itself: no CUDA graphs, nothing overlaps
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vLLM's cap on the default capture sizes (VllmConfig._set_cudagraph_sizes)
@@ -92,6 +97,15 @@ def expected_experts_touched(num_tokens, num_experts: int, top_k: int):
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_tokens)
 
 
+def expected_local_experts_touched(num_tokens, num_experts: int, top_k: int, num_local_experts: int):
+    """Of one rank's num_local_experts (expert parallel), the distinct ones a step's tokens activate, in
+    expectation: every expert is touched with the same probability, so the local share of
+    `expected_experts_touched`. The busiest rank sets the step time; this prices the rank that holds the
+    most experts at its expected load, not the expected maximum over ranks of a random routing (which is
+    higher at small batches, e.g. one token's top-k landing on fewer ranks than k): a lower bound there."""
+    return expected_experts_touched(num_tokens, num_experts, top_k) * (num_local_experts / num_experts)
+
+
 def _minimum(a, b):
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.minimum(a, b)
@@ -128,10 +142,19 @@ class CostModel:
         dense_bytes, expert_bytes = m.weight_bytes(dtype_bytes)
         self.linear_bytes = (dense_bytes - outside * dtype_bytes) / tp  # read by every step
         self.linear_flops_per_token = 2 * (m.active_params - outside) / tp
-        # Routed experts: a step reads the distinct experts its tokens go to, in every MoE layer.
+        # Routed experts: a step reads the distinct experts its tokens go to, in every MoE layer. Without
+        # expert parallel each rank holds a 1/tp slice of all num_experts; with it (`sim.memory.
+        # max_local_experts`) the busiest rank holds local_experts whole ones and computes the tokens routed to
+        # them: on average local_experts / num_experts of every token's top-k (the same as 1/tp when tp
+        # divides num_experts, more on the rank with the extra expert when not).
         self.num_experts, self.top_k = m.num_experts, m.num_experts_per_tok
+        self.local_experts = max_local_experts(scenario) if m.is_moe else 0
+        expert_tp = expert_tensor_parallel_size(scenario)
         # per expert index, summed over the MoE layers (expert_bytes covers every layer)
-        self.expert_bytes_per_touch = expert_bytes / m.num_experts / tp if m.is_moe else 0.0
+        self.expert_bytes_per_touch = expert_bytes / m.num_experts / expert_tp if m.is_moe else 0.0
+        if expert_parallel_size(scenario) > 1:
+            routed_flops = 2 * m.num_moe_layers * m.num_experts_per_tok * m.expert_weights
+            self.linear_flops_per_token += routed_flops * (self.local_experts / m.num_experts - 1 / tp)
         self.lm_head_flops_per_row = 2 * m.hidden_size * m.vocab_size / tp
         self.lm_head_bytes = m.hidden_size * m.vocab_size * dtype_bytes / tp
         heads_per_layer = m.num_attention_heads / tp
@@ -161,7 +184,11 @@ class CostModel:
             link = (scenario.hardware.gpu.interconnect_bandwidth_gbps or 0) * 1e9 * c.interconnect_efficiency
             if link <= 0:
                 raise ValueError(f"tensor parallel {tp} needs hardware.gpu.interconnect_bandwidth_gbps")
-            calls = 2 * m.num_hidden_layers  # after attention and after the MLP
+            # After attention and after the MLP. Expert parallel does not change this: without data parallel
+            # every rank already holds every token, computes its own experts' share and the MoE output is
+            # all-reduced as before; vLLM's all-to-all dispatch/combine kernels run only with dp_size > 1
+            # (`FusedMoEParallelConfig.use_all2all_kernels`), which the planner does not model.
+            calls = 2 * m.num_hidden_layers
             ring_bytes_per_token = 2 * (tp - 1) / tp * m.hidden_size * dtype_bytes
             self.allreduce_s_per_token = calls * ring_bytes_per_token / link
             self.allreduce_fixed_s = calls * c.allreduce_latency_s
@@ -171,8 +198,8 @@ class CostModel:
         experts the expected distinct experts its tokens touch in every MoE layer."""
         if not self.num_experts:
             return self.linear_bytes
-        return self.linear_bytes + self.expert_bytes_per_touch * expected_experts_touched(
-            num_tokens, self.num_experts, self.top_k
+        return self.linear_bytes + self.expert_bytes_per_touch * expected_local_experts_touched(
+            num_tokens, self.num_experts, self.top_k, self.local_experts
         )
 
     def _roof(self, flops, nbytes, flops_per_s=None):

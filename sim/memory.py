@@ -16,7 +16,7 @@ term, the same as this model with enforce_eager true.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from math import ceil
 
 from sim.config import DTYPE_BYTES, Scenario
@@ -149,13 +149,41 @@ def sliding_window_blocks(scenario: Scenario) -> int:
     return ceil(tokens / e.block_size) + 1
 
 
+def expert_parallel_size(scenario: Scenario) -> int:
+    """The ranks a mixture of experts' routed experts are placed on whole (vLLM's ep_size), 1 without expert
+    parallel. vLLM's `FusedMoEParallelConfig.make` (vllm/model_executor/layers/fused_moe/config.py) makes it
+    tp x dp with --enable-expert-parallel, and the experts' own tensor-parallel size 1; the planner's replicas
+    are independent engines (no data parallel), so it is the tensor-parallel size."""
+    hw = scenario.hardware
+    return hw.tensor_parallel_size if hw.expert_parallel and scenario.model.is_moe else 1
+
+
+def expert_tensor_parallel_size(scenario: Scenario) -> int:
+    """The ranks each routed expert is split over (by its intermediate dimension): tp, or 1 under expert
+    parallel (the experts are whole)."""
+    return 1 if expert_parallel_size(scenario) > 1 else scenario.hardware.tensor_parallel_size
+
+
+def max_local_experts(scenario: Scenario) -> int:
+    """Routed experts per MoE layer on the rank that holds the most. vLLM's `determine_expert_map`
+    (fused_moe/layer.py; expert_map_manager.py in later versions), linear placement: every rank gets
+    num_experts // ep_size and the first num_experts % ep_size ranks one more, so the largest holds the
+    ceiling. Without expert parallel every rank holds a slice of every expert."""
+    return ceil(scenario.model.num_experts / expert_parallel_size(scenario))
+
+
 def weights_bytes(scenario: Scenario) -> int:
     """Every parameter once, every expert included, quantised weights at their stored size with their scales
-    (ModelSpec.weight_bytes), split evenly over tensor-parallel ranks (vLLM shards experts over TP ranks too,
-    by their intermediate dimension; norms, routers and MLA's small down-projections are replicated:
-    negligible)."""
+    (ModelSpec.weight_bytes), on the rank that holds the most. Split evenly over tensor-parallel ranks (vLLM
+    shards experts over TP ranks too, by their intermediate dimension; norms, routers and MLA's small
+    down-projections are replicated: negligible). Under expert parallel the routed experts are not sliced but
+    placed whole (`max_local_experts`): with an uneven count the largest rank's share sets the memory, and
+    vLLM profiles every rank and keeps the smallest KV pool."""
     dense, experts = scenario.model.weight_bytes(DTYPE_BYTES[scenario.dtype])
-    return int(dense + experts) // scenario.hardware.tensor_parallel_size
+    tp = scenario.hardware.tensor_parallel_size
+    if expert_parallel_size(scenario) == 1:
+        return int(dense + experts) // tp
+    return int(dense) // tp + int(experts * max_local_experts(scenario) / scenario.model.num_experts)
 
 
 # vLLM's fused MoE processes at most this many tokens at once (VLLM_FUSED_MOE_CHUNK_SIZE, vllm/envs.py).
@@ -169,14 +197,16 @@ def forward_peak_bytes(scenario: Scenario, tokens: int) -> int:
     activated product [T, I/tp]. MoE layer, as vLLM's `fused_experts_impl` allocates its workspaces for
     M = min(T, chunk) tokens: cache13 [M, top_k, max(2*I/tp, hidden)] (gate_up output and the experts' down
     output share it), cache2 [M * top_k, I/tp], plus the residual, the normed input, the layer's output
-    [T, hidden] and the router's float32 logits [T, experts]."""
+    [T, hidden] and the router's float32 logits [T, experts]. Under expert parallel (tensor parallel 1 for
+    the experts) I is the whole expert's width: without data parallel every rank gets every token and the
+    workspaces are sized for all M x top_k routed rows, those of other ranks' experts skipped (expert_map -1)."""
     m, tp = scenario.model, scenario.hardware.tensor_parallel_size
     dtype = DTYPE_BYTES[scenario.dtype]
     peak = 0
     if m.num_dense_mlp_layers:
         peak = tokens * dtype * (2 * m.hidden_size + 3 * m.intermediate_size // tp)
     if m.num_moe_layers:
-        width, k = m.moe_intermediate_size // tp, m.num_experts_per_tok
+        width, k = m.moe_intermediate_size // expert_tensor_parallel_size(scenario), m.num_experts_per_tok
         chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
         workspace = chunk * k * (max(2 * width, m.hidden_size) + width) * dtype
         moe = tokens * dtype * 3 * m.hidden_size + workspace + tokens * m.num_experts * 4
@@ -278,13 +308,17 @@ def tensor_parallel_that_fits(scenario: Scenario, mem: MemoryBreakdown) -> int |
     request of max_model_len, plus NCCL's buffers, fits. The activation peak is kept as it is (its MLP part
     shrinks with more GPUs, so this errs towards more GPUs)."""
     tp_now, m = scenario.hardware.tensor_parallel_size, scenario.model
-    weights_total = mem.weights_bytes * tp_now
     kv_request = mem.kv_bytes_per_token * mem.max_model_len  # one request, on one GPU now
     kv_shards = not m.is_mla  # MLA's latent is replicated on every rank: more GPUs do not shrink it
     fixed = mem.activation_bytes + mem.cuda_graph_bytes + non_torch_bytes(2)
     for tp in tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads):
         kv = kv_request * tp_now / tp if kv_shards else kv_request
-        if tp > tp_now and weights_total / tp + kv + fixed < mem.usable_bytes:
+        if tp <= tp_now:
+            continue
+        # at tp (the weights' split is recomputed: under expert parallel it stops shrinking once every rank
+        # holds one expert)
+        weights = weights_bytes(replace(scenario, hardware=replace(scenario.hardware, tensor_parallel_size=tp)))
+        if weights + kv + fixed < mem.usable_bytes:
             return tp
     return None
 

@@ -27,5 +27,19 @@ def test_num_gpu_blocks_within_target_of_vllms_log(log):
     assert abs(result["error"]) <= fidelity.TARGET_ERROR, (result["ours"], log["vllm_num_gpu_blocks"])
 
 
+@pytest.mark.parametrize(
+    "check", [c for c in fidelity.KV_PER_TOKEN_CHECKS if c["exact"]], ids=lambda check: check["source"]
+)
+def test_kv_per_token_matches_vllms_stated_need(check):
+    # vLLM prints the need to 0.01 GiB: ours must round to the same figure
+    assert round(fidelity.kv_per_token_check(check)["ours_gib"], 2) == check["vllm_gib"]
+
+
+def test_every_listed_log_evaluates_with_its_settings():
+    for log in fidelity.LOGS:
+        result = fidelity.evaluate(log)
+        assert result["vllm_blocks"] > 0 and result["ours"] > 0, log["source"]
+
+
 def test_the_page_is_current():
     assert (REPO / "docs" / "vllm-fidelity.md").read_text() == fidelity.render()

@@ -92,7 +92,9 @@ def _build(q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict)
     engine = dataclasses.replace(base.engine, **settings)
     if "max_num_batched_tokens" not in raw_engine:  # the default for this candidate's chunked-prefill setting
         engine = dataclasses.replace(engine, max_num_batched_tokens=EngineConfig().max_num_batched_tokens)
-    hardware = HardwareConfig(gpu, tp, 1, base.hardware.router)
+    # The scenario's expert_parallel applies to the candidates of more than one GPU (vLLM ignores the flag on
+    # one; the scenario check refuses it there, which would drop every 1-GPU candidate).
+    hardware = HardwareConfig(gpu, tp, 1, base.hardware.router, base.hardware.expert_parallel and tp > 1)
     scenario = dataclasses.replace(base, dtype=dtype, hardware=hardware, engine=engine)
     try:
         scenario = check_relations(scenario, {**q.raw, "engine": raw_engine}, Ctx(q.source, Path(q.source).parent))

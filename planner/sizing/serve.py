@@ -40,6 +40,8 @@ def vllm_serve_command(s: Scenario) -> str:
         "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
         f"--kv-cache-dtype {e.kv_cache_dtype}",
     ]
+    if s.hardware.expert_parallel:  # experts placed whole across the tensor-parallel ranks
+        parts.append("--enable-expert-parallel")
     if s.model.model_type == "qwen":  # first-generation Qwen ships its modelling code in the repository
         parts.append("--trust-remote-code")
     return " ".join(parts)
