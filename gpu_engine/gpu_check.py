@@ -9,6 +9,9 @@ target of issue 15 beside its measured figure:
   store_kv / measured copy bandwidth           >= 70%
   engine / transformers static generate        >= 3x
   host time per decode step                    (printed beside the step; no target)
+and last `planner calibrate --gpu --model llama-3.1-8b` (random weights: timings do not depend on their values),
+whose profile and held-out validation (calibration.md) land in --out/calibration/ for committing under
+planner/calibrations/ (issue 8), the measured total memory with them.
 Outputs (the benchmarks' JSON, the test log) go to --out. Exit status: 0 when every stage ran and every
 target was met, 1 when a target was missed or a stage failed, 2 without a CUDA device (nothing measured).
 """
@@ -101,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpu_engine.gpu_check", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("gpu_check_out"), help="folder for logs and JSON")
     parser.add_argument("--skip-tests", action="store_true", help="only the benchmarks")
+    parser.add_argument("--calibrate-model", default="llama-3.1-8b", help="catalog model for planner calibrate --gpu")
+    parser.add_argument("--calibrate-budget-s", type=float, default=180.0, help="its step sweep's budget")
+    parser.add_argument("--skip-calibrate", action="store_true", help="leave out planner calibrate --gpu")
     opts = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("error: no GPU: torch sees no CUDA device, so nothing here can be measured (the CPU-side checks are "
@@ -118,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     ok &= run_stage("kernel sweep", [py, "-m", "kernels.bench", "--sweep", "--json", str(kernels_json)],
                     opts.out / "kernels.log")  # fmt: skip
     ok &= run_stage("engine bench", [py, "-m", "gpu_engine.bench", "--json", str(engine_json)], opts.out / "engine.log")
+    if not opts.skip_calibrate:
+        folder = opts.out / "calibration"
+        command = [py, "-m", "planner.cli", "calibrate", "--gpu", "--model", opts.calibrate_model, "--budget-s",
+                   str(opts.calibrate_budget_s), "--out", str(folder / f"{opts.calibrate_model}-gpu.yaml")]  # fmt: skip
+        ok &= run_stage("calibrate", command, opts.out / "calibrate.log")
     kernels = json.loads(kernels_json.read_text()) if kernels_json.exists() else None
     engine = json.loads(engine_json.read_text()) if engine_json.exists() else None
     rows = targets(kernels, engine)
