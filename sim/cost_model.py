@@ -2,17 +2,16 @@
 
 A step has a device side and a host (CPU) side.
 
-Device: each term combines a compute time, flops / (peak_flops * flops_efficiency), and a memory time,
-bytes / (peak_bw * bandwidth_efficiency): the linear layers (the weights the step reads, once, at their
-stored size: for a mixture of experts the dense part plus the experts its tokens are routed to; 2 flops per
-weight a token goes through, at the GPU's fp8 rate for fp8 weights) and the LM head over the sampled rows,
-which are GEMMs, as sqrt(compute^2 + memory^2) (`gemm_s`: why below); attention over the cached context
-(each row's K/V, or MLA's latent, read once per layer; 4 flops per head_dim per query-key pair: QK^T and PV;
-sliding-window layers over the window only) and the KV writes as max(compute, memory); under tensor parallel
-two ring all-reduces of the
-hidden states per layer; the kernel launches the device waits for, per layer, which CUDA graphs remove
-for decode batches up to the largest capture size; and per-request work per layer that does not scale with
-tokens (0 for batched attention kernels).
+Device: each term combines a compute time, flops / (peak_flops * flops_efficiency), and a memory time, bytes /
+(peak_bw * bandwidth_efficiency): the linear layers (the weights the step reads, once, at their stored size:
+for a mixture of experts the dense part plus the experts its tokens are routed to; 2 flops per weight a token
+goes through, at the GPU's fp8 rate for fp8 weights) and the LM head over the sampled rows, which are GEMMs,
+as sqrt(compute^2 + memory^2) (`gemm_s`: why below); attention over the cached context (each row's K/V, or
+MLA's latent, read once per layer; 4 flops per head_dim per query-key pair: QK^T and PV; sliding-window layers
+over the window only) and the KV writes as max(compute, memory); under tensor parallel two ring all-reduces of
+the hidden states per layer; the kernel launches the device waits for, per layer, which CUDA graphs remove for
+decode batches up to the largest capture size; and per-request work per layer that does not scale with tokens
+(0 for batched attention kernels).
 
 Host: scheduling and input preparation per step, plus block tables, sampling and detokenising per row.
 
@@ -24,17 +23,17 @@ serial model (host + device, and every launch paid), as does the `cpu` device, w
 share the same cores. The coefficients are few and physical so that calibration can fit them.
 
 Why the GEMMs are a 2-norm, not max(compute, memory): measured GEMMs do not turn sharply from bandwidth- to
-compute-bound at the ridge point (tokens = peak_flops / bandwidth, ~150-300 on these GPUs). Between about 64
-and 512 tokens whole layers run 15-30% slower than max() (tiles that do not fill the GPU's waves, weight
-reads and math overlapping only partly), and a max() fit to Vidur's public per-layer timings (A100, A40,
-H100 at tp 1-8: docs/fidelity.md) could not get below 11.8-16.3% p90 however its efficiencies were set.
-(c^p + m^p)^(1/p) with p fitted per GPU and tp lands at p = 1.5-2.2 (2 within two standard errors in 10 of
-12 fits) and a free p improves the median by at most 0.5 points over p = 2, so p is fixed at 2: no extra
-coefficient. The 2-norm is 41% above max() at the ridge and within 3% of it a factor of 4 either side; it
-brings the per-layer fit to 2.3-5.4% median, 7-13% p90 (`python -m planner.fidelity`, "The cost model's
-form"). Attention and the KV writes keep max(): no measurement here covers them, and their kernels are far
-from the ridge in both phases (decode streams the KV cache, prefill is compute-bound). `floors` keeps max()
-too: it is a bound no engine can beat, at 100% of the spec peaks.
+compute-bound at the ridge point (tokens = peak_flops / bandwidth, ~150-300 on these GPUs): near it they run
+slower than max() says (tiles that do not fill the GPU's waves, weight reads and math overlapping only
+partly), and a max() fit to Vidur's public per-layer timings (A100, A40, H100 at tp 1-8: docs/fidelity.md)
+could not get below 11.8-16.3% p90 however its efficiencies were set. (c^p + m^p)^(1/p) with p fitted per GPU
+and tp lands at p = 1.47-2.15 (2 within two standard errors in 10 of 12 fits) and a free p improves the median
+by at most 0.5 points over p = 2, so p is fixed at 2: no extra coefficient. The 2-norm is 41% above max() at
+the ridge and within 3% of it a factor of 4 either side; it brings the per-layer fit to 2.3-5.4% median, 7-13%
+p90 (`python -m planner.fidelity`, "The cost model's form"). Attention and the KV writes keep max(): no
+measurement here covers them (whether their kernels turn as gradually is not known), so they keep the form
+they had. `floors` keeps max() too: it is a bound no engine can beat, at 100% of the spec peaks.
+
 Works on scalars and numpy arrays; one step's path stays on plain floats (the simulator's speed).
 """
 
