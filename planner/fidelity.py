@@ -131,9 +131,9 @@ def section_profiles(ops, ar) -> list[str]:
         (
             "One profile per GPU and tensor-parallel degree (`planner/calibrations/<gpu>-tp<N>.yaml`). Per-layer: "
             "the cost model's linear term (sqrt(compute^2 + memory^2), plus its per-layer launch term) against the "
-            "measured time of a whole layer (every operator Vidur timed). Per-step: all layers, two all-reduces per layer at tp > 1 (measured vs the fitted all-reduce "
-            "price) and the embedding: the part of a step's GPU time these data cover (no attention, LM head or "
-            "CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
+            "measured time of a whole layer (every operator Vidur timed). Per-step: all layers, two all-reduces "
+            "per layer at tp > 1 (measured vs the fitted all-reduce price) and the embedding: the part of a step's "
+            "GPU time these data cover (no attention, LM head or CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
             "on the same rows."
         ),
         "",
@@ -458,7 +458,7 @@ FORM_NOTE = """## The cost model's form, as the per-operator data see it
 The cost model prices a layer's linears as one GEMM term over all of the layer's weights, the 2-norm
 sqrt(compute^2 + memory^2) (`sim.cost_model.gemm_s`; the LM head too), plus a per-layer launch term
 (`launch_overhead_per_layer_s`, fitted {launch_lo:.0f}-{launch_hi:.0f} us per layer: a layer runs 9 kernels
-of a few microseconds each whatever their size). Until this page's form change it was max(compute, memory).
+of a few microseconds each whatever their size). It used to be max(compute, memory).
 The table below fits both, and a p-norm (compute^p + memory^p)^(1/p) with p free, by the same fitter to the
 same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 

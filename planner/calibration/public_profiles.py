@@ -6,11 +6,12 @@ schema of planner/calibration/profile.py: source `public-operator-profiles`, mod
 transfer table `planner/calibrations/vidur/transfer.yaml` (planner.calibration.transfer).
 
 What a profile holds, per (GPU, tensor-parallel degree): flops_efficiency, bandwidth_efficiency and
-launch_overhead_per_layer_s fitted to whole layers (public_fit), interconnect_efficiency and allreduce_latency_s fitted to NCCL all-reduce times
-in one NVSwitch node (none for the A40: Vidur measured no all-reduce on it). Not in the data, so not in the
-profile (they keep the cost model's defaults or come from `planner calibrate`): the CPU-side overheads
-(step_overhead_s, per_row_overhead_s). Attention is not in the data either: the cost model prices it with
-the same bandwidth and flops efficiencies, i.e. from the fitted kernels' bandwidth.
+launch_overhead_per_layer_s fitted to whole layers (public_fit), interconnect_efficiency and
+allreduce_latency_s fitted to NCCL all-reduce times in one NVSwitch node (none for the A40: Vidur measured no
+all-reduce on it). Not in the data, so not in the profile (they keep the cost model's defaults or come from
+`planner calibrate`): the CPU-side overheads (step_overhead_s, per_row_overhead_s). Attention is not in the
+data either: the cost model prices it with the same bandwidth and flops efficiencies, i.e. from the fitted
+kernels' bandwidth.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ PROVENANCE = (
     "with planner.calibration.fit.fit_relative. Flops/bandwidth efficiencies and the per-layer launch term: the "
     "cost model's linear term over all of a layer's weights (sqrt(compute^2 + memory^2), sim.cost_model.gemm_s) "
     "plus launch_overhead_per_layer_s, fitted to the measured time of whole layers (linears, norms, rotary, "
-    "activation, add), in float16. {allreduce} Not measured, so not in this profile: attention (priced by the cost model "
-    "from these bandwidth/flops efficiencies), the LM head, and CPU-side overheads."
+    "activation, add), in float16. {allreduce} Not measured, so not in this profile: attention (priced by the "
+    "cost model from these bandwidth/flops efficiencies), the LM head, and CPU-side overheads."
 )
 
 
