@@ -199,9 +199,9 @@ class CostModel:
             num_tokens, self.num_experts, self.top_k
         )
 
-    def _roof(self, flops, nbytes, flops_per_s=None):
-        """max(compute, memory): attention and the KV writes (no data on their ridge)."""
-        compute_s, memory_s = flops / (flops_per_s or self.flops_per_s), nbytes / self.bytes_per_s
+    def _roof(self, flops, nbytes):
+        """max(compute, memory): attention and the KV writes (no data on their ridge). GEMMs use `_gemm`."""
+        compute_s, memory_s = flops / self.flops_per_s, nbytes / self.bytes_per_s
         if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
             return np.maximum(compute_s, memory_s)
         return max(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
