@@ -130,11 +130,11 @@ def section_profiles(ops, ar) -> list[str]:
         "",
         (
             "One profile per GPU and tensor-parallel degree (`planner/calibrations/<gpu>-tp<N>.yaml`). Per-layer: "
-            "the cost model's linear roofline against the measured time of a whole layer (every operator Vidur "
-            "timed). Per-step: all layers, two all-reduces per layer at tp > 1 (measured vs the fitted all-reduce "
-            "price) and the embedding: the part of a step's GPU time these data cover (no attention, LM head or "
-            "CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
-            "on the same rows. The form change proposed below is in the next table."
+            "the cost model's linear term (sqrt(compute^2 + memory^2), plus its per-layer launch term) against the "
+            "measured time of a whole layer (every operator Vidur timed). Per-step: all layers, two all-reduces "
+            "per layer at tp > 1 (measured vs the fitted all-reduce price) and the embedding: the part of a step's "
+            "GPU time these data cover (no attention, LM head or CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
+            "on the same rows."
         ),
         "",
     ]
@@ -161,82 +161,48 @@ def section_profiles(ops, ar) -> list[str]:
     return out
 
 
-def proposed_fit(ops, gpus: tuple[str, ...], tp: int):
+def _max_form(b, fe, be):
     from planner.calibration import public_fit as pf
 
-    return pf.fit_linear_proposed(pf.batch([r for r in ops if r.gpu in gpus and r.tensor_parallel_size == tp]))
+    return pf.layer_time_norm_s(b, fe, be, np.inf)
 
 
-def proposed_form(fit):
-    from planner.calibration import public_fit as pf
-
-    floor = fit.as_dict()["kernel_floor_s"]
-    return lambda b, fe, be: pf.layer_time_proposed_s(b, fe, be, floor)
-
-
-def section_proposed(ops, ar) -> list[str]:
+def section_form(ops, ar) -> tuple[list[str], dict]:
+    """The linear term as max() (the form before), as the 2-norm (the cost model's) and as a p-norm with p
+    fitted, each fitted by the same fitter to the same rows; all-reduce terms as in the profiles. Returns
+    the table and the figures the note above it quotes."""
     from planner.calibration import public_fit as pf
     from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
     from planner.calibration.transfer import load_profile
 
-    out = [
-        "The same fit (same rows, same fitter) with the proposed form; all-reduce terms as in the profiles.",
-        "",
-    ]
-    rows = []
+    rows, figures = [], {"p": [], "p_near_2": 0, "median_gain": [], "max_layer_p90": [], "norm_layer": []}
     for gpu in PROFILED_GPUS:
         for tp in TENSOR_PARALLEL_SIZES:
-            fit = proposed_fit(ops, (gpu,), tp)
+            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+            b = pf.batch(sel)
             profile = load_profile(gpu, tp)["coefficients"]
-            c = {k: v for k, v in profile.items() if k != pf.LAUNCH_NAME} | fit.as_dict()
-            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
-            layer, step = _step_errors(sel, ar, gpu, tp, c, proposed_form(fit))
-            med, p90 = errors(step)
+            before = profile | pf.fit_layers(b, _max_form).as_dict()
+            layer_max, step_max = _step_errors(sel, ar, gpu, tp, before, _max_form)
+            layer_2, step_2 = _step_errors(sel, ar, gpu, tp, profile)
+            free = pf.fit_layers_free_norm(b)
+            p, p_std = free.as_dict()[pf.NORM_NAME], free.std_dict()[pf.NORM_NAME]
+            figures["p"].append(p)
+            figures["p_near_2"] += abs(p - 2) <= 2 * p_std
+            figures["median_gain"].append(errors(layer_2)[0] - free.median_abs_error)
+            figures["max_layer_p90"].append(errors(layer_max)[1])
+            figures["norm_layer"].append(errors(layer_2))
+            both = "{} / {}".format
             rows.append(
-                [gpu, tp, f"{c['flops_efficiency']:.3f}", f"{c['bandwidth_efficiency']:.3f}",
-                 f"{1e6 * c['kernel_floor_s']:.2f}", *map(pct, errors(layer)), pct(med), pct(p90),
-                 "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"]
+                [gpu, tp, both(*map(pct, errors(layer_max))), both(*map(pct, errors(step_max))),
+                 both(*map(pct, errors(layer_2))), both(*map(pct, errors(step_2))), f"{p:.2f} ± {p_std:.2f}",
+                 both(pct(free.median_abs_error), pct(free.p90_abs_error))]
             )  # fmt: skip
-    out += table(
-        ["GPU", "tp", "flops_efficiency", "bandwidth_efficiency", "kernel_floor_s (us)", "layer median",
-         "layer p90", "step median", "step p90", "target met"],
+    out = table(
+        ["GPU", "tp", "max() layer med / p90", "max() step med / p90", "2-norm layer med / p90",
+         "2-norm step med / p90", "fitted p", "free p layer med / p90"],
         rows,
     )  # fmt: skip
-    return out
-
-
-def section_launch(ops, ar) -> list[str]:
-    """The max form plus a per-layer launch floor: the cost model's form."""
-    from planner.calibration import public_fit as pf
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
-    from planner.calibration.transfer import load_profile
-
-    out = [
-        (
-            "The max form plus a per-layer launch floor (`public_fit.fit_linear_launch`: the cost model adds "
-            "`launch_overhead_per_layer_s` to steps not replayed from a CUDA graph, and `public_profiles` fits it):"
-        ),
-        "",
-    ]
-    rows = []
-    for gpu in PROFILED_GPUS:
-        for tp in TENSOR_PARALLEL_SIZES:
-            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
-            fit = pf.fit_linear_launch(pf.batch(sel))
-            c = load_profile(gpu, tp)["coefficients"] | fit.as_dict()
-            layer, step = _step_errors(sel, ar, gpu, tp, c)
-            med, p90 = errors(step)
-            rows.append(
-                [gpu, tp, f"{c['flops_efficiency']:.3f}", f"{c['bandwidth_efficiency']:.3f}",
-                 f"{1e6 * c[pf.LAUNCH_NAME]:.1f}", *map(pct, errors(layer)), pct(med), pct(p90),
-                 "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"]
-            )  # fmt: skip
-    out += table(
-        ["GPU", "tp", "flops_efficiency", "bandwidth_efficiency", "launch per layer (us)", "layer median",
-         "layer p90", "step median", "step p90", "target met"],
-        rows,
-    )  # fmt: skip
-    return out
+    return out, figures
 
 
 def section_streaming(ops) -> list[str]:
@@ -248,7 +214,7 @@ def section_streaming(ops) -> list[str]:
     out = [
         (
             "Weights streamed per second at decode batch sizes (1-8 tokens), as a fraction of the spec bandwidth, "
-            "median over models: the four linear kernels alone, and the whole layer; beside it the max-form "
+            "median over models: the four linear kernels alone, and the whole layer; beside it the "
             "profile's bandwidth_efficiency, which attention inherits in the cost model."
         ),
         "",
@@ -296,6 +262,7 @@ def section_models(ops, ar) -> list[str]:
 
 
 def section_leave_gpu_out(ops, ar) -> list[str]:
+    from planner.calibration import public_fit as pf
     from planner.calibration.transfer import FOLDS_PATH, load_table, load_yaml
 
     folds = load_yaml(FOLDS_PATH)["folds"]
@@ -307,8 +274,8 @@ def section_leave_gpu_out(ops, ar) -> list[str]:
             "others (each row against its own GPU's spec sheet), by the rule `transferred` uses (`same_architecture`, "
             "else `same_memory`, else `all`) and by pooling both others (`all`: e.g. fit on A100 + A40, predict "
             "H100). Operator error = per-layer time (all of a layer's measured operators). Target: within 15% "
-            "median. Beside it, today's spec-sheet defaults on the same held-out rows, and the proposed form "
-            "(below) fitted to the same sources."
+            "median. Beside it, today's spec-sheet defaults on the same held-out rows, and the max() form the cost "
+            'model had before ("The cost model\'s form" above) fitted to the same sources.'
         ),
         "",
     ]
@@ -317,18 +284,19 @@ def section_leave_gpu_out(ops, ar) -> list[str]:
         gpu, tp = f["held_out"], f["tensor_parallel_size"]
         sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
         layer_d, step_d = _step_errors(sel, ar, gpu, tp, _defaults())
-        fit = proposed_fit(ops, tuple(f["sources"]), tp)
-        layer_p, _ = _step_errors(sel, [], gpu, 1, fit.as_dict(), proposed_form(fit))  # layers only
+        sources = [r for r in ops if r.gpu in f["sources"] and r.tensor_parallel_size == tp]
+        before = pf.fit_layers(pf.batch(sources), _max_form).as_dict()
+        layer_max, _ = _step_errors(sel, [], gpu, 1, before, _max_form)  # layers only
         met = "yes" if f["layer_median_abs_error"] <= 0.15 else "**no**"
         rows.append(
             [gpu, " + ".join(f["sources"]), f["rule"], tp, pct(f["layer_median_abs_error"]),
              pct(f["layer_p90_abs_error"]), met, pct(f["step_median_abs_error"]), pct(f["step_p90_abs_error"]),
              "{} / {}".format(*map(pct, errors(layer_d))), "{} / {}".format(*map(pct, errors(step_d))),
-             "{} / {}".format(*map(pct, errors(layer_p)))]
+             "{} / {}".format(*map(pct, errors(layer_max)))]
         )  # fmt: skip
     out += table(
         ["held out", "fitted on", "rule", "tp", "layer median", "layer p90", "<= 15%", "step median", "step p90",
-         "spec-sheet layer med / p90", "spec-sheet step med / p90", "proposed form layer med / p90"],
+         "spec-sheet layer med / p90", "spec-sheet step med / p90", "max() form layer med / p90"],
         rows,
     )  # fmt: skip
     spread = load_table()["relative_std"]
@@ -487,54 +455,106 @@ the cost model's defaults until `planner calibrate` measures them.
 
 FORM_NOTE = """## The cost model's form, as the per-operator data see it
 
-The cost model prices a layer's linears as one roofline, max(compute, memory), plus a per-layer launch
-term. The data show two things the roofline alone cannot express:
+The cost model prices a layer's linears as one GEMM term over all of the layer's weights, the 2-norm
+sqrt(compute^2 + memory^2) (`sim.cost_model.gemm_s`; the LM head too), plus a per-layer launch term
+(`launch_overhead_per_layer_s`, fitted {launch_lo:.0f}-{launch_hi:.0f} us per layer: a layer runs 9 kernels
+of a few microseconds each whatever their size). It used to be max(compute, memory).
+The table below fits both, and a p-norm (compute^p + memory^p)^(1/p) with p free, by the same fitter to the
+same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 
-- **The ridge**: between about 64 and 512 tokens, measured layers are 15-30% slower than max(compute, memory)
-  (the GEMMs do not turn sharply from bandwidth- to compute-bound). A max-form fit trades this off against
-  the ends, so no coefficient pair reaches 5% / 10% p90: this is what still misses the target (table above).
-- **A floor per kernel**: a layer runs 9 kernels, each costing a few microseconds whatever its size. The
-  max form alone can only absorb that into bandwidth_efficiency, which then falls as tensor parallel shrinks
-  the shards (H100: 0.73 at tp 1, 0.48 at tp 8, fitted without the launch term) although the kernels stream
-  no slower. The cost model's `launch_overhead_per_layer_s` now takes it (fitted 35-60 us per layer, see
-  below), and the H100's bandwidth efficiency stays at 0.84-0.90 across tp.
-
-Proposed minimal change (`planner/calibration/public_fit.py::layer_time_proposed_s`, not adopted yet: it would
-change every calibration, the CPU one included, and was not re-validated): the linear term as sqrt(compute^2 + memory^2) (a fitted exponent
-(c^p + m^p)^(1/p) lands at p = 1.5-2.2 everywhere, so p = 2 is fixed) plus one new coefficient,
-kernel_floor_s, per kernel per layer. Its efficiencies then hardly move with tp, which also makes transfer
-across tp and GPUs more reliable (leave-one-GPU-out column `proposed form` below).
+- **The ridge**: measured GEMMs do not turn sharply from bandwidth- to compute-bound at the ridge point
+  (tokens = peak flops / bandwidth): max() fits trade the ridge off against the ends and leave
+  {max_p90_lo:.1f}-{max_p90_hi:.1f}% p90 per layer, however their efficiencies are set. The 2-norm is 41%
+  above max() at the ridge and within 3% of it a factor of 4 either side; it fits each layer within
+  {norm_med_lo:.1f}-{norm_med_hi:.1f}% median, {norm_p90_lo:.1f}-{norm_p90_hi:.1f}% p90.
+- **Why p = 2**: the free p lands at {p_lo:.2f}-{p_hi:.2f}, 2 within two standard errors in {p_near} of
+  {num_fits} fits, and freeing it improves the median per-layer error by at most {gain:.1f} points: p is fixed
+  at 2, no extra coefficient.
+- **What still misses the 5% / 10% per-step target** ({num_met} of {num_profiles} profiles meet it): where
+  the layers alone meet it but the step does not ({by_allreduce}), the all-reduce. Vidur's all-reduce times
+  below 1 MB jump between neighbouring sizes ({jumps}), which a latency + bandwidth price cannot follow; the
+  profiles' all-reduce fits are off by {ar_lo:.0f}-{ar_hi:.0f}% median (`fit.by_class.all_reduce` in each
+  profile). Where the layers themselves miss it too ({by_layers}), their p90.
 """
 
-STREAMING_NOTE = """The max-form fit puts bandwidth_efficiency 5-15% below what the kernels stream at decode batch
-sizes (it trades the ridge off against the ends), so decode steps, and attention, which inherits the same
-efficiency, come out slow: the main cause of the decode-heavy end-to-end figures below being
-under-predicted. The proposed form fits bandwidth_efficiency {proposed} (tp 1), at the streaming figures.
-A cost model that keeps the max form could instead price attention's KV reads with the streaming
-efficiency of the first column (a separate coefficient); neither change is made here.
+STREAMING_NOTE = """The 2-norm's bandwidth_efficiency is what the fit finds for the linears' weight reads once launches
+are priced apart; attention inherits it in the cost model (no data here measure attention). At tp 1 it is
+{tp1} of the spec bandwidth, against {streaming} streamed by the linear kernels alone at 1-8 tokens (first
+column).
 """
 
 
-def _proposed_bandwidth(ops) -> str:
+def _allreduce_jumps(ar) -> str:
+    """The widest spread of measured all-reduce times below 1 MB, over the (setup, workers) the profiles fit."""
+    from planner.calibration.public_data import ALL_REDUCE_SETUPS
+    from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
+
+    spans = {}
+    for r in ar:
+        if r.setup in ALL_REDUCE_SETUPS.values() and r.num_workers in TENSOR_PARALLEL_SIZES and r.size_bytes < 1 << 20:
+            spans.setdefault((r.setup, r.num_workers), []).append(r.ms * 1e3)
+    key = max(spans, key=lambda k: max(spans[k]) / min(spans[k]))
+    lo, hi = min(spans[key]), max(spans[key])
+    return f"e.g. {key[0]}, {key[1]} GPUs: {lo:.0f} to {hi:.0f} us"
+
+
+def _form_note(ar, figures) -> str:
+    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.transfer import load_profile
+
+    profiles = [load_profile(g, tp) for g in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES]
+
+    def meets(e: dict) -> bool:
+        return e["median"] <= 0.05 and e["p90"] <= 0.10
+
+    def names(chosen) -> str:
+        return ", ".join(f"{p['device']['gpu']} tp {p['tensor_parallel_size']}" for p in chosen) or "none"
+
+    step = [{"median": p["fit"]["median_abs_error"], "p90": p["fit"]["p90_abs_error"]} for p in profiles]
+    layer = [p["fit"]["by_class"]["layer"] for p in profiles]
+    launch = [1e6 * p["coefficients"]["launch_overhead_per_layer_s"] for p in profiles]
+    ar_median = [
+        100 * p["fit"]["by_class"]["all_reduce"]["median"] for p in profiles if "all_reduce" in p["fit"]["by_class"]
+    ]
+    med, p90 = zip(*figures["norm_layer"])
+    return FORM_NOTE.format(
+        launch_lo=min(launch), launch_hi=max(launch),
+        max_p90_lo=100 * min(figures["max_layer_p90"]), max_p90_hi=100 * max(figures["max_layer_p90"]),
+        norm_med_lo=100 * min(med), norm_med_hi=100 * max(med), norm_p90_lo=100 * min(p90), norm_p90_hi=100 * max(p90),
+        p_lo=min(figures["p"]), p_hi=max(figures["p"]), p_near=figures["p_near_2"], num_fits=len(figures["p"]),
+        gain=100 * max(figures["median_gain"]), jumps=_allreduce_jumps(ar), ar_lo=min(ar_median), ar_hi=max(ar_median),
+        num_met=sum(map(meets, step)), num_profiles=len(profiles),
+        by_allreduce=names(p for p, s, l in zip(profiles, step, layer) if meets(l) and not meets(s)),
+        by_layers=names(p for p, s, l in zip(profiles, step, layer) if not meets(l) and not meets(s)),
+    )  # fmt: skip
+
+
+def _streaming_note(ops) -> str:
+    from planner.calibration import public_fit as pf
     from planner.calibration.shipped import PROFILED_GPUS
+    from planner.calibration.transfer import load_profile
 
-    return ", ".join(f"{proposed_fit(ops, (g,), 1).as_dict()['bandwidth_efficiency']:.2f} ({g})" for g in PROFILED_GPUS)
+    tp1, streaming = [], []
+    for g in PROFILED_GPUS:
+        tp1.append(f"{load_profile(g, 1)['coefficients']['bandwidth_efficiency']:.2f} ({g})")
+        b = pf.batch([r for r in ops if r.gpu == g and r.tensor_parallel_size == 1 and r.num_tokens <= 8])
+        streaming.append(f"{np.median(b.params_per_layer * pf.DTYPE_BYTES / b.linear_s / b.bandwidth):.2f}")
+    return STREAMING_NOTE.format(tp1=", ".join(tp1), streaming=", ".join(streaming))
 
 
 def render() -> str:
     ops, ar = _data()
+    form_table, figures = section_form(ops, ar)
+    form_section = [_form_note(ar, figures), *form_table]
     parts = [
         HEADER,
         *section_profiles(ops, ar),
         "",
-        FORM_NOTE,
-        *section_proposed(ops, ar),
-        "",
-        *section_launch(ops, ar),
+        *form_section,
         "",
         *section_streaming(ops),
         "",
-        STREAMING_NOTE.format(proposed=_proposed_bandwidth(ops)),
+        _streaming_note(ops),
         *section_models(ops, ar),
         "",
         *section_leave_gpu_out(ops, ar),

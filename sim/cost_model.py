@@ -2,15 +2,16 @@
 
 A step has a device side and a host (CPU) side.
 
-Device: each term is max(flops / (peak_flops * flops_efficiency), bytes / (peak_bw * bandwidth_efficiency)):
-the linear layers (the weights the step reads, once, at their stored size: for a mixture of experts the dense
-part plus the experts its tokens are routed to; 2 flops per weight a token goes through, at the GPU's fp8
-rate for fp8 weights), attention over the cached context (each row's K/V, or MLA's latent, read once per
-layer; 4 flops per head_dim per query-key pair: QK^T and PV; sliding-window layers over the window only),
-the KV writes and the LM head over the sampled rows; under tensor parallel two ring all-reduces of the
-hidden states per layer; the kernel launches the device waits for, per layer, which CUDA graphs remove
-for decode batches up to the largest capture size; and per-request work per layer that does not scale with
-tokens (0 for batched attention kernels).
+Device: each term combines a compute time, flops / (peak_flops * flops_efficiency), and a memory time, bytes /
+(peak_bw * bandwidth_efficiency): the linear layers (the weights the step reads, once, at their stored size:
+for a mixture of experts the dense part plus the experts its tokens are routed to; 2 flops per weight a token
+goes through, at the GPU's fp8 rate for fp8 weights) and the LM head over the sampled rows, which are GEMMs,
+as sqrt(compute^2 + memory^2) (`gemm_s`: why below); attention over the cached context (each row's K/V, or
+MLA's latent, read once per layer; 4 flops per head_dim per query-key pair: QK^T and PV; sliding-window layers
+over the window only) and the KV writes as max(compute, memory); under tensor parallel two ring all-reduces of
+the hidden states per layer; the kernel launches the device waits for, per layer, which CUDA graphs remove for
+decode batches up to the largest capture size; and per-request work per layer that does not scale with tokens
+(0 for batched attention kernels).
 
 Host: scheduling and input preparation per step, plus block tables, sampling and detokenising per row.
 
@@ -20,11 +21,25 @@ prepares step N+1 while the GPU runs step N, so a step takes max(host, device); 
 engine was idle has nothing to hide behind and takes host + device. `engine.enforce_eager: true` keeps the
 serial model (host + device, and every launch paid), as does the `cpu` device, where host and "device"
 share the same cores. The coefficients are few and physical so that calibration can fit them.
+
+Why the GEMMs are a 2-norm, not max(compute, memory): measured GEMMs do not turn sharply from bandwidth- to
+compute-bound at the ridge point (tokens = peak_flops / bandwidth, ~150-300 on these GPUs): near it they run
+slower than max() says (tiles that do not fill the GPU's waves, weight reads and math overlapping only
+partly), and a max() fit to Vidur's public per-layer timings (A100, A40, H100 at tp 1-8: docs/fidelity.md)
+could not get below 11.8-16.3% p90 however its efficiencies were set. (c^p + m^p)^(1/p) with p fitted per GPU
+and tp lands at p = 1.47-2.15 (2 within two standard errors in 10 of 12 fits) and a free p improves the median
+by at most 0.5 points over p = 2, so p is fixed at 2: no extra coefficient. The 2-norm is 41% above max() at
+the ridge and within 3% of it a factor of 4 either side; it brings the per-layer fit to 2.3-5.4% median, 7-13%
+p90 (`python -m planner.fidelity`, "The cost model's form"). Attention and the KV writes keep max(): no
+measurement here covers them (whether their kernels turn as gradually is not known), so they keep the form
+they had. `floors` keeps max() too: it is a bound no engine can beat, at 100% of the spec peaks.
+
 Works on scalars and numpy arrays; one step's path stays on plain floats (the simulator's speed).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -104,6 +119,15 @@ def expected_local_experts_touched(num_tokens, num_experts: int, top_k: int, num
     most experts at its expected load, not the expected maximum over ranks of a random routing (which is
     higher at small batches, e.g. one token's top-k landing on fewer ranks than k): a lower bound there."""
     return expected_experts_touched(num_tokens, num_experts, top_k) * (num_local_experts / num_experts)
+
+
+def gemm_s(compute_s, memory_s):
+    """A GEMM's seconds from its compute time and its memory time: their 2-norm, sqrt(c^2 + m^2), which turns
+    gradually at the ridge as measured GEMMs do (module docstring). The one form the simulator, `planner
+    calibrate`'s fit and the shipped profiles' fit (planner/calibration/public_fit.py) share."""
+    if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
+        return np.hypot(compute_s, memory_s)
+    return math.hypot(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
 
 
 def _minimum(a, b):
@@ -202,18 +226,23 @@ class CostModel:
             num_tokens, self.num_experts, self.top_k, self.local_experts
         )
 
-    def _roof(self, flops, nbytes, flops_per_s=None):
-        compute_s, memory_s = flops / (flops_per_s or self.flops_per_s), nbytes / self.bytes_per_s
+    def _roof(self, flops, nbytes):
+        """max(compute, memory): attention and the KV writes (no data on their ridge). GEMMs use `_gemm`."""
+        compute_s, memory_s = flops / self.flops_per_s, nbytes / self.bytes_per_s
         if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
             return np.maximum(compute_s, memory_s)
         return max(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
 
+    def _gemm(self, flops, nbytes, flops_per_s=None):
+        """The linear layers and the LM head: `gemm_s` of their compute and memory times."""
+        return gemm_s(flops / (flops_per_s or self.flops_per_s), nbytes / self.bytes_per_s)
+
     def device_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens):
         """The device's seconds for a step: the rooflines, the all-reduces and the launches it waits for."""
-        linear = self._roof(
+        linear = self._gemm(
             num_tokens * self.linear_flops_per_token, self.linear_step_bytes(num_tokens), self.linear_flops_per_s
         )
-        lm_head = self._roof(num_sampled * self.lm_head_flops_per_row, (num_sampled > 0) * self.lm_head_bytes)
+        lm_head = self._gemm(num_sampled * self.lm_head_flops_per_row, (num_sampled > 0) * self.lm_head_bytes)
         flops_per_pair = self.attention_flops_per_pair
         if self.mla_decode_extra_flops_per_pair:
             flops_per_pair = flops_per_pair + (num_tokens == num_seqs) * self.mla_decode_extra_flops_per_pair

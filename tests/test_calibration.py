@@ -105,6 +105,43 @@ def test_cuda_graphs_remove_launches_for_decode_batches_up_to_the_capture_size()
     assert eager.device_s(300, 8, 8, 9_000, 4_000) == pytest.approx(graphs.device_s(300, 8, 8, 9_000, 4_000))  # mixed
 
 
+def test_the_linear_layers_turn_gradually_at_the_ridge():
+    """The linears are priced as sqrt(compute^2 + memory^2) (sim/cost_model.py: why): 41% above max() where
+    compute and memory time are equal, within 3% of it a factor of 4 either side; numpy steps equal scalar ones."""
+    scenario = make_scenario(engine={"enforce_eager": True})
+    cm = CostModel(scenario, CostCoefficients(launch_overhead_per_layer_s=0.0))
+    assert not scenario.model.is_moe and scenario.hardware.tensor_parallel_size == 1
+    memory_s = cm.linear_bytes / cm.bytes_per_s
+    ridge = memory_s * cm.linear_flops_per_s / cm.linear_flops_per_token  # tokens where compute = memory
+
+    def linear_s(tokens):  # device time less the KV writes (no context, no sampled rows, tp 1)
+        return cm.device_s(tokens, 1, 0, 0, 0) - tokens * cm.kv_bytes_per_token / cm.bytes_per_s
+
+    for factor, expected in ((1, np.sqrt(2)), (1 / 4, np.hypot(1, 1 / 4)), (4, np.hypot(4, 1)), (1e-3, 1.0)):
+        assert linear_s(factor * ridge) == pytest.approx(expected * memory_s, rel=1e-6), factor
+    # The LM head is a GEMM too: at its ridge (sampled rows where its compute time equals its weight read).
+    sampled = cm.lm_head_bytes / cm.bytes_per_s * cm.flops_per_s / cm.lm_head_flops_per_row
+    lm_head_s = cm.device_s(1, 1, sampled, 0, 0) - cm.device_s(1, 1, 0, 0, 0)
+    compute_s, lm_memory_s = sampled * cm.lm_head_flops_per_row / cm.flops_per_s, cm.lm_head_bytes / cm.bytes_per_s
+    assert lm_head_s == pytest.approx(np.hypot(compute_s, lm_memory_s), rel=1e-6)
+    assert lm_head_s == pytest.approx(np.sqrt(2) * lm_memory_s, rel=1e-6)  # 41% above max()
+    tokens = np.array([ridge / 4, ridge, 4 * ridge])
+    assert cm.device_s(tokens, np.ones(3), np.zeros(3), np.zeros(3), np.zeros(3)) == pytest.approx(
+        [cm.device_s(float(t), 1, 0, 0, 0) for t in tokens], rel=1e-12
+    )
+
+
+def test_a_mixture_of_experts_prices_its_linears_as_one_gemm_term():
+    """The routed experts' weights join the dense part's in the same 2-norm term (not a max())."""
+    scenario = make_scenario(model="qwen3-30b-a3b", engine={"enforce_eager": True})
+    cm = CostModel(scenario, CostCoefficients(launch_overhead_per_layer_s=0.0))
+    for tokens in (1.0, 64.0, 512.0, 4096.0):
+        compute_s = tokens * cm.linear_flops_per_token / cm.linear_flops_per_s
+        memory_s = cm.linear_step_bytes(tokens) / cm.bytes_per_s
+        linear_s = cm.device_s(tokens, 1, 0, 0, 0) - tokens * cm.kv_bytes_per_token / cm.bytes_per_s
+        assert linear_s == pytest.approx(np.hypot(compute_s, memory_s), rel=1e-6), tokens
+
+
 def test_the_cpu_device_is_serial_without_graphs():
     cpu = CostModel(make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "cpu"}))
     assert cpu.serial and cpu.capture_size == 0

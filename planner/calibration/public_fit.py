@@ -1,15 +1,17 @@
 """Fitting the cost model's GPU-side coefficients to the public operator timings (`public_data`).
 
-The cost model (sim/cost_model.py) prices a layer's linear layers as ONE roofline over all of the layer's
-weights: max(2 * params * tokens / tp / (peak_flops * flops_efficiency), params * bytes / tp /
-(bandwidth * bandwidth_efficiency)). It has no separate term for the norms, rotary embedding, activation
-and residual add, so we fit that one roofline to the measured time of the WHOLE layer (every operator in
-Vidur's rows): the elementwise operators are absorbed into the two efficiencies, which therefore read a
-little below the pure GEMM efficiencies. Tensor parallel adds two all-reduces of the hidden states per
+The cost model (sim/cost_model.py) prices a layer's linear layers as ONE GEMM term over all of the layer's
+weights: gemm_s(compute, memory), the 2-norm sqrt(compute^2 + memory^2) of compute = 2 * params * tokens /
+tp / (peak_flops * flops_efficiency) and memory = params * bytes / tp / (bandwidth * bandwidth_efficiency),
+plus launch_overhead_per_layer_s for a step not replayed from a CUDA graph (Vidur's were not). It has no
+separate term for the norms, rotary embedding, activation and residual add, so we fit that term to the
+measured time of the WHOLE layer (every operator in Vidur's rows): the elementwise operators are absorbed
+into the efficiencies and the launch term. Tensor parallel adds two all-reduces of the hidden states per
 layer, priced as allreduce_latency_s + ring bytes / (link * interconnect_efficiency), fitted to the
 measured NCCL all-reduce times at the sizes a step sends. `layer_time_s` and `allreduce_time_s` are the
-cost model's terms written out per row (tests/test_public_profiles.py checks they agree with CostModel);
-`layer_time_proposed_s` is the form change the per-operator data ask for (see its docstring).
+cost model's terms written out per row (tests/test_public_profiles.py checks they agree with CostModel).
+`layer_time_norm_s` is the evidence for the form: the same term as a p-norm, max() at p = inf, which
+docs/fidelity.md fits beside the shipped form (why p = 2: sim/cost_model.py's docstring).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.public_data import AllReduceRow, OperatorRow, gpu_spec
+from sim.cost_model import gemm_s
 
 DTYPE_BYTES = 2  # Vidur profiled in float16; the efficiencies are against the dense fp16/bf16 peak
 LINEAR_NAMES = ("flops_efficiency", "bandwidth_efficiency")
@@ -73,11 +76,27 @@ def batch(rows: list[OperatorRow]) -> Batch:
     )
 
 
-def layer_time_s(b: Batch, flops_efficiency, bandwidth_efficiency) -> np.ndarray:
-    """The cost model's linear term for one layer (CostModel: linear_flops_per_token, linear_bytes)."""
+def _compute_memory_s(b: Batch, flops_efficiency, bandwidth_efficiency) -> tuple[np.ndarray, np.ndarray]:
+    """One layer's linears: (compute seconds, memory seconds), as CostModel counts linear_flops_per_token
+    and linear_bytes."""
     flops = 2 * b.params_per_layer / b.tensor_parallel_size * b.num_tokens
     nbytes = b.params_per_layer * DTYPE_BYTES / b.tensor_parallel_size
-    return np.maximum(flops / (b.peak_flops * flops_efficiency), nbytes / (b.bandwidth * bandwidth_efficiency))
+    return flops / (b.peak_flops * flops_efficiency), nbytes / (b.bandwidth * bandwidth_efficiency)
+
+
+def layer_time_s(b: Batch, flops_efficiency, bandwidth_efficiency) -> np.ndarray:
+    """The cost model's linear term for one layer: sim.cost_model.gemm_s itself."""
+    return gemm_s(*_compute_memory_s(b, flops_efficiency, bandwidth_efficiency))
+
+
+def layer_time_norm_s(b: Batch, flops_efficiency, bandwidth_efficiency, p: float) -> np.ndarray:
+    """The linear term as (compute^p + memory^p)^(1/p): max() at p = inf, the cost model's form at p = 2.
+    Only docs/fidelity.md uses it, to show which p the data ask for."""
+    compute, memory = _compute_memory_s(b, flops_efficiency, bandwidth_efficiency)
+    if np.isinf(p):
+        return np.maximum(compute, memory)
+    top = np.maximum(compute, memory)  # scaled, so that large p does not overflow
+    return top * ((compute / top) ** p + (memory / top) ** p) ** (1 / p)
 
 
 LAUNCH_NAME = "launch_overhead_per_layer_s"
@@ -90,11 +109,14 @@ def predicted_layer_s(b: Batch, coefficients: dict[str, float], form=None) -> np
     return roof + coefficients.get(LAUNCH_NAME, 0.0)
 
 
-def fit_linear_launch(b: Batch) -> FitResult:
-    """flops_efficiency, bandwidth_efficiency and a per-layer launch floor, fitted together: the max form
-    plus launch_overhead_per_layer_s, as sim.cost_model prices an eager layer (Vidur ran no CUDA graphs)."""
+def fit_layers(b: Batch, form=None) -> FitResult:
+    """The fit the shipped profiles use: flops_efficiency, bandwidth_efficiency and the per-layer launch
+    term together, as sim.cost_model prices an eager layer (Vidur ran no CUDA graphs); the launch term is
+    fitted so that the kernels' floors are not absorbed into the efficiencies and then counted twice.
+    `form`: the linear term (default the cost model's, `layer_time_s`)."""
+    form = form or layer_time_s
     return fit_relative(
-        lambda x: layer_time_s(b, x[0], x[1]) + x[2],
+        lambda x: form(b, x[0], x[1]) + x[2],
         b.layer_s,
         (*LINEAR_NAMES, LAUNCH_NAME),
         initial=(0.6, 0.8, 40e-6),
@@ -104,10 +126,20 @@ def fit_linear_launch(b: Batch) -> FitResult:
     )
 
 
-def fit_layers(b: Batch) -> FitResult:
-    """The fit the shipped profiles use: the cost model's form, launch term included (so that the kernels'
-    floors are not absorbed into the efficiencies and then counted twice)."""
-    return fit_linear_launch(b)
+NORM_NAME = "p"
+
+
+def fit_layers_free_norm(b: Batch) -> FitResult:
+    """`fit_layers` with the norm's exponent p fitted too (docs/fidelity.md: does p = 2 fit?)."""
+    return fit_relative(
+        lambda x: layer_time_norm_s(b, x[0], x[1], x[3]) + x[2],
+        b.layer_s,
+        (*LINEAR_NAMES, LAUNCH_NAME, NORM_NAME),
+        initial=(0.6, 0.8, 40e-6, 2.0),
+        lower=(0.01, 0.01, 0.0, 1.0),
+        upper=(1.0, 1.0, 1e-3, 20.0),
+        scale=(1.0, 1.0, 1e-5, 1.0),
+    )
 
 
 def allreduce_bytes(b: Batch) -> np.ndarray:
@@ -143,46 +175,3 @@ def measured_allreduce_s(rows: list[AllReduceRow], size_bytes: np.ndarray) -> np
     times = np.asarray([r.ms for r in rows]) * 1e-3
     order = np.argsort(sizes)
     return np.exp(np.interp(np.log(size_bytes), np.log(sizes[order]), np.log(times[order])))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The form change the per-operator data ask for (not in sim/cost_model.py yet: see docs/fidelity.md)
-
-
-KERNELS_PER_LAYER = 9  # Vidur's layer: 2 norms, QKV, rotary, O, gate/up, activation, down, residual add
-PROPOSED_NAMES = (*LINEAR_NAMES, "kernel_floor_s")
-
-
-def layer_time_proposed_s(b: Batch, flops_efficiency, bandwidth_efficiency, kernel_floor_s) -> np.ndarray:
-    """The form the per-operator data ask for: the linears' roofline as the 2-norm of compute and memory time,
-    sqrt(c^2 + m^2), instead of their max, plus a fixed floor per kernel of the layer.
-
-    - The 2-norm: measured GEMMs do not turn sharply at the ridge point (tokens = peak_flops / bandwidth);
-      between about 64 and 512 tokens they are up to 20-30% slower than max(c, m) (tiles that do not fill
-      the GPU's waves; weight reads and math overlapping only partly). The 2-norm is 41% above the max at the
-      ridge and within 1-3% of it a factor of 4 either side; a fitted exponent (c^p + m^p)^(1/p) lands at
-      p = 1.5-2.2 on every GPU and tp, so p = 2 needs no coefficient.
-    - The floor: every kernel costs at least a few microseconds (launch, a partial wave), whatever its size.
-      Without it the fit pulls bandwidth_efficiency down as tp shards the weights (H100: 0.73 at tp 1, 0.48
-      at tp 8); with it bandwidth_efficiency stays near the kernels' streaming rate at every tp and the floor
-      fits to 2.5-5 us on all three GPUs.
-
-    For CostModel this would mean `_roof` returning np.hypot(compute_s, memory_s) for the linear term and a
-    new coefficient kernel_floor_s adding KERNELS_PER_LAYER * num_hidden_layers * kernel_floor_s per step
-    (and re-running `python -m planner.calibration.public_profiles`)."""
-    flops = 2 * b.params_per_layer / b.tensor_parallel_size * b.num_tokens
-    nbytes = b.params_per_layer * DTYPE_BYTES / b.tensor_parallel_size
-    roof = np.hypot(flops / (b.peak_flops * flops_efficiency), nbytes / (b.bandwidth * bandwidth_efficiency))
-    return roof + KERNELS_PER_LAYER * kernel_floor_s
-
-
-def fit_linear_proposed(b: Batch) -> FitResult:
-    return fit_relative(
-        lambda x: layer_time_proposed_s(b, x[0], x[1], x[2]),
-        b.layer_s,
-        PROPOSED_NAMES,
-        initial=(0.6, 0.8, 5e-6),
-        lower=(0.01, 0.01, 0.0),
-        upper=(1.0, 1.0, 1e-3),
-        scale=(1.0, 1.0, 1e-6),
-    )

@@ -5,12 +5,13 @@
 schema of planner/calibration/profile.py: source `public-operator-profiles`, model null = GPU-wide) and the
 transfer table `planner/calibrations/vidur/transfer.yaml` (planner.calibration.transfer).
 
-What a profile holds, per (GPU, tensor-parallel degree): flops_efficiency and bandwidth_efficiency fitted to
-whole layers (public_fit), interconnect_efficiency and allreduce_latency_s fitted to NCCL all-reduce times
-in one NVSwitch node (none for the A40: Vidur measured no all-reduce on it). Not in the data, so not in the
-profile (they keep the cost model's defaults or come from `planner calibrate`): the CPU-side overheads
-(step_overhead_s, per_row_overhead_s). Attention is not in the data either: the cost model prices it with
-the same bandwidth and flops efficiencies, i.e. from the fitted kernels' bandwidth.
+What a profile holds, per (GPU, tensor-parallel degree): flops_efficiency, bandwidth_efficiency and
+launch_overhead_per_layer_s fitted to whole layers (public_fit), interconnect_efficiency and
+allreduce_latency_s fitted to NCCL all-reduce times in one NVSwitch node (none for the A40: Vidur measured no
+all-reduce on it). Not in the data, so not in the profile (they keep the cost model's defaults or come from
+`planner calibrate`): the CPU-side overheads (step_overhead_s, per_row_overhead_s). Attention is not in the
+data either: the cost model prices it with the same bandwidth and flops efficiencies, i.e. from the fitted
+kernels' bandwidth.
 """
 
 from __future__ import annotations
@@ -37,17 +38,18 @@ from planner.calibration.shipped import PROFILE_DIR, PROFILED_GPUS, TENSOR_PARAL
 VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
 FORMAT = "planner-calibration/1"
 # Step classes by batch size: decode-sized batches are bandwidth-bound, large ones compute-bound, and the
-# ridge between them is where the one-roofline form is worst (public_fit.layer_time_proposed_s).
+# ridge between them is where a max(compute, memory) form was worst (sim/cost_model.py: why the 2-norm).
 STEP_CLASSES = {"small_batch": (1, 64), "ridge": (65, 767), "large_batch": (768, 1 << 30)}
 PROVENANCE = (
-    "Fitted to Vidur's public profiling data (microsoft/vidur, data/profiling/compute/{gpu}/*/*/mlp.csv "
-    "and data/profiling/network/{setup}/all_reduce.csv; MIT licence, copyright Microsoft Corporation, "
+    "Fitted to Vidur's public profiling data (microsoft/vidur, data/profiling/compute/{gpu}/*/*/mlp.csv"
+    "{network}; MIT licence, copyright Microsoft Corporation, "
     "planner/calibrations/vidur/LICENSE), reduced to planner/calibrations/vidur/*.csv by "
     "`python -m planner.calibration.public_data`; fitted by `python -m planner.calibration.public_profiles` "
-    "with planner.calibration.fit.fit_relative. Flops/bandwidth efficiencies: one roofline over all of a "
-    "layer's weights fitted to the measured time of whole layers (linears, norms, rotary, activation, add), "
-    "in float16. {allreduce} Not measured, so not in this profile: attention (priced by the cost model "
-    "from these bandwidth/flops efficiencies), the LM head, and CPU-side overheads."
+    "with planner.calibration.fit.fit_relative. Flops/bandwidth efficiencies and the per-layer launch term: the "
+    "cost model's linear term over all of a layer's weights (sqrt(compute^2 + memory^2), sim.cost_model.gemm_s) "
+    "plus launch_overhead_per_layer_s, fitted to the measured time of whole layers (linears, norms, rotary, "
+    "activation, add), in float16. {allreduce} Not measured, so not in this profile: attention (priced by the "
+    "cost model from these bandwidth/flops efficiencies), the LM head, and CPU-side overheads."
 )
 
 
@@ -164,7 +166,11 @@ def profile_dict(f: GpuFit, created: str) -> dict:
             "by_class": by_class,
         },
         "rows": "vidur/operators.csv",
-        "provenance": PROVENANCE.format(gpu=VIDUR_NAMES[f.gpu], setup=setup, allreduce=allreduce_text),
+        "provenance": PROVENANCE.format(
+            gpu=VIDUR_NAMES[f.gpu],
+            network=f" and data/profiling/network/{setup}/all_reduce.csv" if f.allreduce is not None else "",
+            allreduce=allreduce_text,
+        ),
     }
     import hashlib  # 15 ms of imports: only when writing
 
