@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from planner.sizing.rank import Ranking, worst_ratio
 from planner.sizing.search import Result, SizingResult, median_simulation_s
 from planner.sizing.serve import vllm_serve_command
@@ -82,13 +84,119 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
     ev, c = r.evaluation, r.costs
     p = ev.at_demand.latency_ms
     verb = "Buy" if out.question.search.money.objective == "purchase" else "Rent"
+    odds = ""
+    if r.intervals:
+        odds = (
+            f"; every SLO held in {r.intervals['probability_all_met']:.0%} of {r.intervals['runs']} draws"
+            f" ({_varies_short(r.intervals)})"
+        )
     return (
         f"{verb} {ev.replicas} replica{'s' if ev.replicas > 1 else ''} of {r.candidate.label}"
         f" ({c.num_gpus} {r.candidate.gpu.name} GPU{'s' if c.num_gpus > 1 else ''} in all):"
         f" {_usd(r.objective_usd_per_month)}/month, {_usd(c.rental_usd_per_million_output_tokens, 2)} per 1M output"
         f" tokens, serving {d.value:g} {d.unit} with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
-        f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures)."
+        f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures{odds})."
     )
+
+
+def _varies_short(iv: dict) -> str:
+    return "seeds x coefficient draws" if iv["coefficients_drawn"] else "seeds only: no coefficient uncertainty known"
+
+
+INTERVAL_HEADERS = (
+    "candidate", "rests on", "load / replica", "capacity / replica", "replicas needed", "p50 TTFT ms",
+    "p99 TTFT ms", "p50 TPOT ms", "p99 TPOT ms", "p99 E2E ms", "SLOs met (share of draws)", "draws vary",
+)  # fmt: skip
+
+
+def _interval(v: dict | None, digits: int = 1) -> str:
+    """median [5%-95%]"""
+    if v is None or v["median"] is None:
+        return "-"
+    return f"{v['median']:,.{digits}f} [{v['low']:,.{digits}f}-{v['high']:,.{digits}f}]"
+
+
+def interval_results(out: SizingResult) -> list[Result]:
+    """The candidates with intervals: the recommendation first, then the runner-ups (intervals.interval_picks)."""
+    return out.interval_picks
+
+
+def interval_row(r: Result, unit: str) -> list[str]:
+    iv = r.intervals
+    lat = iv["latency_ms"]
+    slo = [
+        f"{s['metric'].removesuffix('_ms').upper()} {s['stat']} <= {s['bound_ms']:g}: "
+        + ("n/a" if s["probability_met"] is None else f"{s['probability_met']:.0%}")
+        for s in iv["slo"]
+    ]
+    slo.append(f"all, steady: {iv['probability_all_met']:.0%}")
+    replicas = "-"
+    need = iv["replicas_needed"]
+    if need:
+        low, high = need["low"], need["high"]
+        if low is None:
+            replicas = "none enough"
+        else:
+            replicas = str(low) if low == high else f"{low}-{high}" if high else f"{low} or more"
+        notes = []
+        if iv["probability_replicas_suffice"] is not None:
+            notes.append(f"{r.evaluation.replicas} enough in {iv['probability_replicas_suffice']:.0%}")
+        if need["share_none_enough"]:
+            notes.append(f"no count enough in {need['share_none_enough']:.0%}")
+        replicas += f" ({'; '.join(notes)})" if notes else ""
+    digits = 0 if unit == "users" else 2
+    capacity = "-" if iv["capacity_per_replica"] is None else f"{_interval(iv['capacity_per_replica'], digits)} {unit}"
+    return [
+        r.candidate.label,
+        r.candidate.provenance_kind,
+        f"{iv['load']:,.3g} {unit} ({iv['at']})",
+        capacity,
+        replicas,
+        *(_interval(lat[k]) for k in ("p50_ttft", "p99_ttft", "p50_tpot", "p99_tpot", "p99_e2el")),
+        "; ".join(slo),
+        iv["varies"],
+    ]
+
+
+def interval_notes(out: SizingResult) -> list[str]:
+    """Where the intervals come from, and what they cost."""
+    q = out.question
+    n = out.interval_runs
+    seed = q.scenario.workload.seed
+    lines = [
+        (
+            f"each figure is median [5%-95%] over {n} runs per candidate: workload seeds {seed}..{seed + n - 1}, each"
+            " with one draw of the cost-model coefficients from the std its provenance carries"
+        ),
+        (
+            "latencies and SLO shares: one replica at the same load as the table's figures, every request run;"
+            f" capacity: per draw, the same search as the nominal one (to {q.search.probe.tolerance:.0%}, at most"
+            f" {q.search.probe.max_probes} runs) started at the nominal capacity, under the drawn coefficients'"
+            " analytic bound; replicas needed: from each draw's capacity, for the demand with headroom"
+        ),
+    ]
+    kinds = {r.candidate.provenance_kind for r in interval_results(out)}
+    if "calibrated" in kinds:
+        lines.append(
+            "calibrated: draws from the fit's standard errors, the coefficients' statistical uncertainty; the"
+            " cost model's structural error against measured engines is in docs/fidelity.md, not in the interval"
+        )
+    if "transferred" in kinds:
+        lines.append(
+            "transferred: draws from the leave-one-GPU-out spread of the transfer (the error measured when a"
+            " profiled GPU was predicted from the others)"
+        )
+    if any(not r.intervals["coefficients_drawn"] for r in interval_results(out)):
+        lines.append(
+            "seeds only: spec-sheet coefficients (or a profile without a std) carry no uncertainty; their"
+            " intervals vary the workload only, and the model's own error is unknown, not zero"
+        )
+    median = statistics.median(out.interval_simulation_wall_s) if out.interval_simulation_wall_s else 0.0
+    lines.append(
+        f"{len(interval_results(out))} candidates x {n} draws = {out.interval_simulations:,} simulations"
+        f" (median {median:.2f} s); {out.interval_wall_s:.1f} s wall"
+    )
+    return lines
 
 
 def row(r: Result, unit: str) -> list[str]:
@@ -205,6 +313,14 @@ def terminal_lines(out: SizingResult, ranking: Ranking) -> list[str]:
     lines += ["  ".join(rw[i].ljust(w) for i, w in zip(keep, widths)) for rw in rows]
     if ranking.runner_ups:
         lines += ["", "Runner-ups:"] + [f"  {r.candidate.label}: {why}" for r, why in ranking.runner_ups]
+    if interval_results(out):
+        lines += ["", f"90% intervals (median [5%-95%] over {out.interval_runs} draws; report.md says how):"]
+        for r in interval_results(out):
+            rw = interval_row(r, unit)
+            lines.append(
+                f"  {rw[0]} ({rw[1]}): capacity {rw[3]}; replicas {rw[4]}; p99 TTFT {rw[6]} ms; p99 TPOT {rw[8]}"
+                f" ms; {rw[10]}"
+            )
     if ranking.recommended:
         lines += ["", "Serve it with:", *("  " + x for x in serve_lines(ranking)[:2])]
     lines += ["", assumptions(out)[-1]]
