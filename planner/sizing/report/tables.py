@@ -77,9 +77,12 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
         if not ranking.closest:
             return "No candidate could be simulated."
         c = ranking.closest[0]
+        ratio = worst_ratio(c)
+        how_close = f" (its worst SLO value {ratio:.2f}x the bound)" if 0 < ratio < float("inf") else ""
         return (
-            f"No candidate meets the SLOs at {d.value:g} {d.unit}; the closest is {c.candidate.label}"
-            f" ({worst_ratio(c):.2f}x its tightest bound): {c.note}."
+            f"No candidate meets the SLOs at {d.value:g} {d.unit}; the closest is {c.candidate.label}{how_close},"
+            f" which {c.note.removeprefix('not cheaper: ')}. Per GPU below: how close each came and what it"
+            " would take."
         )
     ev, c = r.evaluation, r.costs
     p = ev.at_demand.latency_ms
@@ -87,8 +90,8 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
     odds = ""
     if r.intervals:
         odds = (
-            f"; every SLO held in {r.intervals['probability_all_met']:.0%} of {r.intervals['runs']} draws"
-            f" ({_varies_short(r.intervals)})"
+            f"; every SLO held in {r.intervals['probability_all_met']:.0%} of {r.intervals['runs']} draws of"
+            f" {_varies_short(r.intervals)}"
         )
     return (
         f"{verb} {ev.replicas} replica{'s' if ev.replicas > 1 else ''} of {r.candidate.label}"
@@ -100,7 +103,7 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
 
 
 def _varies_short(iv: dict) -> str:
-    return "seeds x coefficient draws" if iv["coefficients_drawn"] else "seeds only: no coefficient uncertainty known"
+    return "seeds and coefficients" if iv["coefficients_drawn"] else "seeds only (no coefficient uncertainty known)"
 
 
 INTERVAL_HEADERS = (
@@ -154,7 +157,7 @@ def interval_row(r: Result, unit: str) -> list[str]:
         replicas,
         *(_interval(lat[k]) for k in ("p50_ttft", "p99_ttft", "p50_tpot", "p99_tpot", "p99_e2el")),
         "; ".join(slo),
-        iv["varies"],
+        _varies_short(iv),
     ]
 
 
@@ -175,16 +178,19 @@ def interval_notes(out: SizingResult) -> list[str]:
             " analytic bound; replicas needed: from each draw's capacity, for the demand with headroom"
         ),
     ]
-    kinds = {r.candidate.provenance_kind for r in interval_results(out)}
-    if "calibrated" in kinds:
+    drawn: dict[str, set[str]] = {}
+    for r in interval_results(out):
+        drawn.setdefault(r.candidate.provenance_kind, set()).update(r.intervals["coefficients_drawn"])
+    if drawn.get("calibrated"):
         lines.append(
-            "calibrated: draws from the fit's standard errors, the coefficients' statistical uncertainty; the"
-            " cost model's structural error against measured engines is in docs/fidelity.md, not in the interval"
+            f"calibrated: draws of {', '.join(sorted(drawn['calibrated']))} from the fit's standard errors, the"
+            " coefficients' statistical uncertainty; the cost model's structural error against measured engines"
+            " is in docs/fidelity.md, not in the interval"
         )
-    if "transferred" in kinds:
+    if drawn.get("transferred"):
         lines.append(
-            "transferred: draws from the leave-one-GPU-out spread of the transfer (the error measured when a"
-            " profiled GPU was predicted from the others)"
+            f"transferred: draws of {', '.join(sorted(drawn['transferred']))} from the leave-one-GPU-out spread"
+            " of the transfer (the error measured when a profiled GPU was predicted from the others)"
         )
     if any(not r.intervals["coefficients_drawn"] for r in interval_results(out)):
         lines.append(
@@ -208,7 +214,7 @@ def row(r: Result, unit: str) -> list[str]:
         r.candidate.label,
         "-" if not ev or ev.replicas is None else str(ev.replicas),
         "-" if c is None else str(c.num_gpus),
-        "-" if not ev else f"{ev.capacity.load:,.2f} {unit}",
+        "-" if not ev else f"{ev.capacity.load:,.{0 if unit == 'users' else 2}f} {unit}",
         "-" if p is None else f"{_ms(p['p50_ttft'])} / {_ms(p['p99_ttft'])}",
         "-" if p is None else f"{_ms(p['p50_tpot'])} / {_ms(p['p99_tpot'])}",
         "-" if c is None else _usd(c.rental_usd_per_month),
@@ -231,7 +237,7 @@ def not_simulated(out: SizingResult) -> list[Result]:
 
 
 def gpu_verdicts(out: SizingResult, ranking: Ranking) -> list[str]:
-    """Per GPU: its best configuration, or why none of its setups meets the SLOs."""
+    """Per GPU: its best configuration, or the setup that came closest and what meeting the SLOs would take."""
     lines = []
     best = {}
     for r in ranking.feasible:
@@ -244,17 +250,44 @@ def gpu_verdicts(out: SizingResult, ranking: Ranking) -> list[str]:
             r = best[gpu]
             text = f"{gpu}: {r.candidate.label} x {r.evaluation.replicas}, {_usd(r.objective_usd_per_month)}/month"
         else:
-            why = next((r.note for r in own if r.evaluation is not None), own[0].note)
-            text = f"{gpu}: no setup tried meets the SLOs; {why}"
-        smallest_tp = min(r.candidate.tensor_parallel_size for r in own)
-        floor = min(r.tpot_floor_ms for r in own if r.candidate.tensor_parallel_size == smallest_tp)
-        if tpot and floor > min(tpot.values()):
-            text += (
-                f". At tensor parallel {smallest_tp} no engine can meet TPOT {min(tpot.values()):g} ms: reading the"
-                f" weights once takes {floor:.1f} ms per token (the physics floor, at the spec bandwidth)"
-            )
+            text = f"{gpu}: no setup tried meets the SLOs; " + _closest_on_gpu(own)
+        if tpot:
+            text += _physics_floor(own, min(tpot.values()))
         lines.append(text)
     return lines
+
+
+def _closest_on_gpu(own: list[Result]) -> str:
+    """The simulated setup of one GPU that came closest, and what meeting the SLOs would take."""
+    simulated = [r for r in own if r.evaluation is not None]
+    if not simulated:
+        return own[0].note
+    r = min(simulated, key=worst_ratio)
+    text = f"closest: {r.candidate.label}, which {r.note.removeprefix('not cheaper: ')}"
+    ratio = worst_ratio(r)
+    if r.evaluation.capacity.load <= 0 and 1 < ratio < float("inf"):
+        text += f"; meeting them would take bounds {ratio:.2f}x looser, or a faster GPU"
+    return text
+
+
+def _physics_floor(own: list[Result], tpot_bound_ms: float) -> str:
+    """Tensor parallel sizes at which reading the weights once already takes longer than the TPOT bound."""
+    floors = {}
+    for r in own:
+        tp = r.candidate.tensor_parallel_size
+        floors[tp] = min(floors.get(tp, float("inf")), r.tpot_floor_ms)
+    slow = sorted(tp for tp, f in floors.items() if f > tpot_bound_ms)
+    if not slow:
+        return ""
+    sizes = " and ".join(", ".join(map(str, slow)).rsplit(", ", 1))
+    times = " and ".join(", ".join(f"{floors[tp]:.1f}" for tp in slow).rsplit(", ", 1))
+    text = (
+        f". At tensor parallel {sizes} no engine can meet TPOT {tpot_bound_ms:g} ms: reading the weights once"
+        f" takes {times} ms per token (the physics floor, at the spec bandwidth)"
+    )
+    if len(slow) == len(floors):
+        text += "; no size tried gets under it"
+    return text
 
 
 def serve_lines(ranking: Ranking) -> list[str]:
