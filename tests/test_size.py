@@ -142,7 +142,11 @@ def test_a_demand_no_candidate_meets_says_how_close_and_exits_2(tmp_path):
     assert done.returncode == 2
     assert "no candidate meets the SLOs" in done.stderr and "Traceback" not in done.stderr
     assert "physics floor" in done.stdout  # what would be needed
-    assert "closest" in (tmp_path / "report.md").read_text()
+    for gpu in ("a10", "l4"):  # per GPU: the setup that came closest, and how much looser the bounds must be
+        line = next(x for x in done.stdout.splitlines() if x.startswith(f"  {gpu}: no setup tried meets"))
+        assert f"closest: {gpu} tp1" in line and "x looser" in line
+    md = (tmp_path / "report.md").read_text()
+    assert "the closest is" in md and "what it would take" in md
 
 
 @pytest.mark.parametrize(
@@ -314,3 +318,22 @@ def test_size_intervals_in_the_report_and_json(tmp_path):
 def test_intervals_need_at_least_two_runs():
     done = size(BASE, "--intervals", "1")
     assert done.returncode == 2 and "--intervals 1: must be a number of runs >= 2" in done.stderr
+
+
+def test_the_html_report_renders_in_headless_chromium(tmp_path):
+    import shutil
+
+    if shutil.which("chromium") is None:
+        pytest.skip("no chromium (Debian's chromium package): scripts/screenshot_report.sh needs it")
+    from PIL import Image
+
+    args = sets(*SMALL, "search.candidates.gpus=[a10]", "search.candidates.tensor_parallel_sizes=[1]")
+    assert size(BASE, *args, "--workers", "1", "--out", str(tmp_path)).returncode == 0
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        ["sh", str(ROOT / "scripts/screenshot_report.sh"), str(tmp_path / "report.html"), str(shot)],
+        env={"HEIGHT": "4000", "PATH": "/usr/bin:/bin"}, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    image = np.asarray(Image.open(shot).convert("L"))
+    inked = np.nonzero((image < 200).any(axis=1))[0]  # rows with text or figures on them
+    assert len(inked) > 1000 and inked[-1] > 2000  # the page laid out down to its figures, not a blank or error page
