@@ -51,6 +51,14 @@ def test_capacity_search_brackets_the_true_capacity_from_any_guess(true_capacity
         assert true_capacity / 1.1 <= cap.load <= true_capacity
 
 
+@pytest.mark.parametrize("true_capacity", [3.0, 40.0])
+def test_a_galloping_search_from_a_close_guess_still_brackets_a_far_capacity(true_capacity):
+    # stepping by a constant 1.1 from 10 would need 15 probes to pass 40; squaring the step needs about 8
+    cap = find_capacity(lambda x: _probe(x, x <= true_capacity), "rate", 10.0, None, 10, 0.1, step=1.1, gallop=True)
+    assert true_capacity / 1.1 <= cap.load <= true_capacity and len(cap.probes) <= 10
+    assert any(not p.met for p in cap.probes) and any(p.met for p in cap.probes)
+
+
 def test_capacity_search_in_users_stops_at_an_integer_bracket():
     cap = find_capacity(lambda x: _probe(x, x <= 13), "users", 4, 60, 12, 0.01)
     assert cap.load == 13

@@ -9,9 +9,11 @@ Per picked candidate and draw, two things run with the drawn seed and coefficien
 - one replica at its share of the demand, every request run (no early stop): the 90% interval of each
   latency percentile and, per SLO, the share of draws that met it;
 - the same capacity search as the nominal one (probes to search.probe.tolerance, at most
-  search.probe.max_probes), started at the nominal capacity and stepping by the tolerance, under the analytic
-  bound of the drawn coefficients. A close start makes most draws' searches two or three runs; the capacity
-  interval has the nominal search's resolution (the tolerance).
+  search.probe.max_probes), started at the nominal capacity with a step that starts at the tolerance and
+  squares after each probe (capacity.find_capacity's gallop), under the analytic bound of the drawn
+  coefficients. A close start makes most draws' searches two or three runs, a far one is still bracketed;
+  the interval has the nominal search's resolution (the tolerance), and a search that runs out of probes
+  before a failing load is counted and reported (its capacity is a lower bound).
 Draws are made here, in candidate order, before any run: the same answer with any number of workers.
 """
 
@@ -62,6 +64,7 @@ class DrawTask:
 class Draw:
     at_load: ProbeResult
     capacity: float | None
+    capacity_open: bool  # the search ran out of probes before a failing load: the capacity is a lower bound
     num_simulations: int
     simulation_wall_s: tuple[float, ...]
 
@@ -73,7 +76,7 @@ def evaluate_draw(task: DrawTask) -> Draw:
     n, coefficients = task.probe.num_requests, task.coefficients
     at_load = run_probe(scenario, task.kind, task.load, n, coefficients, stop_early=False)
     walls = [at_load.wall_s]
-    capacity = None
+    capacity, open_ended = None, False
     if task.capacity_guess is not None:
         a = analyse(scenario, coefficients, task.shape, task.tpot_bound_ms)  # the bound moves with the draw
         upper = a.rate_bound if task.kind == "rate" else users_bound(a, task.shape, task.e2e_bound_ms)
@@ -85,10 +88,21 @@ def evaluate_draw(task: DrawTask) -> Draw:
             task.probe.max_probes,
             task.probe.tolerance,
             step=1 + task.probe.tolerance,
+            gallop=True,
         )
         capacity = found.load
         walls += [p.wall_s for p in found.probes]
-    return Draw(at_load, capacity, len(walls), tuple(walls))
+        open_ended = capacity > 0 and not _bracketed(found.load, found.probes, upper, task)
+    return Draw(at_load, capacity, open_ended, len(walls), tuple(walls))
+
+
+def _bracketed(load: float, probes: tuple[ProbeResult, ...], upper: float | None, task: DrawTask) -> bool:
+    """A failing run above the capacity, or the analytic bound within one tolerance step of it."""
+    if any(not p.met and p.load > load for p in probes):
+        return True
+    if upper is None:
+        return False
+    return upper <= load * (1 + task.probe.tolerance) or (task.kind == "users" and upper - load <= 1)
 
 
 def interval_picks(ranking: Ranking) -> list[Result]:
@@ -189,6 +203,7 @@ def summarize_draws(r: Result, draws: list[Draw], out: SizingResult) -> dict:
         "slo": slo,
         "probability_all_met": float(np.mean([p.met for p in at])),  # every SLO, in a steady state
         "capacity_per_replica": capacity,
+        "capacity_searches_open": sum(dr.capacity_open for dr in draws),  # out of probes: lower bounds
         "replicas_needed": replicas,
         "probability_replicas_suffice": covers,  # the nominal replica count covers demand x headroom
         "num_simulations": sum(dr.num_simulations for dr in draws),

@@ -149,6 +149,8 @@ def interval_row(r: Result, unit: str) -> list[str]:
         replicas += f" ({'; '.join(notes)})" if notes else ""
     digits = 0 if unit == "users" else 2
     capacity = "-" if iv["capacity_per_replica"] is None else f"{_interval(iv['capacity_per_replica'], digits)} {unit}"
+    if iv["capacity_searches_open"]:
+        capacity += f" ({iv['capacity_searches_open']} of {iv['runs']} draws: at least, out of probes)"
     return [
         r.candidate.label,
         r.candidate.provenance_kind,
@@ -174,8 +176,9 @@ def interval_notes(out: SizingResult) -> list[str]:
         (
             "latencies and SLO shares: one replica at the same load as the table's figures, every request run;"
             f" capacity: per draw, the same search as the nominal one (to {q.search.probe.tolerance:.0%}, at most"
-            f" {q.search.probe.max_probes} runs) started at the nominal capacity, under the drawn coefficients'"
-            " analytic bound; replicas needed: from each draw's capacity, for the demand with headroom"
+            f" {q.search.probe.max_probes} runs) started at the nominal capacity, stepping by the tolerance and"
+            " squaring the step after each run, under the drawn coefficients' analytic bound; replicas needed:"
+            " from each draw's capacity, for the demand with headroom"
         ),
     ]
     drawn: dict[str, set[str]] = {}
