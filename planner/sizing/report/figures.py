@@ -82,7 +82,7 @@ def latency_vs_load(out: SizingResult, ranking: Ranking, command: str) -> bytes:
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=3 if len(panels) > 2 else 2, fontsize=7, frameon=False)
     key = "o meets every SLO, x misses" + (
-        f"; bars: the 90% interval at the demand over {out.interval_runs} draws" if bars else ""
+        f"; bars: the 90% interval over {out.interval_runs} draws at the load of the intervals table" if bars else ""
     )
     fig.text(0.5, 0.8, key, ha="center", fontsize=8, color="#333333")
     fig.subplots_adjust(top=0.74, bottom=0.16, wspace=0.28, left=0.06, right=0.98)

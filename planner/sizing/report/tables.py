@@ -154,7 +154,7 @@ def interval_row(r: Result, unit: str) -> list[str]:
     return [
         r.candidate.label,
         r.candidate.provenance_kind,
-        f"{iv['load']:,.3g} {unit} ({iv['at']})",
+        f"{iv['load']:,.3g} {'user' if unit == 'users' and iv['load'] == 1 else unit} ({iv['at']})",
         capacity,
         replicas,
         *(_interval(lat[k]) for k in ("p50_ttft", "p99_ttft", "p50_tpot", "p99_tpot", "p99_e2el")),
