@@ -52,8 +52,8 @@ def question_lines(out: SizingResult) -> list[str]:
         f"model: {s.model.name} ({s.model.num_params / 1e9:.2f}B parameters, {s.dtype})",
         f"workload: prompts {_dist(w.prompt_tokens)}, replies {_dist(w.output_tokens)} tokens",
         (
-            f"demand: {d.value:g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
-            f" = {d.value * d.headroom:g} {d.unit}"
+            f"demand: {d.value:.4g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
+            f" = {d.value * d.headroom:.4g} {d.unit}"
         ),
         f"SLOs: {slo or 'none (capacity = the highest steady-state load)'}",
         "objective: " + OBJECTIVE_WORDS[q.search.money.objective] + f" ({q.search.money.hours_per_month:g} h a month)",
@@ -80,13 +80,15 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
         ratio = worst_ratio(c)
         how_close = f" (its worst SLO value {ratio:.2f}x the bound)" if 0 < ratio < float("inf") else ""
         return (
-            f"No candidate meets the SLOs at {d.value:g} {d.unit}; the closest is {c.candidate.label}{how_close},"
+            f"No candidate meets the SLOs at {d.value:.4g} {d.unit}; the closest is {c.candidate.label}{how_close},"
             f" which {c.note.removeprefix('not cheaper: ')}. Per GPU below: how close each came and what it"
             " would take."
         )
     ev, c = r.evaluation, r.costs
     p = ev.at_demand.latency_ms
-    verb = "Buy" if out.question.search.money.objective == "purchase" else "Rent"
+    buy = out.question.search.money.objective == "purchase"
+    verb = "Buy" if buy else "Rent"
+    per_million = c.purchase_usd_per_million_output_tokens if buy else c.rental_usd_per_million_output_tokens
     odds = ""
     if r.intervals:
         odds = (
@@ -96,8 +98,8 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
     return (
         f"{verb} {ev.replicas} replica{'s' if ev.replicas > 1 else ''} of {r.candidate.label}"
         f" ({c.num_gpus} {r.candidate.gpu.name} GPU{'s' if c.num_gpus > 1 else ''} in all):"
-        f" {_usd(r.objective_usd_per_month)}/month, {_usd(c.rental_usd_per_million_output_tokens, 2)} per 1M output"
-        f" tokens, serving {d.value:g} {d.unit} with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
+        f" {_usd(r.objective_usd_per_month)}/month, {_usd(per_million, 2)} per 1M output"
+        f" tokens, serving {d.value:.4g} {d.unit} with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
         f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures{odds})."
     )
 
