@@ -345,3 +345,15 @@ def test_the_html_report_renders_in_headless_chromium(tmp_path):
     image = np.asarray(Image.open(shot).convert("L"))
     inked = np.nonzero((image < 200).any(axis=1))[0]  # rows with text or figures on them
     assert len(inked) > 1000 and inked[-1] > 2000  # the page laid out down to its figures, not a blank or error page
+
+
+def test_the_purchase_objective_answer_quotes_purchase_costs():
+    from planner.sizing.report.tables import answer
+
+    q = load_sizing(ROOT / BASE, [*SMALL, "search.money.objective=purchase", "search.candidates.gpus=[a10]",
+                                  "search.candidates.tensor_parallel_sizes=[1]"])  # fmt: skip
+    out = run_search(q, workers=1)
+    ranking = rank(out)
+    c, text = ranking.recommended.costs, answer(out, ranking)
+    assert text.startswith("Buy") and f"${c.purchase_usd_per_month:,.0f}/month" in text
+    assert f"${c.purchase_usd_per_million_output_tokens:,.2f} per 1M output tokens" in text
