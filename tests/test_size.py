@@ -357,3 +357,16 @@ def test_the_purchase_objective_answer_quotes_purchase_costs():
     c, text = ranking.recommended.costs, answer(out, ranking)
     assert text.startswith("Buy") and f"${c.purchase_usd_per_month:,.0f}/month" in text
     assert f"${c.purchase_usd_per_million_output_tokens:,.2f} per 1M output tokens" in text
+
+
+def test_spec_sheet_intervals_from_the_command_vary_the_seeds_only(tmp_path):
+    args = sets("search.candidates.gpus=[cpu]", "search.money.rental_usd_per_gpu_hour={cpu: 0.1}",
+                "search.candidates.tensor_parallel_sizes=[1]", "search.probe.num_requests=60")  # fmt: skip
+    done = size(
+        "scenarios/cpu_tiny.yaml", *args, "--workers", "1", "--intervals", "3", "--json", "--out", str(tmp_path)
+    )
+    assert done.returncode == 0, done.stderr
+    iv = json.loads(done.stdout)["candidates"][0]["intervals"]
+    assert iv["provenance_kind"] == "spec-sheet" and iv["coefficients_drawn"] == []
+    md = (tmp_path / "report.md").read_text()
+    assert "seeds only (no coefficient uncertainty known)" in md and "unknown, not zero" in md

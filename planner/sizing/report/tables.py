@@ -356,7 +356,7 @@ def terminal_lines(out: SizingResult, ranking: Ranking) -> list[str]:
         for r in interval_results(out):
             rw = interval_row(r, unit)
             lines.append(
-                f"  {rw[0]} ({rw[1]}): capacity {rw[3]}; replicas {rw[4]}; p99 TTFT {rw[6]} ms; p99 TPOT {rw[8]}"
+                f"  {rw[0]} ({rw[1]}; {rw[11]}): capacity {rw[3]}; replicas {rw[4]}; p99 TTFT {rw[6]} ms; p99 TPOT {rw[8]}"
                 f" ms; {rw[10]}"
             )
     if ranking.recommended:
