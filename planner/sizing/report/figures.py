@@ -99,6 +99,11 @@ def cost_vs_capacity(out: SizingResult, ranking: Ranking, command: str) -> bytes
         rs = [r for r in ranking.feasible if r.candidate.gpu.name == gpu]
         ax.scatter([r.evaluation.capacity.load for r in rs], [r.objective_usd_per_month for r in rs], color=f"C{i}",
                    label=gpu, s=28, alpha=0.8)  # fmt: skip
+        for r in rs:  # --intervals: the capacity per replica's 90% interval, at the nominal cost
+            v = r.intervals["capacity_per_replica"] if r.intervals else None
+            if v and v["low"] is not None:
+                ax.plot([v["low"], v["high"]], [r.objective_usd_per_month] * 2, "-", marker="|", ms=9, lw=1.2,
+                        color=f"C{i}", alpha=0.8)  # fmt: skip
     front = sorted(ranking.front, key=lambda r: r.evaluation.capacity.load)
     if front:
         ax.plot([r.evaluation.capacity.load for r in front], [r.objective_usd_per_month for r in front], "k--", lw=1,
@@ -112,7 +117,10 @@ def cost_vs_capacity(out: SizingResult, ranking: Ranking, command: str) -> bytes
     ax.set_xlabel(f"capacity per replica ({unit} within the SLOs)")
     objective = "purchase" if out.question.search.money.objective == "purchase" else "rental"
     ax.set_ylabel(f"{objective} cost for the demand ($/month)")
-    ax.set_title("Cost for the demand vs capacity per replica (candidates that meet the SLOs)", fontsize=10)
+    title = "Cost for the demand vs capacity per replica (candidates that meet the SLOs)"
+    if out.interval_runs:
+        title += f"\nbars: the capacity's 90% interval over {out.interval_runs} draws"
+    ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     if ranking.feasible:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
