@@ -85,6 +85,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--workers", type=int, help="worker processes (default: all cores)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the candidates on this Ray cluster (needs the ray extra)")
+    p.add_argument(
+        "--intervals",
+        type=int,
+        metavar="N",
+        help="N workload seeds x coefficient draws for the recommendation and runner-ups: 90%% intervals",
+    )
 
     p = sub.add_parser("compare", help="two runs' summaries side by side")
     p.add_argument("a", type=Path, help="a run's output folder (or its summary.json)")

@@ -51,6 +51,14 @@ def test_capacity_search_brackets_the_true_capacity_from_any_guess(true_capacity
         assert true_capacity / 1.1 <= cap.load <= true_capacity
 
 
+@pytest.mark.parametrize("true_capacity", [3.0, 40.0])
+def test_a_galloping_search_from_a_close_guess_still_brackets_a_far_capacity(true_capacity):
+    # stepping by a constant 1.1 from 10 would need 15 probes to pass 40; squaring the step needs about 8
+    cap = find_capacity(lambda x: _probe(x, x <= true_capacity), "rate", 10.0, None, 10, 0.1, step=1.1, gallop=True)
+    assert true_capacity / 1.1 <= cap.load <= true_capacity and len(cap.probes) <= 10
+    assert any(not p.met for p in cap.probes) and any(p.met for p in cap.probes)
+
+
 def test_capacity_search_in_users_stops_at_an_integer_bracket():
     cap = find_capacity(lambda x: _probe(x, x <= 13), "users", 4, 60, 12, 0.01)
     assert cap.load == 13
@@ -142,7 +150,11 @@ def test_a_demand_no_candidate_meets_says_how_close_and_exits_2(tmp_path):
     assert done.returncode == 2
     assert "no candidate meets the SLOs" in done.stderr and "Traceback" not in done.stderr
     assert "physics floor" in done.stdout  # what would be needed
-    assert "closest" in (tmp_path / "report.md").read_text()
+    for gpu in ("a10", "l4"):  # per GPU: the setup that came closest, and how much looser the bounds must be
+        line = next(x for x in done.stdout.splitlines() if x.startswith(f"  {gpu}: no setup tried meets"))
+        assert f"closest: {gpu} tp1" in line and "x looser" in line
+    md = (tmp_path / "report.md").read_text()
+    assert "the closest is" in md and "what it would take" in md
 
 
 @pytest.mark.parametrize(
@@ -227,3 +239,134 @@ def test_a_ray_address_nothing_answers_on_is_one_clear_message():
     done = size(BASE, *sets("search.candidates.gpus=[a10]"), "--ray", "127.0.0.1:1")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "--ray" in done.stderr  # no cluster there, or no ray extra installed
+
+
+# ---------------------------------------------------------------------------------------------------------
+# --intervals N
+
+IV = [*SMALL, "search.candidates.gpus=[a10, l40s]", "search.candidates.tensor_parallel_sizes=[1, 2]"]
+
+
+def _sized(overrides):
+    out = run_search(load_sizing(ROOT / BASE, overrides), workers=1)
+    return out, rank(out)
+
+
+def test_a_draw_with_the_nominal_seed_and_coefficients_reproduces_the_nominal_figures():
+    from planner.sizing.intervals import DrawTask, evaluate_draw
+    from planner.sizing.search import e2e_bound_ms, tightest, workload_shape
+
+    out, ranking = _sized(IV)
+    r = ranking.recommended
+    q, c, ev = out.question, r.candidate, r.evaluation
+    shape = workload_shape(q)
+    task = DrawTask(c, "users", ev.at_demand.load, q.scenario.workload.seed, c.coefficients, q.search.probe,
+                    ev.capacity.load, shape, tightest(q.scenario.slo.tpot_ms), e2e_bound_ms(q.scenario.slo, shape))  # fmt: skip
+    draw = evaluate_draw(task)
+    assert draw.at_load.latency_ms == ev.at_demand.latency_ms and draw.at_load.met
+    # the nominal capacity passes again; the search from it stops within one tolerance step (users: one more)
+    assert (
+        ev.capacity.load
+        <= draw.capacity
+        <= max(ev.capacity.load * (1 + q.search.probe.tolerance), ev.capacity.load + 1)
+    )
+
+
+def test_intervals_for_the_recommendation_and_runner_ups_are_ordered_and_the_same_with_any_workers():
+    from planner.sizing.intervals import run_intervals
+
+    runs = []
+    for workers in (1, 2):
+        out, ranking = _sized(IV)
+        run_intervals(out, ranking, 3, workers=workers)
+        runs.append(out)
+    out = runs[0]
+    picks = out.interval_picks
+    assert picks[0] is rank(out).recommended and len(picks) >= 2  # with the runner-up of the other GPU
+    for r in picks:
+        iv = r.intervals
+        assert iv["runs"] == 3 and iv["seeds"] == [0, 2] and iv["provenance_kind"] == "transferred"
+        assert iv["coefficients_drawn"] and "leave-one-GPU-out" in iv["varies"]
+        for v in [*iv["latency_ms"].values(), iv["capacity_per_replica"]]:
+            assert v["low"] <= v["median"] <= v["high"]
+        assert all(0 <= s["probability_met"] <= 1 for s in iv["slo"]) and 0 <= iv["probability_all_met"] <= 1
+        assert iv["num_simulations"] >= 3 * 2  # per draw: the run at the demand and at least one capacity probe
+    assert [r.intervals for r in runs[0].interval_picks] == [r.intervals for r in runs[1].interval_picks]
+
+
+def test_coefficients_without_uncertainty_vary_the_seeds_only_and_say_so():
+    import dataclasses
+
+    from planner.sizing.intervals import run_intervals
+    from planner.sizing.report.tables import interval_notes
+
+    out, ranking = _sized(IV)
+    r = ranking.recommended
+    r.candidate = dataclasses.replace(r.candidate, provenance_kind="spec-sheet", uncertainty={})
+    run_intervals(out, ranking, 4, workers=1)
+    iv = r.intervals
+    assert iv["coefficients_drawn"] == [] and "seeds only" in iv["varies"] and "unknown, not zero" in iv["varies"]
+    assert iv["latency_ms"]["p99_e2el"]["low"] < iv["latency_ms"]["p99_e2el"]["high"]  # the seeds still vary it
+    assert any("unknown, not zero" in line for line in interval_notes(out))
+
+
+def test_size_intervals_in_the_report_and_json(tmp_path):
+    done = size(BASE, *sets(*IV), "--workers", "1", "--intervals", "2", "--out", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["intervals"]["runs"] == 2 and data["intervals"]["candidates"][0] == data["recommended"]
+    best = next(c for c in data["candidates"] if c["label"] == data["recommended"])
+    assert best["intervals"]["latency_ms"]["p99_tpot"]["median"] > 0
+    assert all(c["intervals"] is None for c in data["candidates"] if c["label"] not in data["intervals"]["candidates"])
+    md, page = (tmp_path / "report.md").read_text(), (tmp_path / "report.html").read_text()
+    assert "## Intervals (90%, 2 draws)" in md and "leave-one-GPU-out spread" in md and "--intervals 2" in md
+    assert "Intervals (90%, 2 draws)</h2>" in page and "of 2 draws" in data["answer"]
+
+
+def test_intervals_need_at_least_two_runs():
+    done = size(BASE, "--intervals", "1")
+    assert done.returncode == 2 and "--intervals 1: must be a number of runs >= 2" in done.stderr
+
+
+def test_the_html_report_renders_in_headless_chromium(tmp_path):
+    import shutil
+
+    if shutil.which("chromium") is None:
+        pytest.skip("no chromium (Debian's chromium package): scripts/screenshot_report.sh needs it")
+    from PIL import Image
+
+    args = sets(*SMALL, "search.candidates.gpus=[a10]", "search.candidates.tensor_parallel_sizes=[1]")
+    assert size(BASE, *args, "--workers", "1", "--out", str(tmp_path)).returncode == 0
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        ["sh", str(ROOT / "scripts/screenshot_report.sh"), str(tmp_path / "report.html"), str(shot)],
+        env={"HEIGHT": "4000", "PATH": "/usr/bin:/bin"}, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    image = np.asarray(Image.open(shot).convert("L"))
+    inked = np.nonzero((image < 200).any(axis=1))[0]  # rows with text or figures on them
+    assert len(inked) > 1000 and inked[-1] > 2000  # the page laid out down to its figures, not a blank or error page
+
+
+def test_the_purchase_objective_answer_quotes_purchase_costs():
+    from planner.sizing.report.tables import answer
+
+    q = load_sizing(ROOT / BASE, [*SMALL, "search.money.objective=purchase", "search.candidates.gpus=[a10]",
+                                  "search.candidates.tensor_parallel_sizes=[1]"])  # fmt: skip
+    out = run_search(q, workers=1)
+    ranking = rank(out)
+    c, text = ranking.recommended.costs, answer(out, ranking)
+    assert text.startswith("Buy") and f"${c.purchase_usd_per_month:,.0f}/month" in text
+    assert f"${c.purchase_usd_per_million_output_tokens:,.2f} per 1M output tokens" in text
+
+
+def test_spec_sheet_intervals_from_the_command_vary_the_seeds_only(tmp_path):
+    args = sets("search.candidates.gpus=[cpu]", "search.money.rental_usd_per_gpu_hour={cpu: 0.1}",
+                "search.candidates.tensor_parallel_sizes=[1]", "search.probe.num_requests=60")  # fmt: skip
+    done = size(
+        "scenarios/cpu_tiny.yaml", *args, "--workers", "1", "--intervals", "3", "--json", "--out", str(tmp_path)
+    )
+    assert done.returncode == 0, done.stderr
+    iv = json.loads(done.stdout)["candidates"][0]["intervals"]
+    assert iv["provenance_kind"] == "spec-sheet" and iv["coefficients_drawn"] == []
+    md = (tmp_path / "report.md").read_text()
+    assert "seeds only (no coefficient uncertainty known)" in md and "unknown, not zero" in md

@@ -10,6 +10,7 @@
 - search.py: runs the candidates in waves, pruning those that cannot win
 - executor.py: where they run: this process, worker processes or a Ray cluster
 - rank.py: the Pareto front, the recommendation, the runner-ups and why they lost
+- intervals.py: `--intervals N`: 90% intervals over workload seeds x coefficient draws for the picked candidates
 - serve.py: the `vllm serve` command line of a candidate
 - cli.py: `planner size`: load, search with a progress bar, print, write the report
 - report/: the terminal text, report.md, report.html, sizing.json and the figures

@@ -44,7 +44,9 @@ class Candidate:
     settings: tuple[tuple[str, object], ...]  # the swept engine values of this candidate
     scenario: Scenario  # one replica
     coefficients: CostCoefficients
-    provenance: str  # what the figures rest on (coefficients.resolve_coefficients)
+    provenance: str  # what the figures rest on (coefficients.resolve_coefficients): its label
+    provenance_kind: str  # calibrated | transferred | spec-sheet
+    uncertainty: dict[str, float]  # coefficient -> std, what `--intervals` draws from (empty: none known)
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,13 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
         if reason is not None:
             pruned.append(Pruned(label, gpu.name, tp, reason))
             continue
-        coefficients, provenance = resolve_coefficients(scenario)
-        kept.append(Candidate(len(kept), label, gpu, tp, dtype, settings, scenario, coefficients, provenance))
+        coefficients, prov = resolve_coefficients(scenario)
+        kept.append(
+            Candidate(
+                len(kept), label, gpu, tp, dtype, settings, scenario, coefficients, prov.label, prov.kind,
+                dict(prov.uncertainty),
+            )
+        )  # fmt: skip
     return kept, pruned
 
 

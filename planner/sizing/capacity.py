@@ -36,12 +36,16 @@ def find_capacity(
     tolerance: float,
     step: float = 2.0,
     must_reach: float | None = None,
+    gallop: bool = False,
 ) -> Capacity:
     """`probe(load)` runs one simulation; `upper` is a load no steady state passes (None: unknown).
 
     `step`: the factor between bracketing probes (a guess from a similar candidate is close: step by the
     tolerance). `must_reach`: a load below which the capacity is of no use (the candidate could not beat
     one already found): probed first, and if it fails the search stops there (`short_of`).
+    `gallop`: square the step after each bracketing probe (x1.1, x1.21, x1.46, x2.14...): a start that is
+    likely close (an interval's draw starts at the nominal capacity) costs few probes when it is, and a far
+    capacity is still bracketed within a few more.
     """
     users = kind == "users"
     snap = (lambda x: max(1, round(x))) if users else (lambda x: x)
@@ -68,6 +72,7 @@ def find_capacity(
             if hi is not None and (hi <= x * (1 + tolerance) or (users and hi - x <= 1)):
                 break
             up = max(step * x, x + 1) if users else step * x  # users: at least one more
+            step = step * step if gallop else step
             x = snap(min(up, hi) if hi is not None else up)
             if hi is not None and x >= hi:  # the bound itself: try it once only if it is the next step
                 x = snap(hi)
@@ -78,6 +83,7 @@ def find_capacity(
             if lo > 0 or x <= floor_load:
                 break
             down = min(x / step, x - 1) if users else x / step
+            step = step * step if gallop else step
             x = snap(max(down, floor_load))
     while lo > 0 and hi is not None and len(results) < max_probes:  # bisect
         if hi / lo <= 1 + tolerance or (users and hi - lo <= 1):

@@ -18,9 +18,10 @@ from planner.sizing.spec import load_sizing
 class CandidateProgress:
     """A one-line progress bar on stderr (a terminal only), after the first second."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str = "candidates") -> None:
         self.start = time.perf_counter()
         self.shown = False
+        self.what = what
 
     def __call__(self, done: int, total: int) -> None:
         elapsed = time.perf_counter() - self.start
@@ -29,7 +30,7 @@ class CandidateProgress:
         self.shown = True
         filled = int(30 * done / max(total, 1))
         bar = "#" * filled + "." * (30 - filled)
-        print(f"\rsizing [{bar}] {done:,}/{total:,} candidates {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
+        print(f"\rsizing [{bar}] {done:,}/{total:,} {self.what} {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.shown:
@@ -38,6 +39,8 @@ class CandidateProgress:
 
 def command_line(args) -> str:
     parts = ["planner", "size", args.scenario, *(f"--set {o}" for o in args.overrides)]
+    if args.intervals:
+        parts += ["--intervals", str(args.intervals)]
     if args.out:
         parts += ["--out", str(args.out)]
     return " ".join(shlex.quote(p) if " " in p and not p.startswith("--set") else p for p in parts)
@@ -46,6 +49,8 @@ def command_line(args) -> str:
 def run_size(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise PlannerError(f"--workers {args.workers}: must be >= 1")
+    if args.intervals is not None and args.intervals < 2:
+        raise PlannerError(f"--intervals {args.intervals}: must be a number of runs >= 2 (an interval needs a spread)")
     question = load_sizing(args.scenario, args.overrides)
     progress = CandidateProgress()
     try:
@@ -53,6 +58,14 @@ def run_size(args) -> int:
     finally:
         progress.close()
     ranking = rank(out)
+    if args.intervals:
+        from planner.sizing.intervals import run_intervals
+
+        progress = CandidateProgress("interval draws")
+        try:
+            run_intervals(out, ranking, args.intervals, args.workers, args.ray, progress)
+        finally:
+            progress.close()
     data = sizing_data(out, ranking)
     if args.out:
         from planner.sizing.report.files import write_report

@@ -8,12 +8,12 @@ carries the provenance label it returns: `spec-sheet` (the defaults of `sim.cost
 
 from __future__ import annotations
 
-from planner.calibration.profile import resolve_cost_model
+from planner.calibration.profile import Provenance, resolve_cost_model
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 
 
-def resolve_coefficients(scenario: Scenario) -> tuple[CostCoefficients, str]:
-    """(coefficients, provenance label) for this scenario's GPU, model, dtype and tensor parallel size."""
-    coefficients, provenance = resolve_cost_model(scenario)
-    return coefficients, provenance.label
+def resolve_coefficients(scenario: Scenario) -> tuple[CostCoefficients, Provenance]:
+    """(coefficients, provenance: its kind, label and the std per coefficient it knows) for this scenario's
+    GPU, model, dtype and tensor parallel size."""
+    return resolve_cost_model(scenario)

@@ -66,13 +66,21 @@ def scenario_at(scenario: Scenario, kind: str, load: float, num_requests: int) -
 
 
 def run_probe(
-    scenario: Scenario, kind: str, load: float, num_requests: int, coefficients: CostCoefficients
+    scenario: Scenario,
+    kind: str,
+    load: float,
+    num_requests: int,
+    coefficients: CostCoefficients,
+    stop_early: bool = True,
 ) -> ProbeResult:
+    """`stop_early=False`: run every request even once the verdict is settled, for latencies of the whole
+    run (an interval's draws; a run stopped early reports the latencies of the requests finished by then)."""
     start, start_cpu = time.perf_counter(), time.process_time()
     s = scenario_at(scenario, kind, load, num_requests)
     sim = Simulation(s, coefficients, record_steps=False)
     total = len(sim.workload)
-    sim.progress = _watch(sim, s, total)
+    if stop_early:
+        sim.progress = _watch(sim, s, total)
     stopped, saturated = None, False
     try:
         sim.run()

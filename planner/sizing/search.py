@@ -79,6 +79,7 @@ class Result:
     costs: Costs | None = None
     objective_usd_per_month: float | None = None
     note: str = ""  # why it was not simulated, or why it cannot serve the demand
+    intervals: dict | None = None  # with --intervals, for the picked candidates (intervals.summarize_draws)
 
     @property
     def meets(self) -> bool:
@@ -96,6 +97,11 @@ class SizingResult:
     wall_s: float = 0.0
     workers: int = 1
     backend: str = "processes"
+    interval_runs: int = 0  # --intervals N (0: not asked)
+    interval_picks: list[Result] = field(default_factory=list)  # the candidates with intervals, in pick order
+    interval_simulations: int = 0
+    interval_simulation_wall_s: list[float] = field(default_factory=list)
+    interval_wall_s: float = 0.0
 
     @property
     def evaluated(self) -> list[Result]:

@@ -181,7 +181,8 @@ def _demand_from_workload(scenario: Scenario, headroom: float, ctx: Ctx) -> Dema
         raise ScenarioError(
             ctx.file, "search.demand", NO_VALUE, "missing, and the trace has no arrival span; give rate"
         )
-    return Demand("rate", (len(wl) - 1) / span_s, headroom, f"the trace's mean rate ({scenario.workload.trace.path})")
+    source = f"the mean rate of the trace's first {len(wl):,} requests ({scenario.workload.trace.path})"
+    return Demand("rate", (len(wl) - 1) / span_s, headroom, source)
 
 
 def _gpus(raw: Any, scenario: Scenario, ctx: Ctx) -> tuple[tuple[GpuSpec, ...], bool]:

@@ -20,6 +20,7 @@ def _result(r: Result) -> dict:
         "dtype": r.candidate.dtype,
         "settings": dict(r.candidate.settings),
         "provenance": r.candidate.provenance,
+        "provenance_kind": r.candidate.provenance_kind,
         "meets_slos": r.meets,
         "note": r.note,
         "analytic": dataclasses.asdict(r.analytic),
@@ -32,6 +33,7 @@ def _result(r: Result) -> dict:
         "costs": r.costs.to_dict() if r.costs else None,
         "objective_usd_per_month": r.objective_usd_per_month,
         "vllm_serve": vllm_serve_command(r.candidate.scenario),
+        "intervals": r.intervals,  # --intervals N: 90% intervals (planner/sizing/intervals.py); else None
     }
 
 
@@ -56,5 +58,19 @@ def sizing_data(out: SizingResult, ranking: Ranking) -> dict:
             "wall_s": out.wall_s,
             "workers": out.workers,
             "backend": out.backend,
+            "intervals": _intervals(out),
         }
     )
+
+
+def _intervals(out: SizingResult) -> dict | None:
+    if not out.interval_runs:
+        return None
+    return {
+        "runs": out.interval_runs,
+        "interval": "90%",
+        "candidates": [r.candidate.label for r in tables.interval_results(out)],
+        "notes": tables.interval_notes(out),
+        "num_simulations": out.interval_simulations,
+        "wall_s": out.interval_wall_s,
+    }

@@ -34,15 +34,18 @@ def _png(fig: Figure, command: str) -> bytes:
 
 
 def latency_vs_load(out: SizingResult, ranking: Ranking, command: str) -> bytes:
-    fig = Figure(figsize=(10, 4.6), dpi=DPI)
-    FigureCanvasAgg(fig)
+    """p99 TTFT and TPOT (and E2E when an E2E SLO is set) vs load; with --intervals, the 90% interval at the
+    demand as a bar."""
     slo = out.question.scenario.slo
     unit = out.question.search.demand.unit
-    axes = fig.subplots(1, 2)
-    for ax, key, metric, title in (
-        (axes[0], "p99_ttft", "ttft_ms", "p99 TTFT"),
-        (axes[1], "p99_tpot", "tpot_ms", "p99 TPOT"),
-    ):
+    panels = [("p99_ttft", "ttft_ms", "p99 TTFT"), ("p99_tpot", "tpot_ms", "p99 TPOT")]
+    if slo.e2el_ms:
+        panels.append(("p99_e2el", "e2el_ms", "p99 E2E"))
+    fig = Figure(figsize=(10 if len(panels) == 2 else 13, 4.6), dpi=DPI)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(panels))
+    bars = False
+    for ax, (key, metric, title) in zip(axes, panels):
         for i, r in enumerate(shown(out, ranking)):
             probes = [p for p in r.evaluation.capacity.probes if p.latency_ms[key] is not None]
             if not probes:
@@ -54,6 +57,11 @@ def latency_vs_load(out: SizingResult, ranking: Ranking, command: str) -> bytes:
                 ax.plot(
                     p.load, p.latency_ms[key], "o" if p.met else "x", color=color, ms=5, mfc=color if p.met else "none"
                 )
+            v = r.intervals["latency_ms"][key] if r.intervals else None
+            if v and v["median"] is not None:
+                bars = True
+                ax.errorbar(r.intervals["load"], v["median"], yerr=[[v["median"] - v["low"]], [v["high"] - v["median"]]],
+                            fmt="D", color=color, ms=4, capsize=4, lw=1.5)  # fmt: skip
         for stat, bound in getattr(slo, metric).items():
             ax.axhline(bound, color="#d62728", ls="--", lw=1)
             ax.annotate(
@@ -69,11 +77,15 @@ def latency_vs_load(out: SizingResult, ranking: Ranking, command: str) -> bytes:
         ax.set_ylim(bottom=0)
         ax.set_xlabel(f"load per replica ({unit})")
         ax.set_ylabel(f"{title} (ms)")
-        ax.set_title(f"{title} vs load (o meets every SLO, x misses)", fontsize=10)
+        ax.set_title(f"{title} vs load", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=2, fontsize=7, frameon=False)
-    fig.subplots_adjust(top=0.78, bottom=0.16, wspace=0.28, left=0.07, right=0.98)
+    fig.legend(handles, labels, loc="upper center", ncol=3 if len(panels) > 2 else 2, fontsize=7, frameon=False)
+    key = "o meets every SLO, x misses" + (
+        f"; bars: the 90% interval over {out.interval_runs} draws at the load of the intervals table" if bars else ""
+    )
+    fig.text(0.5, 0.8, key, ha="center", fontsize=8, color="#333333")
+    fig.subplots_adjust(top=0.74, bottom=0.16, wspace=0.28, left=0.06, right=0.98)
     return _png(fig, command)
 
 
@@ -87,6 +99,11 @@ def cost_vs_capacity(out: SizingResult, ranking: Ranking, command: str) -> bytes
         rs = [r for r in ranking.feasible if r.candidate.gpu.name == gpu]
         ax.scatter([r.evaluation.capacity.load for r in rs], [r.objective_usd_per_month for r in rs], color=f"C{i}",
                    label=gpu, s=28, alpha=0.8)  # fmt: skip
+        for r in rs:  # --intervals: the capacity per replica's 90% interval, at the nominal cost
+            v = r.intervals["capacity_per_replica"] if r.intervals else None
+            if v and v["low"] is not None:
+                ax.plot([v["low"], v["high"]], [r.objective_usd_per_month] * 2, "-", marker="|", ms=9, lw=1.2,
+                        color=f"C{i}", alpha=0.8)  # fmt: skip
     front = sorted(ranking.front, key=lambda r: r.evaluation.capacity.load)
     if front:
         ax.plot([r.evaluation.capacity.load for r in front], [r.objective_usd_per_month for r in front], "k--", lw=1,
@@ -100,7 +117,10 @@ def cost_vs_capacity(out: SizingResult, ranking: Ranking, command: str) -> bytes
     ax.set_xlabel(f"capacity per replica ({unit} within the SLOs)")
     objective = "purchase" if out.question.search.money.objective == "purchase" else "rental"
     ax.set_ylabel(f"{objective} cost for the demand ($/month)")
-    ax.set_title("Cost for the demand vs capacity per replica (candidates that meet the SLOs)", fontsize=10)
+    title = "Cost for the demand vs capacity per replica (candidates that meet the SLOs)"
+    if out.interval_runs:
+        title += f"\nbars: the capacity's 90% interval over {out.interval_runs} draws"
+    ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
     if ranking.feasible:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

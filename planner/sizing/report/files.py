@@ -37,6 +37,11 @@ def _sections(out: SizingResult, ranking: Ranking):
     return rows, skipped, pruned
 
 
+def _interval_rows(out: SizingResult) -> list[list[str]]:
+    unit = out.question.search.demand.unit
+    return [tables.interval_row(r, unit) for r in tables.interval_results(out)]
+
+
 def _md_table(headers, rows) -> list[str]:
     esc = [[str(c).replace("|", "\\|") for c in rw] for rw in rows]
     return [
@@ -65,6 +70,10 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
         "",
     ]
     lines += _md_table(tables.HEADERS, rows)
+    if tables.interval_results(out):
+        lines += ["", f"## Intervals (90%, {out.interval_runs} draws)", ""]
+        lines += [f"- {x}" for x in tables.interval_notes(out)]
+        lines += [""] + _md_table(tables.INTERVAL_HEADERS, _interval_rows(out))
     lines += ["", "## Figures", ""]
     for name, (title, _) in pngs.items():
         lines += [f"![{title}]({name})", "", f"*{title}. Produced by `{command}`.*", ""]
@@ -127,8 +136,15 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
     parts += [
         "<h2>Candidates</h2><p class='small'>Capacity per replica; latencies at the demand (one replica at its share).</p>",
         _html_table(tables.HEADERS, rows, classes),
-        "<h2>Figures</h2>",
     ]
+    if tables.interval_results(out):
+        parts += [
+            f"<h2>Intervals (90%, {out.interval_runs} draws)</h2><ul>"
+            + "".join(f"<li>{e(x)}</li>" for x in tables.interval_notes(out))
+            + "</ul>",
+            _html_table(tables.INTERVAL_HEADERS, _interval_rows(out)),
+        ]
+    parts.append("<h2>Figures</h2>")
     for title, png in pngs.values():
         data = base64.b64encode(png).decode("ascii")
         parts.append(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 from planner.sizing.rank import Ranking, worst_ratio
 from planner.sizing.search import Result, SizingResult, median_simulation_s
 from planner.sizing.serve import vllm_serve_command
@@ -50,8 +52,8 @@ def question_lines(out: SizingResult) -> list[str]:
         f"model: {s.model.name} ({s.model.num_params / 1e9:.2f}B parameters, {s.dtype})",
         f"workload: prompts {_dist(w.prompt_tokens)}, replies {_dist(w.output_tokens)} tokens",
         (
-            f"demand: {d.value:g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
-            f" = {d.value * d.headroom:g} {d.unit}"
+            f"demand: {d.value:.4g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
+            f" = {d.value * d.headroom:.4g} {d.unit}"
         ),
         f"SLOs: {slo or 'none (capacity = the highest steady-state load)'}",
         "objective: " + OBJECTIVE_WORDS[q.search.money.objective] + f" ({q.search.money.hours_per_month:g} h a month)",
@@ -75,20 +77,137 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
         if not ranking.closest:
             return "No candidate could be simulated."
         c = ranking.closest[0]
+        ratio = worst_ratio(c)
+        how_close = f" (its worst SLO value {ratio:.2f}x the bound)" if 0 < ratio < float("inf") else ""
         return (
-            f"No candidate meets the SLOs at {d.value:g} {d.unit}; the closest is {c.candidate.label}"
-            f" ({worst_ratio(c):.2f}x its tightest bound): {c.note}."
+            f"No candidate meets the SLOs at {d.value:.4g} {d.unit}; the closest is {c.candidate.label}{how_close},"
+            f" which {c.note.removeprefix('not cheaper: ')}. Per GPU below: how close each came and what it"
+            " would take."
         )
     ev, c = r.evaluation, r.costs
     p = ev.at_demand.latency_ms
-    verb = "Buy" if out.question.search.money.objective == "purchase" else "Rent"
+    buy = out.question.search.money.objective == "purchase"
+    verb = "Buy" if buy else "Rent"
+    per_million = c.purchase_usd_per_million_output_tokens if buy else c.rental_usd_per_million_output_tokens
+    odds = ""
+    if r.intervals:
+        odds = (
+            f"; every SLO held in {r.intervals['probability_all_met']:.0%} of {r.intervals['runs']} draws of"
+            f" {_varies_short(r.intervals)}"
+        )
     return (
         f"{verb} {ev.replicas} replica{'s' if ev.replicas > 1 else ''} of {r.candidate.label}"
         f" ({c.num_gpus} {r.candidate.gpu.name} GPU{'s' if c.num_gpus > 1 else ''} in all):"
-        f" {_usd(r.objective_usd_per_month)}/month, {_usd(c.rental_usd_per_million_output_tokens, 2)} per 1M output"
-        f" tokens, serving {d.value:g} {d.unit} with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
-        f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures)."
+        f" {_usd(r.objective_usd_per_month)}/month, {_usd(per_million, 2)} per 1M output"
+        f" tokens, serving {d.value:.4g} {d.unit} with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
+        f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures{odds})."
     )
+
+
+def _varies_short(iv: dict) -> str:
+    return "seeds and coefficients" if iv["coefficients_drawn"] else "seeds only (no coefficient uncertainty known)"
+
+
+INTERVAL_HEADERS = (
+    "candidate", "rests on", "load / replica", "capacity / replica", "replicas needed", "p50 TTFT ms",
+    "p99 TTFT ms", "p50 TPOT ms", "p99 TPOT ms", "p99 E2E ms", "SLOs met (share of draws)", "draws vary",
+)  # fmt: skip
+
+
+def _interval(v: dict | None, digits: int = 1) -> str:
+    """median [5%-95%]"""
+    if v is None or v["median"] is None:
+        return "-"
+    return f"{v['median']:,.{digits}f} [{v['low']:,.{digits}f}-{v['high']:,.{digits}f}]"
+
+
+def interval_results(out: SizingResult) -> list[Result]:
+    """The candidates with intervals: the recommendation first, then the runner-ups (intervals.interval_picks)."""
+    return out.interval_picks
+
+
+def interval_row(r: Result, unit: str) -> list[str]:
+    iv = r.intervals
+    lat = iv["latency_ms"]
+    slo = [
+        f"{s['metric'].removesuffix('_ms').upper()} {s['stat']} <= {s['bound_ms']:g}: "
+        + ("n/a" if s["probability_met"] is None else f"{s['probability_met']:.0%}")
+        for s in iv["slo"]
+    ]
+    slo.append(f"all, steady: {iv['probability_all_met']:.0%}")
+    replicas = "-"
+    need = iv["replicas_needed"]
+    if need:
+        low, high = need["low"], need["high"]
+        if low is None:
+            replicas = "none enough"
+        else:
+            replicas = str(low) if low == high else f"{low}-{high}" if high else f"{low} or more"
+        notes = []
+        if iv["probability_replicas_suffice"] is not None:
+            notes.append(f"{r.evaluation.replicas} enough in {iv['probability_replicas_suffice']:.0%}")
+        if need["share_none_enough"]:
+            notes.append(f"no count enough in {need['share_none_enough']:.0%}")
+        replicas += f" ({'; '.join(notes)})" if notes else ""
+    digits = 0 if unit == "users" else 2
+    capacity = "-" if iv["capacity_per_replica"] is None else f"{_interval(iv['capacity_per_replica'], digits)} {unit}"
+    if iv["capacity_searches_open"]:
+        capacity += f" ({iv['capacity_searches_open']} of {iv['runs']} draws: at least, out of probes)"
+    return [
+        r.candidate.label,
+        r.candidate.provenance_kind,
+        f"{iv['load']:,.3g} {'user' if unit == 'users' and iv['load'] == 1 else unit} ({iv['at']})",
+        capacity,
+        replicas,
+        *(_interval(lat[k]) for k in ("p50_ttft", "p99_ttft", "p50_tpot", "p99_tpot", "p99_e2el")),
+        "; ".join(slo),
+        _varies_short(iv),
+    ]
+
+
+def interval_notes(out: SizingResult) -> list[str]:
+    """Where the intervals come from, and what they cost."""
+    q = out.question
+    n = out.interval_runs
+    seed = q.scenario.workload.seed
+    lines = [
+        (
+            f"each figure is median [5%-95%] over {n} runs per candidate: workload seeds {seed}..{seed + n - 1}, each"
+            " with one draw of the cost-model coefficients from the std its provenance carries"
+        ),
+        (
+            "latencies and SLO shares: one replica at the same load as the table's figures, every request run;"
+            f" capacity: per draw, the same search as the nominal one (to {q.search.probe.tolerance:.0%}, at most"
+            f" {q.search.probe.max_probes} runs) started at the nominal capacity, stepping by the tolerance and"
+            " squaring the step after each run, under the drawn coefficients' analytic bound; replicas needed:"
+            " from each draw's capacity, for the demand with headroom"
+        ),
+    ]
+    drawn: dict[str, set[str]] = {}
+    for r in interval_results(out):
+        drawn.setdefault(r.candidate.provenance_kind, set()).update(r.intervals["coefficients_drawn"])
+    if drawn.get("calibrated"):
+        lines.append(
+            f"calibrated: draws of {', '.join(sorted(drawn['calibrated']))} from the fit's standard errors, the"
+            " coefficients' statistical uncertainty; the cost model's structural error against measured engines"
+            " is in docs/fidelity.md, not in the interval"
+        )
+    if drawn.get("transferred"):
+        lines.append(
+            f"transferred: draws of {', '.join(sorted(drawn['transferred']))} from the leave-one-GPU-out spread"
+            " of the transfer (the error measured when a profiled GPU was predicted from the others)"
+        )
+    if any(not r.intervals["coefficients_drawn"] for r in interval_results(out)):
+        lines.append(
+            "seeds only: spec-sheet coefficients (or a profile without a std) carry no uncertainty; their"
+            " intervals vary the workload only, and the model's own error is unknown, not zero"
+        )
+    median = statistics.median(out.interval_simulation_wall_s) if out.interval_simulation_wall_s else 0.0
+    lines.append(
+        f"{len(interval_results(out))} candidates x {n} draws = {out.interval_simulations:,} simulations"
+        f" (median {median:.2f} s); {out.interval_wall_s:.1f} s wall"
+    )
+    return lines
 
 
 def row(r: Result, unit: str) -> list[str]:
@@ -100,7 +219,7 @@ def row(r: Result, unit: str) -> list[str]:
         r.candidate.label,
         "-" if not ev or ev.replicas is None else str(ev.replicas),
         "-" if c is None else str(c.num_gpus),
-        "-" if not ev else f"{ev.capacity.load:,.2f} {unit}",
+        "-" if not ev else f"{ev.capacity.load:,.{0 if unit == 'users' else 2}f} {unit}",
         "-" if p is None else f"{_ms(p['p50_ttft'])} / {_ms(p['p99_ttft'])}",
         "-" if p is None else f"{_ms(p['p50_tpot'])} / {_ms(p['p99_tpot'])}",
         "-" if c is None else _usd(c.rental_usd_per_month),
@@ -123,7 +242,7 @@ def not_simulated(out: SizingResult) -> list[Result]:
 
 
 def gpu_verdicts(out: SizingResult, ranking: Ranking) -> list[str]:
-    """Per GPU: its best configuration, or why none of its setups meets the SLOs."""
+    """Per GPU: its best configuration, or the setup that came closest and what meeting the SLOs would take."""
     lines = []
     best = {}
     for r in ranking.feasible:
@@ -136,17 +255,44 @@ def gpu_verdicts(out: SizingResult, ranking: Ranking) -> list[str]:
             r = best[gpu]
             text = f"{gpu}: {r.candidate.label} x {r.evaluation.replicas}, {_usd(r.objective_usd_per_month)}/month"
         else:
-            why = next((r.note for r in own if r.evaluation is not None), own[0].note)
-            text = f"{gpu}: no setup tried meets the SLOs; {why}"
-        smallest_tp = min(r.candidate.tensor_parallel_size for r in own)
-        floor = min(r.tpot_floor_ms for r in own if r.candidate.tensor_parallel_size == smallest_tp)
-        if tpot and floor > min(tpot.values()):
-            text += (
-                f". At tensor parallel {smallest_tp} no engine can meet TPOT {min(tpot.values()):g} ms: reading the"
-                f" weights once takes {floor:.1f} ms per token (the physics floor, at the spec bandwidth)"
-            )
+            text = f"{gpu}: no setup tried meets the SLOs; " + _closest_on_gpu(own)
+        if tpot:
+            text += _physics_floor(own, min(tpot.values()))
         lines.append(text)
     return lines
+
+
+def _closest_on_gpu(own: list[Result]) -> str:
+    """The simulated setup of one GPU that came closest, and what meeting the SLOs would take."""
+    simulated = [r for r in own if r.evaluation is not None]
+    if not simulated:
+        return own[0].note
+    r = min(simulated, key=worst_ratio)
+    text = f"closest: {r.candidate.label}, which {r.note.removeprefix('not cheaper: ')}"
+    ratio = worst_ratio(r)
+    if r.evaluation.capacity.load <= 0 and 1 < ratio < float("inf"):
+        text += f"; meeting them would take bounds {ratio:.2f}x looser, or a faster GPU"
+    return text
+
+
+def _physics_floor(own: list[Result], tpot_bound_ms: float) -> str:
+    """Tensor parallel sizes at which reading the weights once already takes longer than the TPOT bound."""
+    floors = {}
+    for r in own:
+        tp = r.candidate.tensor_parallel_size
+        floors[tp] = min(floors.get(tp, float("inf")), r.tpot_floor_ms)
+    slow = sorted(tp for tp, f in floors.items() if f > tpot_bound_ms)
+    if not slow:
+        return ""
+    sizes = " and ".join(", ".join(map(str, slow)).rsplit(", ", 1))
+    times = " and ".join(", ".join(f"{floors[tp]:.1f}" for tp in slow).rsplit(", ", 1))
+    text = (
+        f". At tensor parallel {sizes} no engine can meet TPOT {tpot_bound_ms:g} ms: reading the weights once"
+        f" takes {times} ms per token (the physics floor, at the spec bandwidth)"
+    )
+    if len(slow) == len(floors):
+        text += "; no size tried gets under it"
+    return text
 
 
 def serve_lines(ranking: Ranking) -> list[str]:
@@ -205,6 +351,14 @@ def terminal_lines(out: SizingResult, ranking: Ranking) -> list[str]:
     lines += ["  ".join(rw[i].ljust(w) for i, w in zip(keep, widths)) for rw in rows]
     if ranking.runner_ups:
         lines += ["", "Runner-ups:"] + [f"  {r.candidate.label}: {why}" for r, why in ranking.runner_ups]
+    if interval_results(out):
+        lines += ["", f"90% intervals (median [5%-95%] over {out.interval_runs} draws; report.md says how):"]
+        for r in interval_results(out):
+            rw = interval_row(r, unit)
+            lines.append(
+                f"  {rw[0]} ({rw[1]}; {rw[11]}): capacity {rw[3]}; replicas {rw[4]}; p99 TTFT {rw[6]} ms; p99 TPOT {rw[8]}"
+                f" ms; {rw[10]}"
+            )
     if ranking.recommended:
         lines += ["", "Serve it with:", *("  " + x for x in serve_lines(ranking)[:2])]
     lines += ["", assumptions(out)[-1]]
