@@ -75,14 +75,15 @@ def step(
     runner: ModelRunner,
     clock: Callable[[], float],
     on_finished: Callable[[Request], None],
+    start: float | None = None,
 ) -> None:
     """One schedule -> execute -> update round, recorded in the scheduler's recorder.
 
-    The row carries the step's host side (schedule() and update(), wall time) and its device side (the
-    runner's execute(): input preparation, forward, sampling, up to the `.tolist()` that waits for the
-    device); this engine is synchronous, so the step lasts their sum. Tokens are stamped when execute()
-    returns."""
-    start = clock()
+    The row carries the step's host side (wall time from `start` (default: now) through schedule() and
+    update()) and its device side (the runner's execute(): input preparation, forward, sampling, up to the
+    `.tolist()` that waits for the device); this engine is synchronous, so the step lasts their sum. Tokens
+    are stamped when execute() returns."""
+    start = clock() if start is None else start
     out = scheduler.schedule()
     if not out.scheduled:
         raise RuntimeError(f"no request can be scheduled with {scheduler.kv.pool.num_free_blocks} free blocks")
@@ -217,15 +218,21 @@ def run_scenario(
     busy_wall_s = busy_cpu_s = 0.0  # over the steps: wall time, and this thread's CPU time
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0
+    # A busy engine's steps tile its time: each starts where the last one's bookkeeping (recording the step,
+    # finishing requests) ended, so the loop's own work (that, and admitting arrivals) is host time of the
+    # next step, as the simulator's back-to-back steps count it, not a gap the simulator never sees.
+    step_start = None  # None: idle, the next step starts when the loop finds work
     while scheduler.num_unfinished or arrivals.due:
+        loop_start, cpu_s = clock() if step_start is None else step_start, time.thread_time()
         for arrival_s, index in arrivals.pop_due(clock()):
             scheduler.add_request(make_request(workload, index, arrival_s, with_token_ids=True))
         if not scheduler.num_unfinished:
             time.sleep(max(0.0, arrivals.next_s() - clock()))
+            step_start = None
             continue
-        wall_s, cpu_s = time.perf_counter(), time.thread_time()
-        step(scheduler, runner, clock, on_finished)
-        busy_wall_s += time.perf_counter() - wall_s
+        step(scheduler, runner, clock, on_finished, start=loop_start)
+        step_start = clock()
+        busy_wall_s += step_start - loop_start
         busy_cpu_s += time.thread_time() - cpu_s
     if reference is not None:
         reference_s.append(time_reference(runner, reference))

@@ -20,8 +20,8 @@ Timing is built for a noisy, shared machine (another process may stall a step by
   interval; a row whose median is still uncertain is marked unstable (the fitter leaves it out).
 Everything is bounded by `budget_s` on the given clock: fewer rounds, then fewer shapes, never a longer run.
 Times are wall-clock, as the live engine's steps.csv counts them (device_s: the runner's execute(), input
-preparation to the sampled ids' device sync; host_s: the scheduler's schedule() and update() of the same
-batch), so what is fitted here is what held-out live runs on the same machine will show.
+preparation to the sampled ids' device sync; host_s: admitting the step's new requests, the scheduler's
+schedule() and update() of the same batch, and recording the step), so what is fitted here is what held-out live runs on the same machine will show.
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ def host_step(shape: Shape, engine, vocab_size: int, rng: np.random.Generator, i
 
     def run() -> float:
         kv = KVCacheManager(shape.num_blocks(block_size) + 1, block_size, engine.enable_prefix_caching)
-        scheduler = ContinuousScheduler(engine, kv, Recorder(kv.pool.num_blocks, block_size, False))
+        scheduler = ContinuousScheduler(engine, kv, Recorder(kv.pool.num_blocks, block_size, True))
         for _ in range(shape.num_decode):
             request = Request(next(ids), 0.0, shape.decode_context, 2, prompt_token_ids=decode_tokens[:-1])
             request.output_token_ids, request.num_output_tokens = decode_tokens[-1:], 1
@@ -322,13 +322,17 @@ def host_step(shape: Shape, engine, vocab_size: int, rng: np.random.Generator, i
             kv.allocate_slots(request, 0)
             request.status = Status.RUNNING
             scheduler.running.append(request)
+        # Timed as the live engine's loop counts a step's host side (gpu_engine.engine.run_scenario): admitting
+        # the new requests, schedule(), update(), and recording the step.
+        t0 = time.perf_counter()
         for _ in range(shape.num_prefill):
-            request = Request(next(ids), 0.0, prompt_len, 1, prompt_token_ids=prompt_tokens)
+            request = Request(next(ids), 0.0, prompt_len, 1, prompt_token_ids=list(prompt_tokens))
             request.num_computed_tokens = shape.cached
             scheduler.add_request(request)
-        t0 = time.perf_counter()
         out = scheduler.schedule()
+        blocks_in_use = kv.pool.num_used_blocks
         scheduler.update(out, 0.0, {r.request_id: 0 for r, n in out.scheduled})
+        scheduler.record_step(out, 0.0, 0.0, blocks_in_use)
         return time.perf_counter() - t0
 
     return run
