@@ -161,7 +161,7 @@ def section_profiles(ops, ar) -> list[str]:
     return out
 
 
-SMALL_MESSAGE_BYTES = 2 << 20  # below: the launch-bound regime of Vidur's all-reduce loop (ALL_REDUCE_NOISE)
+SMALL_MESSAGE_BYTES = 1 << 20  # below: the launch-bound regime of Vidur's all-reduce loop (ALL_REDUCE_NOISE)
 LARGE_MESSAGE_BYTES = 4 << 20  # from here: the kernel outlasts the launch interval and the runs agree
 
 ALLREDUCE_NOTE = """## All-reduce: what Vidur's times measure
@@ -171,66 +171,99 @@ calls back to back, the median kernel, 3 runs per size (vidur/profiling/collecti
 when its own rank launches it and ends once every peer's data has arrived: it spins while a later peer is
 still launching (NVIDIA/nccl#1025; NVIDIA/nccl-tests#330, the rank that launches first shows the longer
 kernel). Below a few MB these eager launches are host-bound, so each run lands in one of two states: rank 0
-launched last (the all-reduce itself) or first (plus up to one launch interval of waiting, a ceiling of
-{ceiling} us, the same at 2, 4 and 8 GPUs of a node: the host, not the link). Which state does not depend on
-the size: below 2 MB the 3 runs of ONE size differ by {small_spread} of their median (median over sizes),
-and the sizes' medians within one bin span {small_range} us (10th-90th percentile); from 4 MB the runs
-agree within {large_spread}. One size's median is a coin toss between the two states, so
+launched last (the all-reduce itself) or first (plus up to one launch interval of waiting: a ceiling of
+{ceiling}, the same at 2, 4 and 8 GPUs of a node, i.e. the host, not the link). Which state does not
+depend on the size: below 1 MB the 3 runs of ONE size differ by up to {small_spread} of their median (median
+over the sizes of one setup; table), and one bin's sizes have medians {small_range} us apart (10th to 90th
+percentile); from 4 MB the runs agree within {large_spread}. One size's median is a coin toss between the two states, so
 `planner.calibration.public_data` pools at least {min_sizes} measured sizes per bin (half-octave bins,
 merged below a few MB) and the step figures interpolate between the pooled medians. Before pooling, single
-sizes' medians jumped between neighbouring sizes (10 to 62 us for two A100s) and a relative least-squares fit
-followed the low ones: its latency fell to 11-34 us, 7-52% off in median. The form, a latency plus the ring's
-bytes at a fitted fraction of the link, is kept: from 4 MB, where the runs agree, it fits the bins within
-{large_fit} median. Where the pooled medians still alternate between the states over a run of neighbouring
-sizes (the A100 at 4 GPUs: {a100_tp4_small} us below 2 MB), no price of the size follows them.
+sizes' medians jumped between neighbouring sizes and the relative least-squares fit followed the low ones
+(this page's previous version: latencies of 11-34 us, the fits 7-52% off in median). The form, a latency plus the ring's
+bytes at a fitted fraction of the link, is kept. From 4 MB, where the runs agree, it fits the bins within
+{large_fit} median; two shapes it cannot follow there, each fitted beside it by the same fitter (last two
+columns): on the A100 at 4 and 8 GPUs time grows more slowly with size at the top of the range, as NCCL
+switching algorithm and protocol with size would make it (NVIDIA/nccl#754: the cheaper of several latency +
+bandwidth regimes), and on the H100 the flat floor reaches into the sizes where the runs agree. Either costs one to three more
+coefficients, and neither moves a profile across the per-step target: where steps still miss (the A100 at
+4 and 8 GPUs), the pooled medians alternate between the two states over runs of neighbouring sizes (4
+GPUs: {a100_tp4_small} us below 1 MB), which no price of the size follows.
 
-| setup | GPUs | bins < 2 MB | sizes per bin | runs of one size, (max - min) / median, < 2 MB / >= 4 MB | bin medians < 2 MB (us) | fit median / p90, all bins | fit median / p90, bins >= 4 MB |
-| --- | --- | --- | --- | --- | --- | --- | --- |
+| setup | GPUs | sizes per bin | runs of one size, (max - min) / median, < 1 MB / >= 4 MB | bin medians < 1 MB (us) | profile's fit, median / p90, all bins | profile's fit, bins >= 4 MB | two regimes, bins >= 4 MB (median) | floor, bins >= 4 MB (median) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
 """
 
 
+def _allreduce_alternatives(size, tp: int, link: float, measured) -> dict[str, np.ndarray]:
+    """Two other prices of an all-reduce, fitted by the same fitter to the same bins (evidence only, as the
+    p-norm is for the GEMMs): NCCL's own tuning model, the cheaper of two (latency, bandwidth) regimes (it
+    switches algorithm and protocol with size, NVIDIA/nccl#754), and a floor under one regime (the
+    launch-bound plateau). Returns each one's predicted seconds per bin."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.fit import fit_relative
+
+    def line(x, i):
+        return pf.allreduce_time_s(size, tp, link, x[i], x[i + 1])
+
+    # name: (price, initial, lower, upper, scale), coefficients as (efficiency, latency_s[, ...], floor_s)
+    forms = {
+        "two regimes": (
+            lambda x: np.minimum(line(x, 0), line(x, 2)),
+            (0.5, 1e-5, 0.8, 5e-5), (0.01, 0.0, 0.01, 0.0), (1.0, 1e-3, 1.0, 1e-3), (1.0, 1e-5, 1.0, 1e-5),
+        ),
+        "floor": (
+            lambda x: np.maximum(x[2], line(x, 0)),
+            (0.7, 2e-5, 3e-5), (0.01, 0.0, 0.0), (1.0, 1e-3, 1e-3), (1.0, 1e-5, 1e-5),
+        ),
+    }  # fmt: skip
+    out = {}
+    for name, (price, initial, lower, upper, scale) in forms.items():
+        fit = fit_relative(price, measured, [str(i) for i in range(len(initial))], initial, lower, upper, scale)
+        out[name] = price(fit.values)
+    return out
+
+
 def section_allreduce(ar) -> list[str]:
-    """The all-reduce data's two regimes, and the shipped fits on each (ALL_REDUCE_NOISE)."""
+    """The all-reduce data's two regimes, and the shipped fits on each (public_data's ALL_REDUCE_NOISE)."""
     from planner.calibration import public_fit as pf
     from planner.calibration.public_data import ALL_REDUCE_SETUPS, MIN_SIZES_PER_BIN
     from planner.calibration.public_profiles import all_reduce_rows
     from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
     from planner.calibration.transfer import load_profile
 
-    lines, ceilings, small_spreads, large_spreads, large_fits, ranges = [], [], [], [], [], []
+    lines, ceilings, small_spreads, large_spreads, large_fits, ranges = [], {}, [], [], [], []
     tp4_small = ""
     for gpu, setup in ALL_REDUCE_SETUPS.items():
         for tp in TENSOR_PARALLEL_SIZES[1:]:
             rows = all_reduce_rows(gpu, tp, ar)
             c = load_profile(gpu, tp)["coefficients"]
+            link = _link(gpu)
             size = np.asarray([r.size_bytes for r in rows], dtype=np.float64)
             measured = np.asarray([r.ms for r in rows]) * 1e-3
-            predicted = pf.allreduce_time_s(size, tp, _link(gpu), c["interconnect_efficiency"], c["allreduce_latency_s"])
-            error = predicted / measured - 1
+            error = pf.allreduce_time_s(size, tp, link, c["interconnect_efficiency"], c["allreduce_latency_s"])
+            error = error / measured - 1
             small, large = size < SMALL_MESSAGE_BYTES, size >= LARGE_MESSAGE_BYTES
             spread = np.asarray([r.run_spread for r in rows])
-            medians_us = measured[small] * 1e6
+            medians_us = ", ".join(f"{m:.0f}" for m in measured[small] * 1e6)
             p10, p90 = (np.asarray([getattr(r, k) for r in rows])[small] * 1e3 for k in ("p10_ms", "p90_ms"))
-            ceilings.append(max(p90))
+            ceilings.setdefault(setup, []).append(max(p90))
             small_spreads.append(np.median(spread[small]))
             large_spreads.append(np.median(spread[large]))
             large_fits.append(errors(error[large])[0])
             ranges.append((min(p10), max(p90)))
             if gpu == "a100-80gb" and tp == 4:
-                tp4_small = ", ".join(f"{m:.0f}" for m in medians_us)
+                tp4_small = medians_us
+            others = {k: errors(v[large] / measured[large] - 1)[0] for k, v in _allreduce_alternatives(size, tp, link, measured).items()}  # fmt: skip
             lines.append(
-                f"| {setup} | {tp} | {small.sum()} | {min(r.num_sizes for r in rows)}-{max(r.num_sizes for r in rows)} "
-                f"| {pct(np.median(spread[small]))} / {pct(np.median(spread[large]))} "
-                f"| {', '.join(f'{m:.0f}' for m in medians_us)} "
-                f"| {' / '.join(map(pct, errors(error)))} | {' / '.join(map(pct, errors(error[large])))} |"
+                f"| {setup} | {tp} | {min(r.num_sizes for r in rows)}-{max(r.num_sizes for r in rows)} "
+                f"| {pct(np.median(spread[small]))} / {pct(np.median(spread[large]))} | {medians_us} "
+                f"| {' / '.join(map(pct, errors(error)))} | {' / '.join(map(pct, errors(error[large])))} "
+                f"| {pct(others['two regimes'])} | {pct(others['floor'])} |"
             )
-    a100 = [v for v, (g, _) in zip(ceilings, [(g, tp) for g in ALL_REDUCE_SETUPS for tp in TENSOR_PARALLEL_SIZES[1:]])
-            if g == "a100-80gb"]  # fmt: skip
-    h100 = ceilings[len(a100) :]
     note = ALLREDUCE_NOTE.format(
-        ceiling=f"{min(a100):.0f}-{max(a100):.0f} (A100 DGX) and {min(h100):.0f}-{max(h100):.0f} (H100 DGX)",
-        small_spread=f"{100 * min(small_spreads):.0f}-{100 * max(small_spreads):.0f}%",
-        small_range=f"as much as {min(lo for lo, _ in ranges):.0f}-{max(hi for _, hi in ranges):.0f}",
+        ceiling=" and ".join(f"{min(v):.0f}-{max(v):.0f} us ({k})" for k, v in ceilings.items()),
+        small_spread=f"{100 * max(small_spreads):.0f}%",
+        small_range=f"as far as {min(lo for lo, _ in ranges):.0f} to {max(hi for _, hi in ranges):.0f}",
         large_spread=f"{100 * min(large_spreads):.1f}-{100 * max(large_spreads):.1f}%",
         min_sizes=MIN_SIZES_PER_BIN,
         large_fit=f"{100 * min(large_fits):.1f}-{100 * max(large_fits):.1f}%",
@@ -615,11 +648,11 @@ def render() -> str:
         "",
         *form_section,
         "",
-        *section_allreduce(ar),
-        "",
         *section_streaming(ops),
         "",
         _streaming_note(ops),
+        *section_allreduce(ar),
+        "",
         *section_models(ops, ar),
         "",
         *section_leave_gpu_out(ops, ar),
