@@ -179,7 +179,7 @@ percentile); from 4 MB the runs agree within {large_spread}. One size's median i
 `planner.calibration.public_data` pools at least {min_sizes} measured sizes per bin (half-octave bins,
 merged below a few MB) and the step figures interpolate between the pooled medians. Before pooling, single
 sizes' medians jumped between neighbouring sizes and the relative least-squares fit followed the low ones
-(this page's previous version: latencies of 11-34 us, the fits 7-52% off in median). The form, a latency plus the ring's
+(this page's previous version: latencies of 11-37 us, the fits 7-52% off in median). The form, a latency plus the ring's
 bytes at a fitted fraction of the link, is kept. From 4 MB, where the runs agree, it fits the bins within
 {large_fit} median; two shapes it cannot follow there, each fitted beside it by the same fitter (last two
 columns): on the A100 at 4 and 8 GPUs time grows more slowly with size at the top of the range, as NCCL
