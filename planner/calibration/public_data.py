@@ -65,13 +65,13 @@ SIZE_GRID_PER_OCTAVE = 2
 # when its own rank launches it and ends when every peer's data has arrived, so it spins while a later
 # peer is still launching (NVIDIA/nccl#1025, NVIDIA/nccl-tests#330: the rank that launches first shows the
 # longer kernel). Back-to-back eager launches are host-bound below a few MB, so each run lands in one of
-# two states: rank 0 launched last (the all-reduce itself, 7-36 us) or first (plus up to one launch
-# interval of waiting: a ceiling of ~60 us on the A100 DGX, ~40-45 us on the H100 DGX, the same at 2, 4 and
-# 8 GPUs, i.e. the host, not the link). Which state a run lands in does not depend on the size: the three
-# runs of ONE size span 6-59 us (min to max), and neighbouring sizes jump between the states. Above ~4 MB
-# the kernel outlasts the launch interval, the runs agree within 1-4% and time grows with size. One size's
-# median is therefore a coin toss between the states, not a property of that size; a bin of
-# MIN_SIZES_PER_BIN sizes (48 runs) has a median that is (`python -m planner.fidelity`, "All-reduce").
+# two states: rank 0 launched last (the all-reduce itself) or first (plus up to one launch interval of
+# waiting, a ceiling that is the same at 2, 4 and 8 GPUs of a node: the host, not the link). Which state
+# a run lands in does not depend on the size: the runs of ONE size differ by up to its median, and
+# neighbouring sizes jump between the states. Above ~4 MB the kernel outlasts the launch interval and the
+# runs agree within a few percent. One size's median is therefore a coin toss between the states, not a
+# property of that size; a bin of MIN_SIZES_PER_BIN sizes (48 runs) has a median that is. The figures:
+# `python -m planner.fidelity`, "All-reduce" (from the p10/p90/run_spread columns written here).
 MIN_SIZES_PER_BIN = 16
 # Setups whose all-reduce the profiles use: every worker in one NVSwitch node, as vLLM's tensor parallel.
 ALL_REDUCE_SETUPS = {"a100-80gb": "a100_dgx", "h100-sxm": "h100_dgx"}
