@@ -161,6 +161,117 @@ def section_profiles(ops, ar) -> list[str]:
     return out
 
 
+SMALL_MESSAGE_BYTES = 1 << 20  # below: the launch-bound regime of Vidur's all-reduce loop (ALL_REDUCE_NOISE)
+LARGE_MESSAGE_BYTES = 4 << 20  # from here: the kernel outlasts the launch interval and the runs agree
+
+ALLREDUCE_NOTE = """## All-reduce: what Vidur's times measure
+
+Vidur times an all-reduce as the NCCL kernel's duration on rank 0: 11 eager `torch.distributed.all_reduce`
+calls back to back, the median kernel, 3 runs per size (vidur/profiling/collectives/). An NCCL kernel starts
+when its own rank launches it and ends once every peer's data has arrived: it spins while a later peer is
+still launching (NVIDIA/nccl#1025; NVIDIA/nccl-tests#330, the rank that launches first shows the longer
+kernel). Below a few MB these eager launches are host-bound, so each run lands in one of two states: rank 0
+launched last (the all-reduce itself) or first (plus up to one launch interval of waiting: a ceiling of
+{ceiling}, the same at 2, 4 and 8 GPUs of a node, i.e. the host, not the link). Which state does not
+depend on the size: below 1 MB the 3 runs of ONE size differ by up to {small_spread} of their median (median
+over the sizes of one setup; table), and one bin's sizes have medians {small_range} us apart (10th to 90th
+percentile); from 4 MB the runs agree within {large_spread}. One size's median is a coin toss between the two states, so
+`planner.calibration.public_data` pools at least {min_sizes} measured sizes per bin (half-octave bins,
+merged below a few MB) and the step figures interpolate between the pooled medians. Before pooling, single
+sizes' medians jumped between neighbouring sizes and the relative least-squares fit followed the low ones
+(this page's previous version: latencies of 11-37 us, the fits 7-52% off in median). The form, a latency plus the ring's
+bytes at a fitted fraction of the link, is kept. From 4 MB, where the runs agree, it fits the bins within
+{large_fit} median; two shapes it cannot follow there, each fitted beside it by the same fitter (last two
+columns): on the A100 at 4 and 8 GPUs time grows more slowly with size at the top of the range, as NCCL
+switching algorithm and protocol with size would make it (NVIDIA/nccl#754: the cheaper of several latency +
+bandwidth regimes), and on the H100 the flat floor reaches into the sizes where the runs agree. Either costs one to three more
+coefficients, and neither moves a profile across the per-step target: where steps still miss (the A100 at
+4 and 8 GPUs), the pooled medians alternate between the two states over runs of neighbouring sizes (4
+GPUs: {a100_tp4_small} us below 1 MB), which no price of the size follows.
+
+| setup | GPUs | sizes per bin | runs of one size, (max - min) / median, < 1 MB / >= 4 MB | bin medians < 1 MB (us) | profile's fit, median / p90, all bins | profile's fit, bins >= 4 MB | two regimes, bins >= 4 MB (median) | floor, bins >= 4 MB (median) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+"""
+
+
+def _allreduce_alternatives(size, tp: int, link: float, measured) -> dict[str, np.ndarray]:
+    """Two other prices of an all-reduce, fitted by the same fitter to the same bins (evidence only, as the
+    p-norm is for the GEMMs): NCCL's own tuning model, the cheaper of two (latency, bandwidth) regimes (it
+    switches algorithm and protocol with size, NVIDIA/nccl#754), and a floor under one regime (the
+    launch-bound plateau). Returns each one's predicted seconds per bin."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.fit import fit_relative
+
+    def line(x, i):
+        return pf.allreduce_time_s(size, tp, link, x[i], x[i + 1])
+
+    # name: (price, initial, lower, upper, scale), coefficients as (efficiency, latency_s[, ...], floor_s)
+    forms = {
+        "two regimes": (
+            lambda x: np.minimum(line(x, 0), line(x, 2)),
+            (0.5, 1e-5, 0.8, 5e-5), (0.01, 0.0, 0.01, 0.0), (1.0, 1e-3, 1.0, 1e-3), (1.0, 1e-5, 1.0, 1e-5),
+        ),
+        "floor": (
+            lambda x: np.maximum(x[2], line(x, 0)),
+            (0.7, 2e-5, 3e-5), (0.01, 0.0, 0.0), (1.0, 1e-3, 1e-3), (1.0, 1e-5, 1e-5),
+        ),
+    }  # fmt: skip
+    out = {}
+    for name, (price, initial, lower, upper, scale) in forms.items():
+        fit = fit_relative(price, measured, [str(i) for i in range(len(initial))], initial, lower, upper, scale)
+        out[name] = price(fit.values)
+    return out
+
+
+def section_allreduce(ar) -> list[str]:
+    """The all-reduce data's two regimes, and the shipped fits on each (public_data's ALL_REDUCE_NOISE)."""
+    from planner.calibration import public_fit as pf
+    from planner.calibration.public_data import ALL_REDUCE_SETUPS, MIN_SIZES_PER_BIN
+    from planner.calibration.public_profiles import all_reduce_rows
+    from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
+    from planner.calibration.transfer import load_profile
+
+    lines, ceilings, small_spreads, large_spreads, large_fits, ranges = [], {}, [], [], [], []
+    tp4_small = ""
+    for gpu, setup in ALL_REDUCE_SETUPS.items():
+        for tp in TENSOR_PARALLEL_SIZES[1:]:
+            rows = all_reduce_rows(gpu, tp, ar)
+            c = load_profile(gpu, tp)["coefficients"]
+            link = _link(gpu)
+            size = np.asarray([r.size_bytes for r in rows], dtype=np.float64)
+            measured = np.asarray([r.ms for r in rows]) * 1e-3
+            error = pf.allreduce_time_s(size, tp, link, c["interconnect_efficiency"], c["allreduce_latency_s"])
+            error = error / measured - 1
+            small, large = size < SMALL_MESSAGE_BYTES, size >= LARGE_MESSAGE_BYTES
+            spread = np.asarray([r.run_spread for r in rows])
+            medians_us = ", ".join(f"{m:.0f}" for m in measured[small] * 1e6)
+            p10, p90 = (np.asarray([getattr(r, k) for r in rows])[small] * 1e3 for k in ("p10_ms", "p90_ms"))
+            ceilings.setdefault(setup, []).append(max(p90))
+            small_spreads.append(np.median(spread[small]))
+            large_spreads.append(np.median(spread[large]))
+            large_fits.append(errors(error[large])[0])
+            ranges.append((min(p10), max(p90)))
+            if gpu == "a100-80gb" and tp == 4:
+                tp4_small = medians_us
+            others = {k: errors(v[large] / measured[large] - 1)[0] for k, v in _allreduce_alternatives(size, tp, link, measured).items()}  # fmt: skip
+            lines.append(
+                f"| {setup} | {tp} | {min(r.num_sizes for r in rows)}-{max(r.num_sizes for r in rows)} "
+                f"| {pct(np.median(spread[small]))} / {pct(np.median(spread[large]))} | {medians_us} "
+                f"| {' / '.join(map(pct, errors(error)))} | {' / '.join(map(pct, errors(error[large])))} "
+                f"| {pct(others['two regimes'])} | {pct(others['floor'])} |"
+            )
+    note = ALLREDUCE_NOTE.format(
+        ceiling=" and ".join(f"{min(v):.0f}-{max(v):.0f} us ({k})" for k, v in ceilings.items()),
+        small_spread=f"{100 * max(small_spreads):.0f}%",
+        small_range=f"as far as {min(lo for lo, _ in ranges):.0f} to {max(hi for _, hi in ranges):.0f}",
+        large_spread=f"{100 * min(large_spreads):.1f}-{100 * max(large_spreads):.1f}%",
+        min_sizes=MIN_SIZES_PER_BIN,
+        large_fit=f"{100 * min(large_fits):.1f}-{100 * max(large_fits):.1f}%",
+        a100_tp4_small=tp4_small,
+    )
+    return [*note.rstrip("\n").split("\n"), *lines]
+
+
 def _max_form(b, fe, be):
     from planner.calibration import public_fit as pf
 
@@ -471,10 +582,9 @@ same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
   {num_fits} fits, and freeing it improves the median per-layer error by at most {gain:.1f} points: p is fixed
   at 2, no extra coefficient.
 - **What still misses the 5% / 10% per-step target** ({num_met} of {num_profiles} profiles meet it): where
-  the layers alone meet it but the step does not ({by_allreduce}), the all-reduce. Vidur's all-reduce times
-  below 1 MB jump between neighbouring sizes ({jumps}), which a latency + bandwidth price cannot follow; the
-  profiles' all-reduce fits are off by {ar_lo:.0f}-{ar_hi:.0f}% median (`fit.by_class.all_reduce` in each
-  profile). Where the layers themselves miss it too ({by_layers}), their p90.
+  the layers alone meet it but the step does not ({by_allreduce}), the all-reduce (its fits are
+  {ar_lo:.0f}-{ar_hi:.0f}% off in median, `fit.by_class.all_reduce` in each profile; why: "All-reduce"
+  below). Where the layers themselves miss it too ({by_layers}), their p90.
 """
 
 STREAMING_NOTE = """The 2-norm's bandwidth_efficiency is what the fit finds for the linears' weight reads once launches
@@ -482,20 +592,6 @@ are priced apart; attention inherits it in the cost model (no data here measure 
 {tp1} of the spec bandwidth, against {streaming} streamed by the linear kernels alone at 1-8 tokens (first
 column).
 """
-
-
-def _allreduce_jumps(ar) -> str:
-    """The widest spread of measured all-reduce times below 1 MB, over the (setup, workers) the profiles fit."""
-    from planner.calibration.public_data import ALL_REDUCE_SETUPS
-    from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
-
-    spans = {}
-    for r in ar:
-        if r.setup in ALL_REDUCE_SETUPS.values() and r.num_workers in TENSOR_PARALLEL_SIZES and r.size_bytes < 1 << 20:
-            spans.setdefault((r.setup, r.num_workers), []).append(r.ms * 1e3)
-    key = max(spans, key=lambda k: max(spans[k]) / min(spans[k]))
-    lo, hi = min(spans[key]), max(spans[key])
-    return f"e.g. {key[0]}, {key[1]} GPUs: {lo:.0f} to {hi:.0f} us"
 
 
 def _form_note(ar, figures) -> str:
@@ -522,7 +618,7 @@ def _form_note(ar, figures) -> str:
         max_p90_lo=100 * min(figures["max_layer_p90"]), max_p90_hi=100 * max(figures["max_layer_p90"]),
         norm_med_lo=100 * min(med), norm_med_hi=100 * max(med), norm_p90_lo=100 * min(p90), norm_p90_hi=100 * max(p90),
         p_lo=min(figures["p"]), p_hi=max(figures["p"]), p_near=figures["p_near_2"], num_fits=len(figures["p"]),
-        gain=100 * max(figures["median_gain"]), jumps=_allreduce_jumps(ar), ar_lo=min(ar_median), ar_hi=max(ar_median),
+        gain=100 * max(figures["median_gain"]), ar_lo=min(ar_median), ar_hi=max(ar_median),
         num_met=sum(map(meets, step)), num_profiles=len(profiles),
         by_allreduce=names(p for p, s, l in zip(profiles, step, layer) if meets(l) and not meets(s)),
         by_layers=names(p for p, s, l in zip(profiles, step, layer) if not meets(l) and not meets(s)),
@@ -555,6 +651,8 @@ def render() -> str:
         *section_streaming(ops),
         "",
         _streaming_note(ops),
+        *section_allreduce(ar),
+        "",
         *section_models(ops, ar),
         "",
         *section_leave_gpu_out(ops, ar),

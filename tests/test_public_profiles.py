@@ -219,3 +219,64 @@ def test_start_up_path_imports_neither_scipy_nor_the_fitting_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _two_state_network(tmp_path: Path, workers: int = 2) -> Path:
+    """A Vidur-shaped network/ folder: sizes 8 KB apart as Vidur swept them; below 1 MB each size's median
+    lands in one of two launch states (10 us for 3 sizes in 10, else 60 us), above it a clean latency +
+    bytes / bandwidth line whose runs agree."""
+    import csv
+
+    root = tmp_path / "vidur"
+    (root / "network" / "a100_dgx").mkdir(parents=True)
+    (root / "LICENSE").write_text("MIT")
+    (root / "compute").mkdir()
+    header = ["", *(f"time_stats.all_reduce.{k}" for k in ("min", "max", "mean", "median", "std"))]
+    header += ["rank", "num_workers", "size", "collective", "devices_per_node", "max_devices_per_node"]
+    with (root / "network" / "a100_dgx" / "all_reduce.csv").open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        for i, size in enumerate(range(2048, 16 << 20, 8192)):
+            if size < 1 << 20:
+                median = 0.010 if i % 10 < 3 else 0.060
+                low, high = 0.010, 0.060
+            else:
+                median = 0.040 + size / 170e9 * 1e3
+                low, high = 0.99 * median, 1.01 * median
+            w.writerow([i, low, high, median, median, 0.0, 0, workers, size, "all_reduce", workers, 8])
+    return root
+
+
+def test_all_reduce_bins_pool_the_launch_states_not_single_sizes(tmp_path):
+    """Below a few MB one size's median is a coin toss between two launch states (public_data's
+    ALL_REDUCE_NOISE): the derived bins pool MIN_SIZES_PER_BIN sizes, so neighbouring bins do not jump
+    between the states as single sizes do (10 to 60 us here), and the clean large sizes keep their line.
+    Fails if the bins go back to one size each."""
+    from planner.calibration.public_data import MIN_SIZES_PER_BIN, derive
+
+    derive(_two_state_network(tmp_path), tmp_path / "out")
+    rows = load_all_reduce(tmp_path / "out" / "all_reduce.csv")
+    assert all(r.num_sizes >= MIN_SIZES_PER_BIN for r in rows)
+    small = [r.ms for r in rows if r.size_bytes < 1 << 20]
+    assert small and max(small) / min(small) < 2  # single sizes: 6x
+    large = [r for r in rows if r.size_bytes >= 4 << 20]
+    assert all(r.ms == pytest.approx(0.040 + r.size_bytes / 170e9 * 1e3, rel=0.05) for r in large)
+    assert all(r.run_spread < 0.05 for r in large)
+    assert all(r.run_spread > 0.5 for r in rows if r.size_bytes < 1 << 20)
+
+
+def test_shipped_all_reduce_bins_pool_enough_sizes():
+    from planner.calibration.public_data import MIN_SIZES_PER_BIN
+
+    rows = load_all_reduce()
+    assert all(r.num_sizes >= MIN_SIZES_PER_BIN for r in rows)
+    assert all(r.p10_ms <= r.ms <= r.p90_ms for r in rows)
+
+
+def test_profiles_whose_all_reduce_missed_only_by_single_size_noise_now_meet_the_target():
+    """The A100 at tp 2 and the H100 at tp 2 met the per-step target in their layers but missed it through
+    the all-reduce fit while the bins held single sizes (docs/fidelity.md, "All-reduce")."""
+    fits = {(f.gpu, f.tensor_parallel_size): f for f in fit_all()}
+    for key in (("a100-80gb", 2), ("h100-sxm", 2)):
+        e = np.abs(fits[key].step_errors)
+        assert np.median(e) <= 0.05 and np.percentile(e, 90) <= 0.10, key

@@ -5,7 +5,8 @@ Vidur measured, with CUDA events around each operator of one transformer layer, 
 layers, norms, rotary embedding, activation and residual add against the number of tokens in the batch and
 the tensor-parallel degree, on A100-80GB, A40 and H100; and NCCL all-reduce against the message size.
 `derive` keeps the median of each operator on a geometric grid of batch sizes (the fit needs the shape of
-the curve, not every multiple of 8) and the in-node all-reduce medians in half-octave bins of size:
+the curve, not every multiple of 8) and the in-node all-reduce medians in half-octave bins of size, merged
+below a few MB until each bin pools MIN_SIZES_PER_BIN measured sizes (why: `ALL_REDUCE_NOISE`):
 `python -m planner.calibration.public_data /path/to/vidur` rewrites `planner/calibrations/vidur/*.csv`.
 Attention is not in these files (Vidur keeps its attention profiles outside its git history).
 """
@@ -58,6 +59,20 @@ SHAPE_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size
 
 TOKEN_GRID = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 SIZE_GRID_PER_OCTAVE = 2
+# ALL_REDUCE_NOISE: why the all-reduce bins pool many sizes. Vidur times an all-reduce as the NCCL kernel's
+# duration on rank 0 (Kineto; vidur/profiling/collectives/collectives_wrapper.py: 11 eager
+# torch.distributed.all_reduce calls back to back, median kernel, 3 runs per size). An NCCL kernel starts
+# when its own rank launches it and ends when every peer's data has arrived, so it spins while a later
+# peer is still launching (NVIDIA/nccl#1025, NVIDIA/nccl-tests#330: the rank that launches first shows the
+# longer kernel). Back-to-back eager launches are host-bound below a few MB, so each run lands in one of
+# two states: rank 0 launched last (the all-reduce itself) or first (plus up to one launch interval of
+# waiting, a ceiling that is the same at 2, 4 and 8 GPUs of a node: the host, not the link). Which state
+# a run lands in does not depend on the size: the runs of ONE size differ by up to its median, and
+# neighbouring sizes jump between the states. Above ~4 MB the kernel outlasts the launch interval and the
+# runs agree within a few percent. One size's median is therefore a coin toss between the states, not a
+# property of that size; a bin of MIN_SIZES_PER_BIN sizes (48 runs) has a median that is. The figures:
+# `python -m planner.fidelity`, "All-reduce" (from the p10/p90/run_spread columns written here).
+MIN_SIZES_PER_BIN = 16
 # Setups whose all-reduce the profiles use: every worker in one NVSwitch node, as vLLM's tensor parallel.
 ALL_REDUCE_SETUPS = {"a100-80gb": "a100_dgx", "h100-sxm": "h100_dgx"}
 
@@ -93,7 +108,11 @@ class AllReduceRow:
     setup: str
     num_workers: int
     size_bytes: int
-    ms: float  # median
+    ms: float  # median over the bin's sizes of each size's median
+    num_sizes: int = 1  # measured sizes pooled in the bin
+    p10_ms: float = float("nan")  # spread of the pooled sizes' medians
+    p90_ms: float = float("nan")
+    run_spread: float = float("nan")  # median over the pooled sizes of (max - min) / median of their runs
 
 
 def gpu_spec(name: str) -> GpuSpec:
@@ -140,29 +159,53 @@ def derive(vidur_dir: Path, out_dir: Path = DATA_DIR) -> tuple[int, int]:
     ar_rows = []
     for path in sorted((vidur_dir / "network").glob("*/all_reduce.csv")):
         setup = path.parts[-2]
-        by_point: dict[tuple[int, int], list[float]] = defaultdict(list)
+        by_point: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)
         with path.open(newline="") as f:
             for r in csv.DictReader(f):
                 if int(r["devices_per_node"]) != int(r["num_workers"]):
                     continue  # across nodes: not how one engine's tensor parallel runs
-                by_point[int(r["num_workers"]), int(r["size"])].append(float(r["time_stats.all_reduce.median"]))
+                stat = {k: float(r[f"time_stats.all_reduce.{k}"]) for k in ("median", "min", "max")}
+                by_point[int(r["num_workers"]), int(r["size"])].append(
+                    (stat["median"], (stat["max"] - stat["min"]) / stat["median"])
+                )
         for workers in sorted({w for w, _ in by_point}):
-            # Half-octave bins of size; each keeps the median size and the median of its points' medians.
-            # Single points are noisy at small sizes (a few repeats; 7 us and 40 us side by side).
-            bins: dict[int, list[tuple[int, float]]] = defaultdict(list)
-            smallest = min(s for w, s in by_point if w == workers)
-            for (w, size), times in by_point.items():
-                if w == workers:
-                    k = round(SIZE_GRID_PER_OCTAVE * math.log2(size / smallest))
-                    bins[k].extend((size, t) for t in times)
-            for k in sorted(bins):
-                size = int(statistics.median_low(s for s, _ in bins[k]))
-                ar_rows.append([setup, workers, size, f"{statistics.median(t for _, t in bins[k]):.6g}"])
+            for points in _all_reduce_bins(sorted((s, p) for (w, s), p in by_point.items() if w == workers)):
+                medians = [m for _, stats in points for m, _ in stats]
+                size = int(statistics.median_low(s for s, stats in points for _ in stats))
+                deciles = statistics.quantiles(medians, n=10) if len(medians) > 1 else medians * 9
+                spread = statistics.median(sp for _, stats in points for _, sp in stats)
+                ar_rows.append(
+                    [setup, workers, size, f"{statistics.median(medians):.6g}", len(points)]
+                    + [f"{deciles[0]:.6g}", f"{deciles[-1]:.6g}", f"{spread:.3g}"]
+                )
     with (out_dir / "all_reduce.csv").open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["setup", "num_workers", "size_bytes", "median_ms"])
+        w.writerow(["setup", "num_workers", "size_bytes", "median_ms", "num_sizes", "p10_ms", "p90_ms", "run_spread"])
         w.writerows(ar_rows)
     return len(out_rows), len(ar_rows)
+
+
+def _all_reduce_bins(points: list[tuple[int, list]]) -> list[list[tuple[int, list]]]:
+    """(size, stats) points sorted by size, grouped into half-octave bins of size; from the smallest size up,
+    a bin with fewer than MIN_SIZES_PER_BIN sizes takes in the next bin (ALL_REDUCE_NOISE), and a short
+    remainder at the top joins the last bin."""
+    smallest = points[0][0]
+    half_octaves: dict[int, list] = defaultdict(list)
+    for size, stats in points:
+        half_octaves[round(SIZE_GRID_PER_OCTAVE * math.log2(size / smallest))].append((size, stats))
+    bins: list[list] = []
+    current: list = []
+    for k in sorted(half_octaves):
+        current += half_octaves[k]
+        if len(current) >= MIN_SIZES_PER_BIN:
+            bins.append(current)
+            current = []
+    if current:
+        if bins:
+            bins[-1] += current
+        else:
+            bins.append(current)
+    return bins
 
 
 def load_operators(path: Path = OPERATORS_CSV) -> list[OperatorRow]:
@@ -187,7 +230,14 @@ def load_operators(path: Path = OPERATORS_CSV) -> list[OperatorRow]:
 def load_all_reduce(path: Path = ALL_REDUCE_CSV) -> list[AllReduceRow]:
     with path.open(newline="") as f:
         return [
-            AllReduceRow(r["setup"], int(r["num_workers"]), int(r["size_bytes"]), float(r["median_ms"]))
+            AllReduceRow(
+                r["setup"],
+                int(r["num_workers"]),
+                int(r["size_bytes"]),
+                float(r["median_ms"]),
+                int(r.get("num_sizes") or 1),
+                *(float(r.get(k) or "nan") for k in ("p10_ms", "p90_ms", "run_spread")),
+            )
             for r in csv.DictReader(f)
         ]
 
