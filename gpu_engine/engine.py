@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from gpu_engine.host_load import OtherCpuMeter
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner, SamplingParams
 from gpu_engine.sweep import Shape, time_reference
@@ -222,6 +223,7 @@ def run_scenario(
     # finishing requests) ended, so the loop's own work (that, and admitting arrivals) is host time of the
     # next step, as the simulator's back-to-back steps count it, not a gap the simulator never sees.
     step_start = None  # None: idle, the next step starts when the loop finds work
+    others = OtherCpuMeter()
     while scheduler.num_unfinished or arrivals.due:
         loop_start, cpu_s = clock() if step_start is None else step_start, time.thread_time()
         for arrival_s, index in arrivals.pop_due(clock()):
@@ -251,6 +253,8 @@ def run_scenario(
         # its busy wall time that it did says how much other processes delayed its steps. On CUDA the thread
         # also waits for the GPU, so the share says nothing there.
         "cpu_share": busy_cpu_s / busy_wall_s if torch_device.type == "cpu" and busy_wall_s > 0 else None,
+        # ... and any other busy process slows a CPU engine's steps, on its core or not (gpu_engine/host_load.py)
+        "other_cpu_load": others.load() if torch_device.type == "cpu" else None,
     }
     if reference_s:
         extra["reference_step_s"] = reference_s

@@ -73,7 +73,7 @@ def test_from_warns_of_a_run_on_a_busy_cpu(run_dir, tmp_path, capsys):
     quiet, busy = tmp_path / "quiet", tmp_path / "busy"  # copies: the real run's share depends on this machine
     for folder, share in ((quiet, 0.98), (busy, 0.42)):
         shutil.copytree(run_dir, folder)
-        (folder / "summary.json").write_text(json.dumps(summary | {"cpu_share": share}))
+        (folder / "summary.json").write_text(json.dumps(summary | {"cpu_share": share, "other_cpu_load": 0.0}))
     capsys.readouterr()
     assert main(["calibrate", "--from", str(quiet), str(busy), "--out", str(tmp_path / "p.yaml")]) == 0
     out = capsys.readouterr().out

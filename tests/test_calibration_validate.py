@@ -117,6 +117,9 @@ def test_machine_check_tells_a_busy_machine():
     on_cuda = validate.machine_check({"reference_step_s": [0.02, 0.02], "cpu_share": None}, 0.02, 1)
     assert on_cuda.clean and on_cuda.cpu_share is None
     assert validate.machine_check({}, None, 1).clean  # nothing measured: nothing to flag
+    crowded = validate.machine_check({"reference_step_s": [0.01, 0.01], "cpu_share": 1.0, "other_cpu_load": 0.8}, 0.01, 1)
+    assert not crowded.clean and "other processes kept 0.80 CPUs busy" in crowded.describe()
+    assert validate.machine_check({"reference_step_s": [0.01], "cpu_share": 1.0, "other_cpu_load": 0.05}, 0.01, 1).clean
 
 
 def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch):
@@ -135,7 +138,7 @@ def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch)
         factor = next(slowdowns)
         seen.append(factor)
         result.extra["reference_step_s"] = [0.01 * factor, 0.01 * factor]
-        result.extra["cpu_share"] = 0.95
+        result.extra["cpu_share"], result.extra["other_cpu_load"] = 0.95, 0.0
         return result
 
     monkeypatch.setattr(engine, "run_scenario", run_scenario)

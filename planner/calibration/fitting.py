@@ -288,6 +288,7 @@ def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
 
 
 BUSY_CPU_SHARE = 0.9  # a CPU run whose engine computed less of its busy time waited for other processes
+BUSY_OTHER_LOAD = 0.2  # ... or ran beside this many other busy CPUs (gpu_engine/host_load.py)
 
 
 def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda line: None) -> Profile:
@@ -298,11 +299,16 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
         raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
     runs = [read_run(Path(d)) for d in run_dirs]
     for (summary, _, _), run_dir in zip(runs, run_dirs):
-        share = summary.get("cpu_share")
+        share, others = summary.get("cpu_share"), summary.get("other_cpu_load")
         if isinstance(share, int | float) and share < BUSY_CPU_SHARE:
             warn(
                 f"warning: {run_dir}: the engine computed only {share:.0%} of its busy time (other processes held"
                 " the CPU): its step times include their waits"
+            )
+        elif isinstance(others, int | float) and others > BUSY_OTHER_LOAD:
+            warn(
+                f"warning: {run_dir}: other processes kept {others:.1f} CPUs busy during the run: a CPU engine's"
+                " steps slow down beside them, so its step times include that"
             )
     summary0, scenario, _ = runs[0]
     key = (scenario.model.name, scenario.dtype, scenario.hardware.gpu.name, summary0.get("device_name"))
