@@ -117,7 +117,9 @@ def test_machine_check_tells_a_busy_machine():
     on_cuda = validate.machine_check({"reference_step_s": [0.02, 0.02], "cpu_share": None}, 0.02, 1)
     assert on_cuda.clean and on_cuda.cpu_share is None
     assert validate.machine_check({}, None, 1).clean  # nothing measured: nothing to flag
-    crowded = validate.machine_check({"reference_step_s": [0.01, 0.01], "cpu_share": 1.0, "other_cpu_load": 0.8}, 0.01, 1)
+    crowded = validate.machine_check(
+        {"reference_step_s": [0.01, 0.01], "cpu_share": 1.0, "other_cpu_load": 0.8}, 0.01, 1
+    )
     assert not crowded.clean and "other processes kept 0.80 CPUs busy" in crowded.describe()
     assert validate.machine_check({"reference_step_s": [0.01], "cpu_share": 1.0, "other_cpu_load": 0.05}, 0.01, 1).clean
 
@@ -125,7 +127,7 @@ def test_machine_check_tells_a_busy_machine():
 def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch):
     """run_held_out re-runs a held-out scenario while the reference step is slower than at the sweep, keeps
     the cleanest run, and flags it when every attempt was busy."""
-    import gpu_engine.engine as engine
+    from gpu_engine import engine
 
     real = engine.run_scenario
     slowdowns = iter([1.5, 1.3, 1.0] + [1.0] * 4 + [1.4] * 3)  # light: third try clean; the last scenario: never
