@@ -242,7 +242,9 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
     kv_cache = usable - weights - mlp - sampler - non_torch - graphs
     num_blocks = max(0, kv_cache) // block
     if e.num_gpu_blocks_override is not None:
-        num_blocks = e.num_gpu_blocks_override
+        # vLLM's override sets the pool (kv_cache_config.num_blocks, `may_override_num_blocks`), whose blocks
+        # are one layer slot of one group: its "GPU KV cache size" counts num_blocks // groups (as here)
+        num_blocks = e.num_gpu_blocks_override // groups
     return MemoryBreakdown(
         total_bytes=gpu.memory_bytes,
         usable_bytes=usable,
