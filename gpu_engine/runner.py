@@ -244,6 +244,8 @@ class ModelRunner:
             from kernels.paged_attention import compile_split_path
 
             compile_split_path(self.spec.num_attention_heads, *self.kv_caches[0])
+            if self.spec.num_sliding_layers:  # the window is a constexpr of the kernel: its own variant
+                compile_split_path(self.spec.num_attention_heads, *self.kv_caches[0], self.spec.sliding_window)
             if self.device.type == "cuda" and self.cuda_graph_sizes:
                 self.use_decode_graphs(capture=True)
 
