@@ -337,6 +337,10 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
                 " engine.gpu_memory_utilization or a lower engine.max_num_batched_tokens, if that is enough)"
             )
         ]
+    e = scenario.engine
+    if mem.sliding_groups and e.kv_cache == "paged" and e.scheduler == "continuous":
+        # vLLM's hybrid allocator (sim/kv_groups.py): a sliding group holds at most its window's blocks
+        return _hybrid_fit_problems(scenario, mem)
     if usable_tokens < mem.max_model_len:
         return [
             (
@@ -346,3 +350,26 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
             )
         ]
     return []
+
+
+def _hybrid_fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
+    """One request of max_model_len must fit the pool (vLLM's `check_enough_kv_cache_memory` sums each layer's
+    `max_memory_usage_bytes`): ceil(L / block_size) blocks in each full-attention group, at most
+    sliding_window_blocks in each sliding one, out of the pool's num_gpu_blocks x groups blocks of one layer
+    slot (sim/kv_groups.py), the null block aside."""
+    full, sliding, window = mem.kv_cache_groups - mem.sliding_groups, mem.sliding_groups, mem.sliding_window_blocks
+    pool = mem.num_gpu_blocks * mem.kv_cache_groups - 1
+    blocks = -(-mem.max_model_len // mem.block_size)
+    need = full * blocks + sliding * min(blocks, window)
+    if need <= pool:
+        return []
+    # the longest request that fits: b blocks with full * b + sliding * min(b, window) <= pool
+    fits = (pool - sliding * window) // full if full and pool >= (full + sliding) * window else pool // (full + sliding)
+    return [
+        (
+            f"max_model_len {mem.max_model_len} needs {need} KV blocks of one layer slot ({full} full-attention"
+            f" group(s) x {blocks} + {sliding} sliding-window group(s) x {min(blocks, window)}) and the pool has"
+            f" {pool} besides vLLM's null block; set engine.max_model_len <= {fits * mem.block_size}, or use"
+            f" {_more_gpus(scenario, mem)} or a larger GPU"
+        )
+    ]

@@ -160,3 +160,20 @@ def test_fast_paths_off_give_the_reference_run():
     run = simulate(scenario)
     assert run.recorder.num_preemptions > 0
     assert_same_run(run, simulate(scenario, fast_forward=False), scenario)
+
+
+def test_a_request_of_max_model_len_must_fit_as_the_hybrid_allocator_holds_it():
+    """Gemma-3-27B on one H100: 1,813 blocks of every group's slots (29,008 tokens were every layer to keep
+    every token); a 32K request fits, since 6 of its 7 groups hold only the window."""
+    from sim.memory import fit_problems
+
+    def problems(max_model_len: int, utilization: float = 0.9) -> list[str]:
+        engine = {"max_model_len": max_model_len, "gpu_memory_utilization": utilization}
+        s = make_scenario(model="gemma-3-27b", hardware={"gpu": "h100-sxm"}, engine=engine)
+        return fit_problems(s, memory_breakdown(s))
+
+    assert problems(32768) == [] and problems(131072) == []  # 8,192 + 6 x 193 blocks < 7 x 2,331
+    (message,) = problems(131072, 0.7)
+    assert "sliding-window group(s)" in message
+    longest = int(message.split("engine.max_model_len <= ")[1].split(",")[0])
+    assert problems(longest, 0.7) == [] and problems(longest + 16, 0.7) != []
