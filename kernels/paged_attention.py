@@ -185,6 +185,8 @@ def _paged_attention_kernel(
 
     if not SPLIT:
         out_offs = token[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
+        if SLIDING_WINDOW > 0:  # a padding row past the query may see no key: 0 / 0 (its store is masked)
+            L = tl.where(row_ok, L, 1.0)
         out = acc / L[:, None]
         tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
     else:
