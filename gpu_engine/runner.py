@@ -69,6 +69,8 @@ class BlockTableRows:
 
     Relies on how the scheduler edits block_ids: it only appends to the list, or replaces the list (a
     preemption frees the blocks and starts a new one); a replaced or shortened list is converted afresh.
+    The one in-place edit, a sliding window's blocks turned into the null block once freed (sim/kv_groups.py),
+    is not picked up: those entries lie wholly before the window, which attention never reads.
     """
 
     def __init__(self):
