@@ -4,6 +4,8 @@ blocks that leave the window, every group draws from one pool, prefix hits as vL
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sim_helpers import make_scenario
 from test_simulator import assert_same_run
 
@@ -177,3 +179,53 @@ def test_a_request_of_max_model_len_must_fit_as_the_hybrid_allocator_holds_it():
     assert "sliding-window group(s)" in message
     longest = int(message.split("engine.max_model_len <= ")[1].split(",")[0])
     assert problems(longest, 0.7) == [] and problems(longest + 16, 0.7) != []
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    groups=st.sampled_from([(True,), (True, False), (False, True, True, True)]),
+    window=st.integers(1, 40),
+    block_size=st.sampled_from([2, 4, 16]),
+    extra_blocks=st.integers(0, 150),
+    caching=st.booleans(),
+    chunked=st.booleans(),
+    seed=st.integers(0, 10**6),
+)
+def test_block_tables_and_ref_counts_stay_consistent(groups, window, block_size, extra_blocks, caching, chunked, seed):
+    """Random requests (shared prefixes, live-style token ids) through the scheduler: at every step each block
+    a table holds has that many references, a full group holds no null block, a sliding group none inside
+    the window, and the pool is whole again at the end."""
+    import random
+
+    from sim.metrics import Recorder
+
+    rng = random.Random(seed)
+    num_blocks = len(groups) * -(-120 // block_size) + 1 + extra_blocks  # the longest request fits (119 tokens)
+    engine = {"block_size": block_size, "max_num_batched_tokens": 64 if chunked else 256, "max_num_seqs": 8, "max_model_len": 256,
+              "enable_prefix_caching": caching, "enable_chunked_prefill": chunked}  # fmt: skip
+    scheduler = build_scheduler(make_scenario(engine=engine), num_blocks, Recorder(num_blocks, block_size, False))
+    kv = HybridKVCacheManager(num_blocks, block_size, caching, KVGroups(groups, window))
+    scheduler.kv = kv
+    scheduler.fast_decode_rows = False
+    prefix = [rng.randrange(1000) for _ in range(40)]
+    requests = []
+    for i in range(12):
+        prompt = prefix[: rng.randrange(0, 40)] + [rng.randrange(1000) for _ in range(rng.randrange(1, 60))]
+        requests.append(Request(i, 0.0, len(prompt), rng.randrange(1, 20), prompt_token_ids=prompt))
+        scheduler.add_request(requests[-1])
+    for step in range(2000):
+        if not scheduler.num_unfinished:
+            break
+        out = scheduler.schedule()
+        refs: dict[int, int] = {}
+        for request in scheduler.running:
+            for g, blocks in enumerate(kv.tables(request)):
+                skipped = kv.num_skipped_tokens(g, request.num_computed_tokens) // block_size
+                assert NULL not in blocks[skipped:] or groups[g] and request.num_computed_tokens == 0
+                for b in blocks:
+                    if b != NULL:
+                        refs[b] = refs.get(b, 0) + 1
+        assert all(kv.pool.ref_cnt[b] == n for b, n in refs.items())
+        assert kv.pool.num_used_blocks == len(refs)
+        scheduler.update(out, float(step), {r.request_id: rng.randrange(1000) for r, _ in out.scheduled})
+    assert all(r.is_finished for r in requests) and kv.pool.num_used_blocks == 0
