@@ -229,3 +229,16 @@ def test_block_tables_and_ref_counts_stay_consistent(groups, window, block_size,
         assert kv.pool.num_used_blocks == len(refs)
         scheduler.update(out, float(step), {r.request_id: rng.randrange(1000) for r, _ in out.scheduled})
     assert all(r.is_finished for r in requests) and kv.pool.num_used_blocks == 0
+
+
+def test_the_override_is_checked_as_the_pool_it_sets():
+    from sim.memory import fit_problems
+
+    def problems(override: int) -> list[str]:
+        s = _gpt_oss(num_gpu_blocks_override=override)
+        return fit_problems(s, memory_breakdown(s))
+
+    # a 4,096-token request: 256 blocks in the full group, the window's 73 in the sliding one
+    (message,) = problems(329)
+    assert "needs 329" in message and "at least 330" in message
+    assert problems(330) == []
