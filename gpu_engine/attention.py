@@ -36,7 +36,7 @@ class KernelOps:
     (kernels/reference.py says what each computes)."""
 
     paged_attention: Callable  # (query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale,
-    #                             max_query_len=) -> out
+    #                             max_query_len=, sliding_window=) -> out
     store_kv: Callable  # (key, value, k_cache, v_cache, slot_mapping), in place
     rms_norm: Callable  # (x, weight, eps, residual=None) -> normed | (normed, new_residual)
     rotary: Callable  # (positions, q, k, cos_sin_cache), in place
@@ -50,8 +50,8 @@ class KernelOps:
         return self.unchecked or self
 
 
-def _paged_attention_torch(*args, max_query_len: int | None = None) -> torch.Tensor:
-    return paged_attention_ref(*args)  # max_query_len is only the Triton kernel's launch hint
+def _paged_attention_torch(*args, max_query_len: int | None = None, sliding_window: int = 0) -> torch.Tensor:
+    return paged_attention_ref(*args, sliding_window=sliding_window)  # max_query_len: the Triton launch hint
 
 
 TORCH_OPS = KernelOps(_paged_attention_torch, store_kv_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref)
@@ -103,8 +103,10 @@ def attention(
     attn: AttentionMetadata,
     scale: float,
     ops: KernelOps,
+    sliding_window: int = 0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
-    """Store this step's K/V at attn.slot_mapping, then causal attention of each query over its cache."""
+    """Store this step's K/V at attn.slot_mapping, then causal attention of each query over its cache (over
+    the last sliding_window positions only, when > 0)."""
     k_cache, v_cache = kv_cache
     ops.store_kv(key, value, k_cache, v_cache, attn.slot_mapping)
     return ops.paged_attention(
@@ -116,4 +118,5 @@ def attention(
         attn.query_start_loc,
         scale,
         max_query_len=attn.max_query_len,
+        sliding_window=sliding_window,
     )

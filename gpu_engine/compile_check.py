@@ -130,7 +130,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def engine_geometries() -> dict[str, object]:
-    """Every distinct catalog model shape the kernels see, plus head_dim 64 and 256 (HF configs may add such)."""
+    """Every distinct catalog model shape the kernels see, plus head_dim 64 and 256 (HF configs may add such)
+    and a sliding window (no catalog model the engine runs has one)."""
     import dataclasses
 
     from planner.catalog import load_model_catalog
@@ -149,6 +150,9 @@ def engine_geometries() -> dict[str, object]:
     llama = load_model_catalog()["llama-3.1-8b"]
     specs["hd64"] = ("llama-3.1-8b@head_dim=64", dataclasses.replace(llama, head_dim=64))
     specs["hd256"] = ("llama-3.1-8b@head_dim=256", dataclasses.replace(llama, head_dim=256))
+    # a window is a constexpr of the attention kernel: Mistral-7B-v0.1's shape (Llama-3.1-8B's) and window
+    window = dataclasses.replace(llama, sliding_window=4096, sliding_layers=tuple(range(llama.num_hidden_layers)))
+    specs["window"] = ("llama-3.1-8b@sliding_window=4096", window)
     return dict(specs.values())
 
 
@@ -177,6 +181,8 @@ def engine_forwards(spec, dtype: torch.dtype, block_size: int) -> None:
             batch = build_batch([(r, r.num_tokens - r.num_computed_tokens) for r in requests], block_size, "meta")
             model(batch.input_ids, batch.positions, batch.attn, caches)
     compile_split_path(spec.num_attention_heads, *caches[0])
+    if spec.num_sliding_layers:  # as the runner: the windowed split path too
+        compile_split_path(spec.num_attention_heads, *caches[0], spec.sliding_window)
 
 
 def _one_layer(spec):
@@ -259,6 +265,23 @@ def kernel_test_launches() -> Iterator[tuple[str, str, Callable[[], None]]]:
             "test_head_dims",
             lambda hd=head_dim: paged_attention(*_paged([(1, 20), (6, 30)], 4, 2, hd, 16, fp16)),
         )
+    for window in (1, 7, 16, 40):
+        for lens in (DECODE, MIXED):
+            yield (
+                "fp16",
+                "test_sliding_window",
+                lambda w=window, ls=lens: paged_attention(*_paged(ls, 8, 2, 128, 16, fp16), sliding_window=w),
+            )
+    yield (
+        "bf16",
+        "test_sliding_window_split_context_path",
+        lambda: _launch(
+            *_paged(DECODE, 8, 2, 128, 16, torch.bfloat16),
+            num_splits=2,
+            config=LaunchConfig(16, 16, 4, 1),
+            sliding_window=24,
+        ),
+    )
     for lens in (DECODE, MIXED):
         yield (
             "bf16",

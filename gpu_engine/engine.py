@@ -162,11 +162,6 @@ def run_scenario(
             f"{scenario.source}: model {scenario.model.name}: the live engine does not implement "
             f"{', '.join(unsupported)}; `planner simulate` and `planner memory` model it"
         )
-    if scenario.model.num_sliding_layers and device != "cpu":
-        raise EngineError(
-            f"{scenario.source}: model {scenario.model.name}: sliding-window attention runs on the torch path"
-            " only (the Triton paged kernel has no window): use --device cpu"
-        )
     if scenario.kv_dtype != scenario.dtype:
         raise EngineError(
             f"{scenario.source}: engine.kv_cache_dtype {scenario.engine.kv_cache_dtype}: the live engine keeps the"

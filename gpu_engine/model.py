@@ -15,8 +15,8 @@ silu_and_mul, down; one more to merge KV splits). The kernels come from attentio
 CUDA, the torch references of kernels/reference.py elsewhere. Both round as transformers does (RMSNorm's
 variance and softmax in float32; the weight multiply, RoPE and SwiGLU in the model's dtype).
 
-Sliding-window layers (Mistral v0.1, Mixtral with a window) run on the torch path (gpu_engine/
-sliding_window.py; the Triton kernel has no window, so not on CUDA). Not implemented, and refused
+Sliding-window layers (Mistral v0.1, Mixtral with a window) pass their window to the paged attention (the
+Triton kernel and the torch reference alike), which reads only the keys inside it. Not implemented, and refused
 (ModelSpec.live_engine_unsupported): other mixtures of experts, latent attention, quantised weights, RoPE
 scalings other than llama3. Not modelled: Qwen-7B's dynamic-NTK / logn scaling, which only act beyond its
 8192-token training length.
@@ -30,8 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gpu_engine.attention import TORCH_OPS, AttentionMetadata, KernelOps, attention, kernel_ops
-from gpu_engine.sliding_window import sliding_window_attention
+from gpu_engine.attention import AttentionMetadata, KernelOps, attention, kernel_ops
 from kernels.reference import rope_cos_sin_cache
 from sim.config import ModelSpec
 
@@ -52,8 +51,8 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
     def __init__(self, spec: ModelSpec, layer: int = 0):
         super().__init__()
-        # a sliding-window layer attends to the last `window` positions (gpu_engine/sliding_window.py)
-        self.window = spec.sliding_window if layer in spec.sliding_layers else None
+        # a sliding-window layer attends to the last `window` positions (0: every position)
+        self.window = spec.sliding_window if layer in spec.sliding_layers else 0
         self.num_heads, self.num_kv_heads, self.head_dim = (
             spec.num_attention_heads,
             spec.num_key_value_heads,
@@ -84,12 +83,7 @@ class Attention(nn.Module):
             q = self.q_norm(q.reshape(-1, self.head_dim), ops).view(-1, self.num_heads, self.head_dim)
             k = self.k_norm(k.reshape(-1, self.head_dim), ops).view(-1, self.num_kv_heads, self.head_dim)
         ops.rotary(positions, q, k, cos_sin_cache)  # in place
-        if self.window is None:
-            o = attention(q, k, v, kv_cache, attn, self.scale, ops)  # [T, H, D]
-        elif ops is TORCH_OPS:
-            o = sliding_window_attention(q, k, v, kv_cache, attn, self.scale, ops, self.window)
-        else:
-            raise NotImplementedError("sliding-window attention runs on the torch path only (no Triton kernel)")
+        o = attention(q, k, v, kv_cache, attn, self.scale, ops, self.window)  # [T, H, D]
         return self.o_proj(o.flatten(1))
 
 

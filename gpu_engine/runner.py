@@ -69,6 +69,8 @@ class BlockTableRows:
 
     Relies on how the scheduler edits block_ids: it only appends to the list, or replaces the list (a
     preemption frees the blocks and starts a new one); a replaced or shortened list is converted afresh.
+    The one in-place edit, a sliding window's blocks turned into the null block once freed (sim/kv_groups.py),
+    is not picked up: those entries lie wholly before the window, which attention never reads.
     """
 
     def __init__(self):
@@ -244,6 +246,8 @@ class ModelRunner:
             from kernels.paged_attention import compile_split_path
 
             compile_split_path(self.spec.num_attention_heads, *self.kv_caches[0])
+            if self.spec.num_sliding_layers:  # the window is a constexpr of the kernel: its own variant
+                compile_split_path(self.spec.num_attention_heads, *self.kv_caches[0], self.spec.sliding_window)
             if self.device.type == "cuda" and self.cuda_graph_sizes:
                 self.use_decode_graphs(capture=True)
 

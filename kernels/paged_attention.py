@@ -13,6 +13,9 @@ cover every sequence; a program finds its sequence by binary search and surplus 
 Decode batches too small to fill the GPU split each context into num_splits ranges (flash-decoding);
 each split writes an unnormalised partial (acc, max, sum) and a second kernel merges them.
 
+A sliding window (Mistral v0.1, gpt-oss and Gemma's local layers) masks keys older than the window and
+starts the KV loop at the tile of the first key any row of the program sees.
+
 No recompilation once a run is warm: the ints that change from step to step (num_seqs, the block
 table's width, num_splits) are not specialised on, the cache block size is a constexpr (fixed per
 run), and a launch picks one of three compiled variants: decode, decode with splits, prefill (a
@@ -97,6 +100,7 @@ def _paged_attention_kernel(
     TILE_N: tl.constexpr,  # context tokens per KV-loop iteration
     SPLIT: tl.constexpr,  # write partials for _merge_splits_kernel (num_splits > 1)
     FP32_DOT: tl.constexpr,  # dots in full fp32 (fp32 inputs: not tf32; see _fp32_dot)
+    SLIDING_WINDOW: tl.constexpr,  # keys a query attends to, itself included; 0: no window
 ):
     q_block = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -125,10 +129,17 @@ def _paged_attention_kernel(
     )
 
     kv_end = context_len + tl.minimum(q_first + BLOCK_Q, q_len)  # positions any row may see
-    num_tiles = tl.cdiv(kv_end, TILE_N)
+    if SLIDING_WINDOW > 0:
+        # the first row's window starts here; the KV loop starts at its tile, so the blocks before it (the
+        # null block once the scheduler freed them, sim/kv_groups.py) are never read
+        kv_start = tl.maximum(context_len + q_first - SLIDING_WINDOW + 1, 0)
+    else:
+        kv_start = 0
+    tile_first = kv_start // TILE_N
+    num_tiles = tl.cdiv(kv_end, TILE_N) - tile_first
     tiles_per_split = tl.cdiv(num_tiles, num_splits)
-    tile_lo = split * tiles_per_split
-    tile_hi = tl.minimum(tile_lo + tiles_per_split, num_tiles)
+    tile_lo = tile_first + split * tiles_per_split
+    tile_hi = tl.minimum(tile_lo + tiles_per_split, tile_first + num_tiles)
 
     M = tl.full([BLOCK_M], float("-inf"), tl.float32)
     L = tl.zeros([BLOCK_M], tl.float32)
@@ -138,7 +149,7 @@ def _paged_attention_kernel(
     n = tl.arange(0, TILE_N)
     for tile in range(tile_lo, tile_hi):
         kv_pos = tile * TILE_N + n
-        kv_ok = kv_pos < kv_end
+        kv_ok = (kv_pos < kv_end) & (kv_pos >= kv_start)
         # int64 (every product with a stride): block * stride_cb overflows int32 once the cache passes 2^31
         # elements; gpu_engine.compile_check fails any 32-bit stride product on a cache pointer
         block = tl.load(block_table_ptr + kv_pos // BLOCK_SIZE, mask=kv_ok, other=0).to(tl.int64)
@@ -157,7 +168,10 @@ def _paged_attention_kernel(
             s = tl.dot(q.to(tl.float32), k.to(tl.float32), input_precision="ieee")
         else:
             s = tl.dot(q, k)
-        s = tl.where(kv_pos[None, :] <= q_pos[:, None], s * qk_scale, float("-inf"))
+        seen = kv_pos[None, :] <= q_pos[:, None]  # causal
+        if SLIDING_WINDOW > 0:
+            seen = seen & (q_pos[:, None] - kv_pos[None, :] < SLIDING_WINDOW)
+        s = tl.where(seen, s * qk_scale, float("-inf"))
         m_new = tl.maximum(M, tl.max(s, axis=1))
         m_new = tl.where(m_new > float("-inf"), m_new, 0.0)  # a fully masked row: keep P = 0
         p = tl.exp2(s - m_new[:, None])
@@ -171,6 +185,8 @@ def _paged_attention_kernel(
 
     if not SPLIT:
         out_offs = token[:, None] * stride_ot + head[:, None] * stride_oh + d[None, :]
+        if SLIDING_WINDOW > 0:  # a padding row past the query may see no key: 0 / 0 (its store is masked)
+            L = tl.where(row_ok, L, 1.0)
         out = acc / L[:, None]
         tl.store(out_ptr + out_offs, out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
     else:
@@ -251,7 +267,9 @@ def _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_l
         raise ValueError(f"all inputs must be on one device, got {devices}")
 
 
-def _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, config):
+def _launch(
+    query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, config, sliding_window=0
+):
     num_tokens, num_heads, head_dim = query.shape
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     num_seqs = seq_lens.shape[0]
@@ -280,7 +298,7 @@ def _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, sc
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), block_tables.stride(0),
         BLOCK_SIZE=block_size, HEAD_DIM=head_dim, HEAD_DIM_PADDED=head_dim_padded,
         NUM_QUERIES_PER_KV=queries_per_kv, BLOCK_Q=block_q, BLOCK_M=block_m, TILE_N=config.tile_n,
-        SPLIT=num_splits > 1, FP32_DOT=_fp32_dot(query.dtype),
+        SPLIT=num_splits > 1, FP32_DOT=_fp32_dot(query.dtype), SLIDING_WINDOW=sliding_window,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if num_splits > 1:
@@ -309,12 +327,17 @@ def choose_num_splits(num_programs: int, max_tiles: int, num_sms: int) -> int:
     return min(triton.cdiv(num_sms, num_programs), max_tiles, MAX_SPLITS)
 
 
-def _choose_num_splits(query, k_cache, block_tables, num_seqs, decode: bool, tile_n: int) -> int:
+def _choose_num_splits(
+    query, k_cache, block_tables, num_seqs, decode: bool, tile_n: int, sliding_window: int = 0
+) -> int:
     """choose_num_splits for a launch: CUDA decode batches only. The block table's width bounds the context,
-    so there is no host sync on seq_lens (and a CUDA graph's padded table gives one fixed choice)."""
+    so there is no host sync on seq_lens (and a CUDA graph's padded table gives one fixed choice); a window
+    bounds it too (its keys span at most cdiv(window, tile_n) + 1 tiles)."""
     if not decode or query.device.type != "cuda":
         return 1
     max_tiles = triton.cdiv(block_tables.shape[1] * k_cache.shape[1], tile_n)
+    if sliding_window:
+        max_tiles = min(max_tiles, triton.cdiv(sliding_window, tile_n) + 1)
     return choose_num_splits(num_seqs * k_cache.shape[2], max_tiles, _num_sms(query.device))
 
 
@@ -358,15 +381,16 @@ def _config(decode: bool, dtype: torch.dtype, head_dim: int, device: torch.devic
     return launch_config(decode, dtype, head_dim, target_arch(device))
 
 
-def compile_split_path(num_heads: int, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+def compile_split_path(num_heads: int, k_cache: torch.Tensor, v_cache: torch.Tensor, sliding_window: int = 0) -> None:
     """Launch the split-context decode variant and the merge kernel once (one query over cache block 0,
     writing nothing to the cache), so that they compile at start-up rather than in the middle of a timed
-    run, when the first long-context decode batch asks for splits. Warm-up's short requests never do."""
+    run, when the first long-context decode batch asks for splits. Warm-up's short requests never do.
+    sliding_window: the model's (a window is a compile-time constant of the kernel)."""
     ints = {"dtype": torch.int32, "device": k_cache.device}
     query = torch.zeros(1, num_heads, k_cache.shape[3], dtype=k_cache.dtype, device=k_cache.device)
     block_tables, seq_lens, query_start_loc = torch.zeros(1, 1, **ints), torch.ones(1, **ints), torch.arange(2, **ints)
     config = _config(True, k_cache.dtype, k_cache.shape[3], k_cache.device)
-    _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, 1.0, num_splits=2, config=config)
+    _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, 1.0, 2, config, sliding_window)
 
 
 def paged_attention(
@@ -379,6 +403,7 @@ def paged_attention(
     scale: float,
     max_query_len: int | None = None,
     check: bool = True,
+    sliding_window: int = 0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim]
     """Same semantics as reference.paged_attention_ref; no host sync.
 
@@ -387,11 +412,18 @@ def paged_attention(
     Output rows of tokens past query_start_loc[-1] (padding) are left undefined.
     check=False skips the input checks: for callers that checked the same shapes once (the engine checks
     its first layer each step; the other layers have the same shapes, dtypes and devices).
+    sliding_window > 0: a query at position p sees keys p - sliding_window + 1 .. p; the KV loop starts at
+    the tile of the first one, so blocks before the window (vLLM frees them) are never read. A compile-time
+    constant: one variant per window a model has.
     """
     if check:
         _check_inputs(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc)
+        if sliding_window < 0:
+            raise ValueError(f"sliding_window={sliding_window}: want 0 (no window) or the window's length in tokens")
     num_seqs = seq_lens.shape[0]
     decode = max_query_len == 1 if max_query_len is not None else query.shape[0] == num_seqs
     config = _config(decode, query.dtype, query.shape[2], query.device)
-    num_splits = _choose_num_splits(query, k_cache, block_tables, num_seqs, decode, config.tile_n)
-    return _launch(query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, config)
+    num_splits = _choose_num_splits(query, k_cache, block_tables, num_seqs, decode, config.tile_n, sliding_window)
+    return _launch(
+        query, k_cache, v_cache, block_tables, seq_lens, query_start_loc, scale, num_splits, config, sliding_window
+    )

@@ -38,12 +38,17 @@ def paged_attention_ref(
     seq_lens: torch.Tensor,  # [num_seqs] int32, context length including the new query tokens
     query_start_loc: torch.Tensor,  # [num_seqs + 1] int32, cumulative offsets into query
     scale: float,
+    sliding_window: int = 0,
 ) -> torch.Tensor:  # [num_tokens, num_heads, head_dim], query's dtype
     """Causal attention of each sequence's query tokens over its paged K/V.
 
     The query tokens of sequence i are the last q_len_i positions of its context (their K/V are
     already in the cache), so query row j sits at position seq_len - q_len + j and attends to
     positions 0..that position. Computed in float32 whatever the input dtype, then cast back.
+    sliding_window > 0: it attends to the last sliding_window of them only (itself included), as
+    transformers' sliding-window mask and vLLM's FlashAttention window (sliding_window - 1, 0); the
+    blocks wholly before the first query's window are not read (they may be the null block: vLLM
+    frees them, sim/kv_groups.py).
     """
     num_heads, num_kv_heads = query.shape[1], k_cache.shape[2]
     if num_heads % num_kv_heads:
@@ -56,18 +61,23 @@ def paged_attention_ref(
         q_len = q_end - q_start
         if q_len == 0:
             continue
-        blocks = block_tables[i, : -(-seq_len // block_size)].long()
-        k = k_cache[blocks].flatten(0, 1)[:seq_len]  # [seq_len, num_kv_heads, head_dim]
-        v = v_cache[blocks].flatten(0, 1)[:seq_len]
+        first_block = max(0, seq_len - q_len - sliding_window + 1) // block_size if sliding_window else 0
+        start = first_block * block_size  # the keys read are positions start..seq_len - 1
+        blocks = block_tables[i, first_block : -(-seq_len // block_size)].long()
+        k = k_cache[blocks].flatten(0, 1)[: seq_len - start]  # [seq_len - start, num_kv_heads, head_dim]
+        v = v_cache[blocks].flatten(0, 1)[: seq_len - start]
         # 4-D (batch of 1): torch's CPU SDPA is several times slower on 3-D inputs
         q = query[q_start:q_end].transpose(0, 1)[None].float()  # [1, num_heads, q_len, head_dim]
         k = k.transpose(0, 1)[None].float()  # [1, num_kv_heads, seq_len, head_dim]
         v = v.transpose(0, 1)[None].float()
-        mask = None  # decode (q_len == 1): the only query token sees the whole context
-        if q_len > 1:
+        mask = None  # decode (q_len == 1) without a window: the only query token sees the whole context
+        if q_len > 1 or sliding_window:
             # the query is a suffix of the context: row j may see positions <= seq_len - q_len + j
-            mask = torch.ones(q_len, seq_len, dtype=torch.bool, device=query.device)
-            mask = mask.tril(diagonal=seq_len - q_len)
+            q_pos = torch.arange(seq_len - q_len, seq_len, device=query.device)[:, None]
+            k_pos = torch.arange(start, seq_len, device=query.device)[None, :]
+            mask = k_pos <= q_pos
+            if sliding_window:
+                mask &= q_pos - k_pos < sliding_window
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=num_heads != num_kv_heads)
         out[q_start:q_end] = o[0].transpose(0, 1).to(query.dtype)
     return out

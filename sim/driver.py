@@ -24,6 +24,7 @@ import simpy
 
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
+from sim.kv_groups import kv_pool_blocks
 from sim.memory import MemoryBreakdown, memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
@@ -195,7 +196,8 @@ class Simulation:
         self.memory = memory_breakdown(scenario)
         self.workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
         self.cost = CostModel(scenario, coefficients)
-        self.recorder = Recorder(self.memory.num_gpu_blocks, scenario.engine.block_size, record_steps, steps_sink)
+        num_blocks = kv_pool_blocks(scenario, self.memory)  # sliding-window groups: vLLM's pool of layer slots
+        self.recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps, steps_sink)
         self.progress = progress
         self.env = simpy.Environment()
         self.num_finished = 0
@@ -211,7 +213,7 @@ class Simulation:
         self.replicas = [
             Replica(
                 self.env,
-                build_scheduler(scenario, self.memory.num_gpu_blocks, self.recorder, index, fast_paths),
+                build_scheduler(scenario, num_blocks, self.recorder, index, fast_paths),
                 self.cost,
                 self.recorder,
                 self.next_arrival_s,

@@ -272,7 +272,9 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
     kv_cache = usable - weights - mlp - sampler - non_torch - graphs
     num_blocks = max(0, kv_cache) // block
     if e.num_gpu_blocks_override is not None:
-        num_blocks = e.num_gpu_blocks_override
+        # vLLM's override sets the pool (kv_cache_config.num_blocks, `may_override_num_blocks`), whose blocks
+        # are one layer slot of one group: its "GPU KV cache size" counts num_blocks // groups (as here)
+        num_blocks = e.num_gpu_blocks_override // groups
     return MemoryBreakdown(
         total_bytes=gpu.memory_bytes,
         usable_bytes=usable,
@@ -337,7 +339,20 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
     A request's blocks come from num_gpu_blocks - 1: block 0 is vLLM's null block."""
     blocks_per_request = -(-mem.max_model_len // mem.block_size)
     usable_tokens = mem.num_usable_blocks * mem.block_size
-    if scenario.engine.num_gpu_blocks_override is not None:
+    e = scenario.engine
+    hybrid = mem.sliding_groups and e.kv_cache == "paged" and e.scheduler == "continuous"
+    if e.num_gpu_blocks_override is not None and hybrid:  # the override is the pool (sim/kv_groups.py)
+        need, detail, _ = _hybrid_request_blocks(mem, e.num_gpu_blocks_override - 1)
+        if need >= e.num_gpu_blocks_override:
+            return [
+                (
+                    f"engine.num_gpu_blocks_override {e.num_gpu_blocks_override} blocks of one layer slot (one is"
+                    f" vLLM's null block) cannot hold one request of max_model_len {mem.max_model_len}, which needs"
+                    f" {need} ({detail}); raise it to at least {need + 1} or lower engine.max_model_len"
+                )
+            ]
+        return []
+    if e.num_gpu_blocks_override is not None:
         if usable_tokens < mem.max_model_len:
             return [
                 (
@@ -369,6 +384,8 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
                 " engine.gpu_memory_utilization or a lower engine.max_num_batched_tokens, if that is enough)"
             )
         ]
+    if hybrid:  # vLLM's hybrid allocator (sim/kv_groups.py): a sliding group holds at most its window's blocks
+        return _hybrid_fit_problems(scenario, mem)
     if usable_tokens < mem.max_model_len:
         return [
             (
@@ -378,3 +395,33 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
             )
         ]
     return []
+
+
+def _hybrid_request_blocks(mem: MemoryBreakdown, pool: int) -> tuple[int, str, int]:
+    """(blocks of one layer slot a request of max_model_len holds at most, how they split over the groups, the
+    most blocks per full-attention group a request can have within `pool` blocks). vLLM's
+    `check_enough_kv_cache_memory` sums each layer's `max_memory_usage_bytes`: ceil(L / block_size) blocks in
+    a full-attention layer, at most sliding_window_blocks in a sliding one."""
+    full, sliding, window = mem.kv_cache_groups - mem.sliding_groups, mem.sliding_groups, mem.sliding_window_blocks
+    blocks = -(-mem.max_model_len // mem.block_size)
+    need = full * blocks + sliding * min(blocks, window)
+    detail = f"{full} full-attention group(s) x {blocks} + {sliding} sliding-window group(s) x {min(blocks, window)}"
+    # the longest request that fits: b blocks with full * b + sliding * min(b, window) <= pool
+    fits = (pool - sliding * window) // full if full and pool >= (full + sliding) * window else pool // (full + sliding)
+    return need, detail, fits
+
+
+def _hybrid_fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
+    """One request of max_model_len must fit the pool of num_gpu_blocks x groups blocks of one layer slot
+    (sim/kv_groups.py), the null block aside."""
+    pool = mem.num_gpu_blocks * mem.kv_cache_groups - 1
+    need, detail, fits = _hybrid_request_blocks(mem, pool)
+    if need <= pool:
+        return []
+    return [
+        (
+            f"max_model_len {mem.max_model_len} needs {need} KV blocks of one layer slot ({detail}) and the pool has"
+            f" {pool} besides vLLM's null block; set engine.max_model_len <= {fits * mem.block_size}, or use"
+            f" {_more_gpus(scenario, mem)} or a larger GPU"
+        )
+    ]

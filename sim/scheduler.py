@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.config import EngineConfig, Scenario
+from sim.kv_groups import HybridKVCacheManager, kv_groups
 from sim.kv_manager import KVCacheManager, cdiv
 from sim.metrics import Recorder
 from sim.request import Request, Status
@@ -252,8 +253,8 @@ class ContinuousScheduler(Scheduler):
     def decode_window_bound(self) -> int:
         """How many next steps are certain to be identical pure-decode steps of every running request:
         none mid-prompt, none finishing, every block they need free, and no request waiting that could be
-        admitted. 0 or 1: step."""
-        if not self.running or len(self.running) > self.config.max_num_batched_tokens:
+        admitted. 0 or 1: step. Off with the fast paths (sliding windows: sim/kv_groups.py)."""
+        if not self.fast_decode_rows or not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
         if self.waiting and not self._waiting_head_blocked():
             return 0
@@ -417,8 +418,13 @@ def build_scheduler(
     row through allocate_slots and SchedulerOutput.add."""
     e = scenario.engine
     contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
-    kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, fast_paths)
+    groups = kv_groups(scenario)  # sliding-window layers: vLLM's hybrid allocator (sim/kv_groups.py)
+    if groups is not None:
+        kv = HybridKVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, groups)
+    else:
+        kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, fast_paths)
     policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
     scheduler = policy(e, kv, recorder, replica)
-    scheduler.fast_decode_rows = fast_paths
+    # The fast paths assume a request's blocks only grow; a sliding window frees blocks at every allocation.
+    scheduler.fast_decode_rows = fast_paths and groups is None
     return scheduler

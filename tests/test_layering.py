@@ -11,6 +11,7 @@ SHARED = [
     "sim.request",
     "sim.block_pool",
     "sim.kv_manager",
+    "sim.kv_groups",
     "sim.scheduler",
     "sim.workload",
     "sim.metrics",

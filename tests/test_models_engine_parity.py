@@ -151,16 +151,69 @@ def test_live_engine_refuses_models_it_does_not_implement(model, device, message
         run_scenario(scenario, device=device)
 
 
-def test_sliding_window_is_refused_on_cuda():
+def _sliding_model(tmp_path, case: str = "mistral-window"):
+    config_cls, model_cls, overrides = SLIDING[case]
+    config = config_cls(**TINY_MOE | overrides)
+    torch.manual_seed(0)
+    hf = model_cls(config).eval()
+    hf.save_pretrained(tmp_path)
+    return hf, model_spec_from_hf_config(config.to_dict(), f"tiny-{case}")
+
+
+def test_sliding_window_on_the_triton_kernels(tmp_path, monkeypatch):
+    """The windowed paged-attention kernel (on CUDA, or Triton's interpreter on CPU): the same tokens."""
+    device, calls = count_triton_calls(monkeypatch)
+    hf, spec = _sliding_model(tmp_path)
+    runner = ModelRunner(spec, "float32", device, num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
+    batch_prompts = prompts(spec.vocab_size)[:3]
+    assert serve(runner, batch_prompts, chunk=6) == [hf_greedy(hf, p) for p in batch_prompts]
+    assert calls["paged_attention"] > 0
+
+
+@pytest.mark.parametrize(("prefix_caching", "backend"), [(False, "torch"), (True, "torch"), (True, "triton")])
+def test_sliding_window_on_the_hybrid_allocator(tmp_path, monkeypatch, prefix_caching, backend):
+    """sim/'s scheduler frees the blocks that leave the window (the null block takes their place in the block
+    table, as vLLM's SlidingWindowManager does), prefix hits skip them, a small pool preempts: the tokens
+    still equal transformers' generate()."""
     from sim_helpers import make_scenario
 
-    from gpu_engine.engine import EngineError, run_scenario
+    from gpu_engine.engine import drain
+    from sim.kv_groups import HybridKVCacheManager
+    from sim.metrics import Recorder
+    from sim.request import Request
+    from sim.scheduler import build_scheduler
 
-    mistral_v01 = {
-        "model_type": "mistral", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 4096,
-        "sliding_window": 16,
-    }  # fmt: skip
-    scenario = make_scenario(model=mistral_v01, hardware={"gpu": "h200"})
-    with pytest.raises(EngineError, match="torch path only.*--device cpu"):
-        run_scenario(scenario, device="cuda")
+    device = count_triton_calls(monkeypatch)[0] if backend == "triton" else "cpu"
+    hf, spec = _sliding_model(tmp_path)
+    g = torch.Generator().manual_seed(3)
+    shared = torch.randint(0, spec.vocab_size, (16,), generator=g).tolist()
+    batch_prompts = [torch.randint(0, spec.vocab_size, (n,), generator=g).tolist() for n in (30, 9, 22, 41, 5)]
+    batch_prompts[1] = shared + batch_prompts[1]  # a shared prefix for prefix caching to hit
+    batch_prompts[4] = shared + batch_prompts[4]
+    num_blocks = 7  # 6 usable: a 16-token chunk takes 4 blocks, a decode within the window 1 or 2
+    base = make_scenario(
+        model="tiny-llama",
+        dtype="float32",
+        hardware={"gpu": "cpu"},
+        engine={"block_size": BLOCK_SIZE, "max_num_batched_tokens": 16, "max_num_seqs": 4, "max_model_len": 128,
+                "num_gpu_blocks_override": num_blocks, "enable_prefix_caching": prefix_caching},
+    )  # fmt: skip
+    scenario = dataclasses.replace(base, model=spec)
+    runner = ModelRunner(spec, "float32", device, num_blocks, BLOCK_SIZE, weights_path=str(tmp_path),
+                         cuda_graph_sizes=())  # fmt: skip
+    recorder = Recorder(num_blocks, BLOCK_SIZE)
+    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    kv = scheduler.kv
+    assert isinstance(kv, HybridKVCacheManager) and kv.groups.sliding == (True,)
+    freed = []
+    remove = kv._remove_skipped_blocks
+    monkeypatch.setattr(kv, "_remove_skipped_blocks", lambda *a: (remove(*a), freed.append(a[0][0].count(0))))
+    requests = [Request(i, 0.0, len(p), 9, prompt_token_ids=p) for i, p in enumerate(batch_prompts)]
+    for request in requests:
+        scheduler.add_request(request)
+    drain(scheduler, runner, lambda: 0.0)
+    for request, prompt in zip(requests, batch_prompts):
+        assert request.output_token_ids == hf_greedy(hf, prompt), f"request {request.request_id}"
+    assert max(freed) >= 8  # a 50-token context keeps 2 of its 13 blocks
+    assert recorder.num_preemptions > 0, "the pool was meant to force preemption"
+    assert kv.pool.num_free_blocks == num_blocks - 1

@@ -93,8 +93,21 @@ def make_case(
     )
 
 
-def dense_attention(case: PagedCase, scale: float) -> torch.Tensor:
-    """Naive causal attention in float64 over the unpaged K/V: the oracle for the reference."""
+def free_blocks_before_window(case: PagedCase, sliding_window: int) -> PagedCase:
+    """Point every block wholly before the first query's window at a NaN-filled spare block, as the scheduler
+    puts the null block there once it freed them (sim/kv_groups.py): a kernel that reads one fails."""
+    used = set(case.block_tables[case.block_tables >= 0].tolist())
+    spare = next(b for b in range(case.k_cache.shape[0]) if b not in used)  # make_case leaves them NaN
+    block_size, starts = case.k_cache.shape[1], case.query_start_loc.tolist()
+    for i, seq_len in enumerate(case.seq_lens.tolist()):
+        q_len = starts[i + 1] - starts[i]
+        case.block_tables[i, : max(0, seq_len - q_len - sliding_window + 1) // block_size] = spare
+    return case
+
+
+def dense_attention(case: PagedCase, scale: float, sliding_window: int = 0) -> torch.Tensor:
+    """Naive causal attention in float64 over the unpaged K/V: the oracle for the reference. sliding_window
+    > 0: a query at position p sees keys p - sliding_window + 1 .. p."""
     num_heads, num_kv_heads = case.query.shape[1], case.keys[0].shape[1]
     outs = []
     starts = case.query_start_loc.tolist()
@@ -105,6 +118,8 @@ def dense_attention(case: PagedCase, scale: float) -> torch.Tensor:
         q_len, seq_len = q.shape[0], k.shape[0]
         scores = torch.einsum("qhd,khd->hqk", q, k) * scale
         q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)[:, None]
-        scores = scores.masked_fill(torch.arange(seq_len, device=q.device)[None, :] > q_pos, float("-inf"))
+        k_pos = torch.arange(seq_len, device=q.device)[None, :]
+        hidden = (k_pos > q_pos) | ((q_pos - k_pos >= sliding_window) if sliding_window else False)
+        scores = scores.masked_fill(hidden, float("-inf"))
         outs.append(torch.einsum("hqk,khd->qhd", scores.softmax(dim=-1), v))
     return torch.cat(outs)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from kernels_testutil import DEVICE, FULL, make_case, require_triton
+from kernels_testutil import DEVICE, FULL, free_blocks_before_window, make_case, require_triton
 
 require_triton()
 from kernels.paged_attention import (
@@ -41,6 +41,36 @@ def check(case, dtype, **kwargs):
 @pytest.mark.parametrize("lens", [DECODE, MIXED], ids=["decode", "mixed"])
 def test_dtypes(dtype, lens):
     check(make_case(lens, 8, 2, HEAD_DIM, 16, dtype, DEVICE), dtype)
+
+
+@pytest.mark.parametrize("sliding_window", [1, 7, 16, 40])
+@pytest.mark.parametrize("lens", [DECODE, MIXED], ids=["decode", "mixed"])
+def test_sliding_window(sliding_window, lens):
+    """Keys older than the window are masked, and the blocks wholly before it (NaN here, the null block in
+    the engine) are skipped: the KV loop starts at the first tile inside the window."""
+    dtype = torch.float16
+    case = free_blocks_before_window(make_case(lens, 8, 2, HEAD_DIM, 16, dtype, DEVICE), sliding_window)
+    scale = 1 / math.sqrt(HEAD_DIM)
+    out = paged_attention(*case.args(scale), sliding_window=sliding_window)
+    expect = paged_attention_ref(*case.args(scale), sliding_window=sliding_window)
+    torch.testing.assert_close(out, expect, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("num_splits", [2, 5])
+def test_sliding_window_split_context_path(num_splits):
+    # the splits share out the tiles from the window's first on; one with none left sees nothing (no weight)
+    dtype, window = torch.bfloat16, 24
+    case = free_blocks_before_window(make_case(DECODE, 8, 2, HEAD_DIM, 16, dtype, DEVICE), window)
+    scale = 1 / math.sqrt(HEAD_DIM)
+    out = _launch(*case.args(scale), num_splits=num_splits, config=LaunchConfig(16, 16, 4, 1), sliding_window=window)
+    expect = paged_attention_ref(*case.args(scale), sliding_window=window)
+    torch.testing.assert_close(out, expect, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_negative_sliding_window_is_refused():
+    case = make_case([(1, 5)], 4, 2, HEAD_DIM, 16, torch.float16, DEVICE)
+    with pytest.raises(ValueError, match="sliding_window=-1"):
+        paged_attention(*case.args(1.0), sliding_window=-1)
 
 
 @pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (8, 2), (16, 2)])

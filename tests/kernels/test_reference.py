@@ -4,7 +4,7 @@ import math
 
 import pytest
 import torch
-from kernels_testutil import DEVICE, dense_attention, make_case
+from kernels_testutil import DEVICE, dense_attention, free_blocks_before_window, make_case
 
 from kernels.reference import paged_attention_ref, rms_norm_ref, rope_cos_sin_cache, rotary_ref, store_kv_ref
 
@@ -22,6 +22,18 @@ def test_paged_attention_ref_matches_dense(dtype, num_heads, num_kv_heads, block
     out = paged_attention_ref(*case.args(scale))
     assert out.dtype == dtype and out.shape == case.query.shape
     torch.testing.assert_close(out.double(), dense_attention(case, scale), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("sliding_window", [1, 5, 16, 33])
+def test_paged_attention_ref_sliding_window_matches_dense(sliding_window):
+    # windows shorter than, across and longer than a block; the blocks before a window hold NaN
+    lens = [(1, 1), (1, 17), (16, 16), (5, 40), (3, 15), (1, 300), (12, 70)]
+    case = free_blocks_before_window(make_case(lens, 8, 2, 32, 8, torch.float32, DEVICE), sliding_window)
+    scale = 1 / math.sqrt(32)
+    out = paged_attention_ref(*case.args(scale), sliding_window=sliding_window)
+    expect = dense_attention(case, scale, sliding_window)
+    torch.testing.assert_close(out.double(), expect, atol=TOL[torch.float32], rtol=TOL[torch.float32])
+    assert not torch.allclose(expect, dense_attention(case, scale), atol=1e-3)  # the window matters here
 
 
 def test_store_kv_ref_matches_loop():
