@@ -164,11 +164,14 @@ def compare_lines(a: dict, b: dict, name_a: str, name_b: str) -> list[str]:
 
 
 def _uncertainty(s: dict) -> str:
-    """The fit's (or the transfer's measured) one-std spread of the efficiencies, in % of their values."""
+    """The fit's (or the transfer's measured) one-std spread of the efficiencies, in % of their values, and
+    the step time's spread that the fit's residuals leave."""
     std, values = s["cost_model_provenance"].get("uncertainty") or {}, s.get("cost_model") or {}
     spread = [
         f"{name.removesuffix('_efficiency')} ±{std[name] / values[name]:.0%}"
         for name in ("flops_efficiency", "bandwidth_efficiency", "interconnect_efficiency")
         if name in std and values.get(name) and std[name] / values[name] < 10
     ]
-    return f"; efficiencies {', '.join(spread)} (1 std)" if spread else ""
+    out = f"; efficiencies {', '.join(spread)} (1 std)" if spread else ""
+    residual = std.get("step_time_rel")  # planner.calibration.profile.STEP_TIME_SPREAD (not imported: no yaml here)
+    return out + (f"; step time ±{residual:.0%} unexplained by the fit (1 std)" if residual else "")

@@ -17,6 +17,7 @@ from planner.calibration.profile import (
     default_profile_dir,
     load_profile,
     profile_from_fit,
+    residual_spread,
     resolve_cost_model,
     save_profile,
 )
@@ -254,7 +255,7 @@ def test_auto_picks_the_newest_matching_profile_else_transfers_else_spec_sheet()
     assert provenance.kind == "calibrated" and provenance.profile_id == new.id
     assert provenance.label == f"calibrated ({new.id}, 2026-11-20, NVIDIA A100-SXM4-80GB)"
     assert coefficients.bandwidth_efficiency == pytest.approx(0.65, rel=0.05)
-    assert provenance.uncertainty == new.uncertainty
+    assert provenance.uncertainty == new.uncertainty | residual_spread(new.fit)  # the coefficients', the residuals'
     assert default_profile_dir().is_dir()
 
 
@@ -328,7 +329,8 @@ def test_intervals_give_90_percent_ranges_and_slo_probabilities(tmp_path, capsys
     args = ["simulate", "scenarios/cpu_tiny.yaml", "--calibration", str(path), "--set", "slo.tpot_ms={mean: 1.0e+3}"]
     assert main([*args, "--intervals", "6", "--json"]) == 0
     intervals = json.loads(capsys.readouterr().out)["intervals"]
-    assert intervals["runs"] == 6 and intervals["coefficients_drawn"] == sorted(profile.uncertainty)
+    # the fit's own coefficients' stds, and its residual spread as one step-time factor per run
+    assert intervals["runs"] == 6 and intervals["coefficients_drawn"] == sorted([*profile.uncertainty, "step_time_rel"])
     for stats in intervals["metrics"].values():
         assert stats["low"] <= stats["median"] <= stats["high"]
     assert intervals["metrics"]["mean_e2el_ms"]["low"] < intervals["metrics"]["mean_e2el_ms"]["high"]
@@ -337,6 +339,32 @@ def test_intervals_give_90_percent_ranges_and_slo_probabilities(tmp_path, capsys
     out = capsys.readouterr().out
     assert "90% intervals over 3 runs" in out and "met in 100% of runs" in out
     assert main([*args, "--intervals", "0"]) == 2
+
+
+def test_the_residual_spread_scales_every_step_of_a_run_by_one_factor():
+    from planner.calibration.intervals import draw_coefficients
+    from planner.calibration.profile import STEP_TIME_SPREAD, residual_spread
+
+    assert residual_spread({"median_abs_error": 0.03}) == {STEP_TIME_SPREAD: pytest.approx(1.4826 * 0.03)}
+    assert residual_spread({}) == {} and residual_spread(None) == {}
+    scenario = make_scenario(hardware={"tensor_parallel_size": 2})
+    nominal = dataclasses.replace(TRUTH, flops_efficiency=0.3, bandwidth_efficiency=0.4, interconnect_efficiency=0.5)
+    shapes = [
+        (1, 1, 1, 600, 600),
+        (64, 64, 64, 64 * 900, 64 * 900),
+        (2048, 1, 1, 2048 * 1025, 2048),
+        (300, 9, 8, 9000, 5000),
+    ]
+    rng = np.random.default_rng(0)
+    factors = []
+    for _ in range(20):
+        drawn = draw_coefficients(nominal, {STEP_TIME_SPREAD: 0.1}, rng)
+        ratio = [
+            CostModel(scenario, drawn).step_time_s(*s) / CostModel(scenario, nominal).step_time_s(*s) for s in shapes
+        ]
+        assert max(ratio) == pytest.approx(min(ratio), rel=1e-9)  # one factor for decode, prefill, mixed, tp
+        factors.append(ratio[0])
+    assert 0.05 < np.std(np.log(factors)) < 0.2 and len(set(np.round(factors, 9))) == 20
 
 
 # ---------------------------------------------------------------------------------------------------------

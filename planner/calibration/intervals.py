@@ -1,6 +1,7 @@
-"""`planner simulate --intervals N`: how much a prediction could move, from the two things a planner does not
-know exactly: which requests come (N workload seeds) and the cost model's coefficients (a draw from the
-fit's uncertainty per run). Reports the 90% interval of every reported statistic and, per SLO, the share of
+"""`planner simulate --intervals N`: how much a prediction could move, from the things a planner does not
+know exactly: which requests come (N workload seeds), the cost model's coefficients (a draw from the
+fit's uncertainty per run) and the step time the fit left unexplained (its residual spread, where the
+profile's fit says it). Reports the 90% interval of every reported statistic and, per SLO, the share of
 runs that met it.
 """
 
@@ -12,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.calibration.fitting import BOUNDS
-from planner.calibration.profile import Provenance
+from planner.calibration.profile import STEP_TIME_SPREAD, Provenance
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 from sim.metrics import summarize
@@ -27,13 +28,29 @@ LOW_Q, HIGH_Q = 5, 95  # a 90% interval
 def draw_coefficients(
     coefficients: CostCoefficients, uncertainty: dict[str, float], rng: np.random.Generator
 ) -> CostCoefficients:
-    """One draw: each coefficient with a known std from a normal around its value, kept within its bounds."""
+    """One draw: each coefficient with a known std from a normal around its value, kept within its bounds;
+    then, with a STEP_TIME_SPREAD, every step's time scaled by one factor exp(N(0, spread)) (efficiencies
+    divided by it, seconds multiplied: every term of the cost model scales so). The fit's residuals are
+    partly step-to-step noise that averages out over a run; drawing them as one factor per run treats them
+    all as a systematic error of the form, so the interval errs wide rather than narrow."""
     changes = {}
     for name, std in sorted(uncertainty.items()):
-        if std > 0 and np.isfinite(std):
+        if name != STEP_TIME_SPREAD and std > 0 and np.isfinite(std):
             lo, hi, _ = BOUNDS[name]
             changes[name] = float(np.clip(rng.normal(getattr(coefficients, name), std), lo, hi))
-    return dataclasses.replace(coefficients, **changes)
+    drawn = dataclasses.replace(coefficients, **changes)
+    spread = uncertainty.get(STEP_TIME_SPREAD, 0.0)
+    if not (spread > 0 and np.isfinite(spread)):
+        return drawn
+    factor = float(np.exp(rng.normal(0.0, spread)))
+    scaled = {}
+    for f in dataclasses.fields(drawn):
+        value = getattr(drawn, f.name)
+        if f.name.endswith("_efficiency"):
+            scaled[f.name] = min(value / factor, 1.0)
+        elif f.name.endswith("_s"):
+            scaled[f.name] = value * factor
+    return dataclasses.replace(drawn, **scaled)
 
 
 def simulate_intervals(

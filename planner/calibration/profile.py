@@ -100,6 +100,16 @@ class Provenance:
 
 
 SPEC_SHEET = Provenance("spec-sheet", "spec-sheet")
+# A Provenance's uncertainty may also hold this key: the relative std of the step time that the fitted
+# coefficients leave unexplained (the fit's residual spread, 1.4826 x its median |relative error|: a robust
+# std). `--intervals` draws it as one factor on every step of a run (planner/calibration/intervals.py).
+STEP_TIME_SPREAD = "step_time_rel"
+
+
+def residual_spread(fit: dict | None) -> dict[str, float]:
+    """{STEP_TIME_SPREAD: std} from a profile's fit section, or {} when it has no median error."""
+    median = (fit or {}).get("median_abs_error")
+    return {STEP_TIME_SPREAD: 1.4826 * float(median)} if isinstance(median, int | float) and median > 0 else {}
 
 
 def content_id(data: dict) -> str:
@@ -345,7 +355,7 @@ def calibrated(profile: Profile) -> Provenance:
         "calibrated",
         f"calibrated ({profile.id}, {_date(profile)}, {profile.device['name']})",
         profile.id,
-        dict(profile.uncertainty),
+        dict(profile.uncertainty) | residual_spread(profile.fit),
     )
 
 
@@ -354,7 +364,7 @@ def transferred(profile: Profile) -> Provenance:
         "transferred",
         f"transferred (from {profile.id}: {profile.model} on {profile.device['name']}, {_date(profile)})",
         profile.id,
-        dict(profile.uncertainty),
+        dict(profile.uncertainty) | residual_spread(profile.fit),
     )
 
 
