@@ -377,11 +377,6 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-# `planner run --device cpu`: below this share of CPU time, or beside this much other load (CPUs), the figures
-# measure the machine's load too (planner/calibration/validate.py's MachineCheck)
-CPU_SHARE_WARNING, OTHER_LOAD_WARNING = 0.9, 0.2
-
-
 def cmd_run(args) -> int:
     try:
         from gpu_engine.engine import EngineError, run_scenario
@@ -410,12 +405,13 @@ def cmd_run(args) -> int:
         "measured", scenario, result.recorder, result.memory, wl.num_rejected, wl.num_truncated, result.extra
     )
     _emit(args, summary, result.recorder, f"{scenario.name} (measured on {result.extra['device_name']})")
-    share, others = result.extra.get("cpu_share"), result.extra.get("other_cpu_load")
-    if (share is not None and share < CPU_SHARE_WARNING) or (others is not None and others > OTHER_LOAD_WARNING):
+    from planner.calibration.busy import busy_reasons
+
+    reasons = busy_reasons(result.extra.get("cpu_share"), result.extra.get("other_cpu_load"))
+    if reasons:
         print(
-            f"planner: warning: a busy machine: the engine computed {share or 0:.0%} of its busy time and other processes"
-            f" kept {others or 0:.1f} CPUs busy; a CPU engine's steps slow down then, so these latencies measure"
-            " the load too (run it again on a quieter machine to measure the engine)",
+            f"planner: warning: a busy machine ({'; '.join(reasons)}): a CPU engine's steps slow down then, so"
+            " these latencies measure the load too (run it again on a quieter machine to measure the engine)",
             file=sys.stderr,
         )
     return 0

@@ -77,7 +77,7 @@ def test_from_warns_of_a_run_on_a_busy_cpu(run_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["calibrate", "--from", str(quiet), str(busy), "--out", str(tmp_path / "p.yaml")]) == 0
     out = capsys.readouterr().out
-    assert f"warning: {busy}: the engine computed only 42%" in out and f"warning: {quiet}:" not in out
+    assert f"warning: {busy}: a busy machine (the engine computed only 42%" in out and f"warning: {quiet}:" not in out
 
 
 def cli(*args: str, block_torch: bool = False) -> subprocess.CompletedProcess:

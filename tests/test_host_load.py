@@ -39,3 +39,12 @@ def test_on_this_machine_the_load_is_a_number_of_cpus():
     time.sleep(0.05)
     load = meter.load()
     assert load is not None and 0 <= load <= os.cpu_count() + 0.5  # tick granularity
+
+
+def test_busy_reasons_name_what_was_busy():
+    from planner.calibration.busy import busy_reasons
+
+    assert busy_reasons(0.99, 0.05) == [] and busy_reasons(None, None) == []
+    assert busy_reasons(0.5, 0.05) == ["the engine computed only 50% of its busy time"]
+    assert busy_reasons(1.0, 1.25) == ["other processes kept 1.2 CPUs busy"]
+    assert len(busy_reasons(0.5, 1.0)) == 2

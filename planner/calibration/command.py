@@ -158,11 +158,16 @@ def calibrate_scenario(
     # held-out run: it tells a held-out error from a machine that got busier after the sweep.
     shape = sweep.reference_shape(e.max_num_seqs, scenario.max_model_len, e.block_size, num_blocks - 1)
     reference_before = sweep.time_reference(runner, shape)
+    from gpu_engine.host_load import OtherCpuMeter
+    from planner.calibration.busy import busy_reasons
+
+    others = OtherCpuMeter()
     bar, sweep_started = Bar(f"sweeping step shapes on {device}"), time.perf_counter()
     try:
         rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar)
     finally:
         bar.close()
+    other_load = others.load()
     reference_after = sweep.time_reference(runner, shape)
     reference_s = min(reference_before, reference_after)
     # On CUDA the runner replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py): fit that form.
@@ -178,8 +183,14 @@ def calibrate_scenario(
         f" {int(rows['num_outliers'].sum())} outlier samples re-measured; {int((~stable).sum())} shapes still noisy"
         f" (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit",
         f"reference step ({shape.num_decode} decodes after {shape.decode_context} tokens): {reference_before * 1e3:.3g} ms"
-        f" before the sweep, {reference_after * 1e3:.3g} ms after",
+        f" before the sweep, {reference_after * 1e3:.3g} ms after"
+        + ("" if other_load is None else f"; other processes kept {other_load:.2f} CPUs busy during it"),
     )
+    if device == "cpu" and busy_reasons(None, other_load):
+        say(
+            "warning: the sweep ran beside other busy processes: on a CPU they slow every step, so the fit"
+            " describes this machine under that load (calibrate on a quiet machine for the engine's own speed)"
+        )
     fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
     fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=cuda_graphs)
     say("", *fit.lines())

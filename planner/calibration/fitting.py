@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.calibration.busy import busy_reasons
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.profile import Profile, profile_from_fit
 from planner.errors import PlannerError
@@ -287,10 +288,6 @@ def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
     return summary, scenario, {name: table[name] for name in table.dtype.names}
 
 
-BUSY_CPU_SHARE = 0.9  # a CPU run whose engine computed less of its busy time waited for other processes
-BUSY_OTHER_LOAD = 0.2  # ... or ran beside this many other busy CPUs (gpu_engine/host_load.py)
-
-
 def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda line: None) -> Profile:
     """One profile fitted to the steps of several `planner run` folders of the same model, dtype and GPU.
     `warn` hears of runs measured on a busy CPU (their stalled steps are down-weighted by the robust loss,
@@ -299,17 +296,9 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
         raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
     runs = [read_run(Path(d)) for d in run_dirs]
     for (summary, _, _), run_dir in zip(runs, run_dirs):
-        share, others = summary.get("cpu_share"), summary.get("other_cpu_load")
-        if isinstance(share, int | float) and share < BUSY_CPU_SHARE:
-            warn(
-                f"warning: {run_dir}: the engine computed only {share:.0%} of its busy time (other processes held"
-                " the CPU): its step times include their waits"
-            )
-        elif isinstance(others, int | float) and others > BUSY_OTHER_LOAD:
-            warn(
-                f"warning: {run_dir}: other processes kept {others:.1f} CPUs busy during the run: a CPU engine's"
-                " steps slow down beside them, so its step times include that"
-            )
+        reasons = busy_reasons(summary.get("cpu_share"), summary.get("other_cpu_load"))
+        if reasons:
+            warn(f"warning: {run_dir}: a busy machine ({'; '.join(reasons)}): its step times include that load")
     summary0, scenario, _ = runs[0]
     key = (scenario.model.name, scenario.dtype, scenario.hardware.gpu.name, summary0.get("device_name"))
     for (summary, other, _), run_dir in zip(runs, run_dirs):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.calibration.busy import MAX_OTHER_LOAD, MIN_CPU_SHARE
 from sim.config import ArrivalConfig, Distribution, Scenario, SharedPrefixConfig
 from sim.cost_model import CostCoefficients
 from sim.kv_manager import cdiv
@@ -50,8 +51,6 @@ TARGETS = {
 
 MAX_ATTEMPTS = 3  # live runs of one held-out scenario while the machine is not as it was during the sweep
 SLOWDOWN_LIMIT = 0.10  # the reference step more than this much slower than at the sweep: a busy machine
-MIN_CPU_SHARE = 0.90  # on CPU: the engine computed less than this share of its busy time: other processes ran
-MAX_OTHER_LOAD = 0.2  # on CPU: other processes kept more than this many CPUs busy on average during the run
 
 
 @dataclass(frozen=True)
