@@ -110,7 +110,7 @@ class Scheduler(ABC):
             if request.num_output_tokens >= request.max_output_tokens:
                 finished.append(request)
         if last_token_s:
-            self.recorder.token_gaps(now_s - np.array(last_token_s))
+            self.recorder.token_gaps([now_s - t for t in last_token_s])
         return self._retire(finished, now_s)
 
     def record_step(
@@ -297,13 +297,16 @@ class ContinuousScheduler(Scheduler):
 
     def window_blocks_used(self, num_steps: int) -> np.ndarray:
         """Blocks in use after each of the next num_steps decode steps, as stepping one by one would have."""
-        block_size = self.kv.block_size
-        computed = np.array([r.num_computed_tokens for r in self.running])
-        held = np.array([len(r.block_ids) for r in self.running])
-        after = computed[:, None] + np.arange(1, num_steps + 1)[None, :]
-        if self.kv.contiguous_tokens is not None:
-            after = np.maximum(after, self.kv.contiguous_tokens)
-        new_blocks = np.maximum(-(-after // block_size) - held[:, None], 0).sum(axis=0)
+        block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
+        # The step k (1-based) at which each new block is first needed: block b (tokens [b*bs, (b+1)*bs)) once
+        # max(computed + k, floor) passes b*bs. A window adds a block per request every block_size steps at
+        # most, so this list is short where a (requests x steps) table would not be.
+        first_needed = []
+        for r in self.running:
+            c, held = r.num_computed_tokens, len(r.block_ids)
+            for b in range(held, -(-max(c + num_steps, floor_tokens) // block_size)):
+                first_needed.append(1 if floor_tokens > b * block_size else max(1, b * block_size + 1 - c))
+        new_blocks = np.cumsum(np.bincount(first_needed, minlength=num_steps + 1)[1:])
         return self.kv.pool.num_used_blocks + new_blocks
 
     def apply_decode_window(self, step_end_s: np.ndarray) -> None:
@@ -328,15 +331,19 @@ class ContinuousScheduler(Scheduler):
                 if n > 0:
                     request.block_ids += new_ids[taken : taken + n]
                     taken += n
-        first_gaps = np.empty(len(running))
-        for i, request in enumerate(running):
+        first_gaps = []
+        for request in running:
             request.num_computed_tokens += num_steps
             request.num_output_tokens += num_steps
-            first_gaps[i] = first_end - request.last_token_s
+            first_gaps.append(first_end - request.last_token_s)
             request.last_token_s = last_end
         if kv.pool.enable_caching:
             for request in running:
-                kv.cache_full_blocks(request)
+                # A simulated request's decode blocks are its own: under deferred registration they enter the
+                # prefix cache only on preemption, and its shared-prefix blocks were registered at its prefill,
+                # so there is nothing to register here (cache_full_blocks would find nothing to do).
+                if not kv.defer_private_blocks or request.prompt_token_ids is not None:
+                    kv.cache_full_blocks(request)
         self.recorder.token_gaps(first_gaps)
         self.recorder.token_gaps(np.diff(step_end_s), times=len(running))  # each step's gap, once per request
 
