@@ -176,8 +176,12 @@ class ContinuousScheduler(Scheduler):
         budget (v0's prefill-only steps are gone from vLLM since 0.11, and from here)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        block_size, held_floor = self.kv.block_size, self.kv.contiguous_tokens or 0
+        kv, pool = self.kv, self.kv.pool
+        block_size, held_floor = kv.block_size, kv.contiguous_tokens or 0
         scheduled, fast = out.scheduled, self.fast_decode_rows
+        # A simulated request's decode blocks enter the prefix cache only on preemption (deferred registration),
+        # and nothing does without a prefix cache: a decode filling a block then registers nothing.
+        no_registration = not pool.enable_caching or kv.defer_private_blocks
         num_decodes = decode_context = 0  # the fast path's rows, added to out's aggregates in one go
         i = 0
         while i < len(self.running) and budget > 0:
@@ -185,11 +189,22 @@ class ContinuousScheduler(Scheduler):
             computed = request.num_computed_tokens
             num_prompt = request.num_prompt_tokens
             if fast and num_prompt + request.num_output_tokens - computed == 1 and computed >= num_prompt:
-                # A decode whose token lands in a block it holds, filling none: allocate_slots would change
-                # nothing (no block needed; every full block already went through cache_full_blocks, which
-                # runs up to the computed tokens after each step) and add() would count a decode row.
+                # A decode that needs at most one new block (its token starts one) and registers none: what
+                # allocate_slots would do is take that block if there is one (every full block already went
+                # through cache_full_blocks, which runs up to the computed tokens after each step), and add()
+                # would count a decode row. No free block: allocate_slots and preemption, below.
                 held = len(request.block_ids) * block_size
-                if computed % block_size != block_size - 1 and computed < held and held_floor <= held:
+                if (
+                    held_floor <= held
+                    and computed <= held
+                    and (
+                        computed % block_size != block_size - 1
+                        or (no_registration and request.prompt_token_ids is None)
+                    )
+                    and (computed < held or pool.num_free_blocks)
+                ):
+                    if computed == held:
+                        request.block_ids += pool.get_new_blocks(1)
                     scheduled.append((request, 1))
                     num_decodes += 1
                     decode_context += computed + 1
@@ -255,18 +270,21 @@ class ContinuousScheduler(Scheduler):
         admitted. 0 or 1: step."""
         if not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
+        # Someone finishing within two steps rules a window out: checked first, as a busy engine has one most
+        # steps (the cheapest test over the running requests).
+        steps = min(r.max_output_tokens - r.num_output_tokens for r in self.running) - 1
+        if steps < 2:
+            return 0
         if self.waiting and not self._waiting_head_blocked():
             return 0
         computed = []
-        steps, num_held = 1 << 62, 0  # running is not empty: the min over it replaces this
+        num_held = 0
         for r in self.running:
-            c, num_prompt, num_output = r.num_computed_tokens, r.num_prompt_tokens, r.num_output_tokens
-            if num_prompt + num_output - c != 1 or c < num_prompt:
+            c = r.num_computed_tokens
+            if r.num_prompt_tokens + r.num_output_tokens - c != 1 or c < r.num_prompt_tokens:
                 return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
-            steps = min(steps, r.max_output_tokens - num_output)
             computed.append(c)
             num_held += len(r.block_ids)
-        steps -= 1
         # Blocks the window needs: what blocks_needed(r, steps) sums to over the running requests.
         block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
         num_free = self.kv.pool.num_free_blocks
