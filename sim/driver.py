@@ -158,7 +158,7 @@ class Replica:
         self, durations: np.ndarray, host: float, device: np.ndarray, context: np.ndarray, elapsed: np.ndarray
     ):
         sched, now = self.scheduler, self.env.now
-        blocks = sched.window_blocks_used(len(durations))
+        blocks = sched.allocate_decode_window(len(durations))
         num_waiting = len(sched.waiting)  # requests blocked in the queue (a saturated engine), or none
         if not num_waiting:
             ends = now + elapsed

@@ -313,42 +313,41 @@ class ContinuousScheduler(Scheduler):
         free = kv.pool.num_free_blocks - sum(1 for b in hits if kv.pool.ref_cnt[b] == 0)
         return needed > free  # allocate_slots would fail
 
-    def window_blocks_used(self, num_steps: int) -> np.ndarray:
-        """Blocks in use after each of the next num_steps decode steps, as stepping one by one would have."""
-        block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
+    def allocate_decode_window(self, num_steps: int) -> np.ndarray:
+        """Take the blocks the next num_steps decode steps need (room checked by decode_window_bound); returns
+        the blocks in use during each of those steps, as stepping one by one would have them."""
+        kv, running = self.kv, self.running
+        block_size, floor_tokens = kv.block_size, kv.contiguous_tokens or 0
+        used = kv.pool.num_used_blocks
         # The step k (1-based) at which each new block is first needed: block b (tokens [b*bs, (b+1)*bs)) once
         # max(computed + k, floor) passes b*bs. A window adds a block per request every block_size steps at
         # most, so this list is short where a (requests x steps) table would not be.
-        first_needed = []
-        for r in self.running:
+        first_needed, needed = [], []
+        for r in running:
             c, held = r.num_computed_tokens, len(r.block_ids)
-            for b in range(held, -(-max(c + num_steps, floor_tokens) // block_size)):
+            num_blocks = -(-max(c + num_steps, floor_tokens) // block_size)
+            needed.append(num_blocks - held)
+            for b in range(held, num_blocks):
                 first_needed.append(1 if floor_tokens > b * block_size else max(1, b * block_size + 1 - c))
-        new_blocks = np.cumsum(np.bincount(first_needed, minlength=num_steps + 1)[1:])
-        return self.kv.pool.num_used_blocks + new_blocks
-
-    def apply_decode_window(self, step_end_s: np.ndarray) -> None:
-        """Advance every running request by len(step_end_s) decode steps ending at those times."""
-        num_steps = len(step_end_s)
-        first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
-        kv, running = self.kv, self.running
         if kv.pool.enable_caching and not kv.defer_private_blocks:
             self._allocate_window_one_by_one(num_steps)
         else:
-            # What allocate_slots(request, num_steps) would take, request after request, in one draw from
-            # the free queue (room checked by decode_window_bound); nothing to register (decode blocks are
-            # private: deferred, or no prefix cache).
-            block_size, floor_tokens = kv.block_size, kv.contiguous_tokens or 0
-            needed = [
-                -(-max(r.num_computed_tokens + num_steps, floor_tokens) // block_size) - len(r.block_ids)
-                for r in running
-            ]
+            # What allocate_slots(request, num_steps) would take, request after request, in one draw from the
+            # free queue; nothing to register (decode blocks are private: deferred, or no prefix cache).
             new_ids = kv.pool.get_new_blocks(sum(n for n in needed if n > 0))
             taken = 0
             for request, n in zip(running, needed):
                 if n > 0:
                     request.block_ids += new_ids[taken : taken + n]
                     taken += n
+        return used + np.cumsum(np.bincount(first_needed, minlength=num_steps + 1)[1:])
+
+    def apply_decode_window(self, step_end_s: np.ndarray) -> None:
+        """Advance every running request by len(step_end_s) decode steps ending at those times (their blocks
+        taken by allocate_decode_window)."""
+        num_steps = len(step_end_s)
+        first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
+        kv, running = self.kv, self.running
         first_gaps = []
         for request in running:
             request.num_computed_tokens += num_steps
@@ -363,7 +362,8 @@ class ContinuousScheduler(Scheduler):
                 if not kv.defer_private_blocks or request.prompt_token_ids is not None:
                     kv.cache_full_blocks(request)
         self.recorder.token_gaps(first_gaps)
-        self.recorder.token_gaps(np.diff(step_end_s), times=len(running))  # each step's gap, once per request
+        # Each step's gap, once per request (what np.diff computes, without its overhead).
+        self.recorder.token_gaps(step_end_s[1:] - step_end_s[:-1], times=len(running))
 
     def _allocate_window_one_by_one(self, num_steps: int) -> None:
         for request in self.running:
