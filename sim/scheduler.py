@@ -69,7 +69,7 @@ class Scheduler(ABC):
     def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder, replica: int = 0) -> None:
         self.config = engine
         self.kv = kv
-        # schedule()'s fast path for decode rows that need nothing from the pool; False in the tests'
+        # schedule()'s fast path for decode rows that need at most a block from the pool; False in the tests'
         # reference (build_scheduler with fast_paths=False), which takes allocate_slots and add() for each.
         self.fast_decode_rows = True
         self.recorder = recorder
@@ -96,18 +96,19 @@ class Scheduler(ABC):
         finished = []
         last_token_s = []  # of the requests that sampled before: the step's inter-token gaps, recorded at once
         for request, num_new_tokens in output.scheduled:
-            request.num_computed_tokens += num_new_tokens
-            if request.num_computed_tokens < request.num_prompt_tokens + request.num_output_tokens:
+            computed = request.num_computed_tokens = request.num_computed_tokens + num_new_tokens
+            num_output = request.num_output_tokens
+            if computed < request.num_prompt_tokens + num_output:
                 continue  # mid-prompt chunk: nothing sampled
             if sampled is not None:
                 request.output_token_ids.append(sampled[request.request_id])
-            request.num_output_tokens += 1
+            num_output = request.num_output_tokens = num_output + 1
             if request.first_token_s is None:
                 request.first_token_s = now_s
             else:
                 last_token_s.append(request.last_token_s)
             request.last_token_s = now_s
-            if request.num_output_tokens >= request.max_output_tokens:
+            if num_output >= request.max_output_tokens:
                 finished.append(request)
         if last_token_s:
             self.recorder.token_gaps([now_s - t for t in last_token_s])
@@ -176,16 +177,19 @@ class ContinuousScheduler(Scheduler):
         budget (v0's prefill-only steps are gone from vLLM since 0.11, and from here)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        kv, pool = self.kv, self.kv.pool
+        kv, pool, running = self.kv, self.kv.pool, self.running
         block_size, held_floor = kv.block_size, kv.contiguous_tokens or 0
         scheduled, fast = out.scheduled, self.fast_decode_rows
         # A simulated request's decode blocks enter the prefix cache only on preemption (deferred registration),
         # and nothing does without a prefix cache: a decode filling a block then registers nothing.
         no_registration = not pool.enable_caching or kv.defer_private_blocks
         num_decodes = decode_context = 0  # the fast path's rows, added to out's aggregates in one go
+        # Fast rows whose token starts a block: their blocks are drawn together, in row order (the ids one draw
+        # per row would give), before anything else takes from the pool.
+        starting_block: list[Request] = []
         i = 0
-        while i < len(self.running) and budget > 0:
-            request = self.running[i]
+        while i < len(running) and budget > 0:
+            request = running[i]
             computed = request.num_computed_tokens
             num_prompt = request.num_prompt_tokens
             if fast and num_prompt + request.num_output_tokens - computed == 1 and computed >= num_prompt:
@@ -196,31 +200,40 @@ class ContinuousScheduler(Scheduler):
                 held = len(request.block_ids) * block_size
                 if (
                     held_floor <= held
-                    and computed <= held
                     and (
                         computed % block_size != block_size - 1
                         or (no_registration and request.prompt_token_ids is None)
                     )
-                    and (computed < held or pool.num_free_blocks)
+                    and (computed < held or (computed == held and pool.num_free_blocks > len(starting_block)))
                 ):
                     if computed == held:
-                        request.block_ids += pool.get_new_blocks(1)
+                        starting_block.append(request)
                     scheduled.append((request, 1))
                     num_decodes += 1
                     decode_context += computed + 1
                     budget -= 1
                     i += 1
                     continue
+            self._take_blocks(starting_block)
             num_new = min(request.num_tokens - computed, budget)
             if not self._allocate_or_preempt(request, num_new, out):
                 break
             out.add(request, num_new)
             budget -= num_new
             i += 1
+        self._take_blocks(starting_block)
         out.add_decodes(num_decodes, decode_context)
         if not out.num_preempted:
             self._schedule_waiting(out)
         return self._count_held(out, i)
+
+    def _take_blocks(self, requests: list[Request]) -> None:
+        """One new block for each of requests (their decode token starts it), in order; empties the list."""
+        if requests:
+            new_ids = self.kv.pool.get_new_blocks(len(requests))
+            for request, block_id in zip(requests, new_ids):
+                request.block_ids.append(block_id)
+            requests.clear()
 
     def _count_held(self, out: SchedulerOutput, first_unscheduled: int) -> SchedulerOutput:
         """Running requests left out of this step (budget spent) still hold their tokens."""
