@@ -27,7 +27,7 @@ from sim.cost_model import CostCoefficients, CostModel
 from sim.memory import MemoryBreakdown, memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
-from sim.scheduler import ContinuousScheduler, Scheduler, build_scheduler
+from sim.scheduler import ContinuousScheduler, Scheduler, SchedulerOutput, build_scheduler
 from sim.workload import Workload, generate_workload, make_request
 
 
@@ -86,7 +86,7 @@ class Replica:
         self.deferred = [] if self.overlapped else None
 
     def run(self):
-        env, sched, cost = self.env, self.scheduler, self.cost
+        env, sched = self.env, self.scheduler
         after_idle = True  # async: the first step after idle has no step to hide its host side behind
         while True:
             if not sched.num_unfinished:
@@ -109,28 +109,33 @@ class Replica:
                     yield from self._decode_window(*window)
                     continue
             out = sched.schedule()
-            self._release_deferred()  # arrivals during the previous step: too late for this one
             if not out.scheduled:
                 raise RuntimeError(
                     f"no request can be scheduled at t={env.now:.3f}s with "
                     f"{sched.kv.pool.num_free_blocks} free blocks: the pool is too small"
                 )
-            start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
-            host = cost.host_s(out.num_seqs)
-            device = cost.device_s(
-                out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
-            )
-            duration = float(cost.combine(host, device, after_idle))
+            yield from self._step(out, after_idle)
             after_idle = False
-            yield env.timeout(duration)
-            finished = sched.update(out, env.now)
-            sched.record_step(out, start, duration, blocks_in_use, host, float(device))
-            for request in finished:
-                self.on_finished(request)
-            if finished:
-                # Let the users whose replies just completed send their next request (or start thinking)
-                # before this engine plans its next step, as they would between two real steps.
-                yield env.timeout(0)
+
+    def _step(self, out: SchedulerOutput, after_idle: bool):
+        """Run one scheduled step: release the arrivals kept aside, price it, advance the clock, update."""
+        env, sched, cost = self.env, self.scheduler, self.cost
+        self._release_deferred()  # arrivals during the previous step: too late for this one
+        start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
+        host = cost.host_s(out.num_seqs)
+        device = cost.device_s(
+            out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
+        )
+        duration = float(cost.combine(host, device, after_idle))
+        yield env.timeout(duration)
+        finished = sched.update(out, env.now)
+        sched.record_step(out, start, duration, blocks_in_use, host, float(device))
+        for request in finished:
+            self.on_finished(request)
+        if finished:
+            # Let the users whose replies just completed send their next request (or start thinking)
+            # before this engine plans its next step, as they would between two real steps.
+            yield env.timeout(0)
 
     def _window(self, bound: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, np.ndarray]:
         """(durations, host seconds, device seconds, context tokens after each step, cumulative durations) of
@@ -187,6 +192,18 @@ class Replica:
             tokens_held=context - sched.kv.shared_tokens(),  # a decode window shares no new block
             one_by_one=num_waiting > 0,
         )
+        if self._steps_after_window(num_waiting) and (out := sched.decode_step()) is not None:
+            yield from self._step(out, after_idle=False)  # a window never follows idle
+
+    def _steps_after_window(self, num_waiting: int) -> bool:
+        """The next step is stepped and pure decode, as run()'s loop would find: someone finishes in it (a window
+        stops one step short), or (async) a request arrived during the window's last step and is kept aside
+        until that step is scheduled. Serial, an arrival joins the queue at once and may be admitted: only
+        without one."""
+        finishing = min(r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running) == 1
+        if self.overlapped:
+            return finishing or bool(self.deferred)
+        return finishing and len(self.scheduler.waiting) == num_waiting
 
 
 class Simulation:

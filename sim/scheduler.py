@@ -227,6 +227,32 @@ class ContinuousScheduler(Scheduler):
             self._schedule_waiting(out)
         return self._count_held(out, i)
 
+    def decode_step(self) -> SchedulerOutput | None:
+        """What schedule() gives when every running request decodes one token and the queue's head stays
+        blocked (the step right after a decode window): their rows, and one new block for each whose token
+        starts one. None when schedule() could do otherwise: a block the pool lacks (preemption), or a full
+        block to register (a live request, or registration at allocation)."""
+        kv = self.kv
+        if kv.pool.enable_caching and not kv.defer_private_blocks:
+            return None
+        block_size, floor_tokens = kv.block_size, kv.contiguous_tokens or 0
+        out = SchedulerOutput()
+        scheduled, starting_block, context = out.scheduled, [], 0
+        for r in self.running:
+            computed = r.num_computed_tokens
+            if r.prompt_token_ids is not None:
+                return None
+            if -(-max(computed + 1, floor_tokens) // block_size) > len(r.block_ids):
+                starting_block.append(r)
+            scheduled.append((r, 1))
+            context += computed + 1
+        if len(starting_block) > kv.pool.num_free_blocks:
+            return None
+        self._take_blocks(starting_block)
+        out.add_decodes(len(scheduled), context)
+        out.tokens_held -= kv.shared_tokens()
+        return out
+
     def _take_blocks(self, requests: list[Request]) -> None:
         """One new block for each of requests (their decode token starts it), in order; empties the list."""
         if requests:
