@@ -366,8 +366,9 @@ class ContinuousScheduler(Scheduler):
             c, held = r.num_computed_tokens, len(r.block_ids)
             num_blocks = -(-max(c + num_steps, floor_tokens) // block_size)
             needed.append(num_blocks - held)
-            for b in range(held, num_blocks):
-                first_needed.append(1 if floor_tokens > b * block_size else max(1, b * block_size + 1 - c))
+            if num_blocks > held:
+                for b in range(held, num_blocks):
+                    first_needed.append(1 if floor_tokens > b * block_size else max(1, b * block_size + 1 - c))
         if kv.pool.enable_caching and not kv.defer_private_blocks:
             self._allocate_window_one_by_one(num_steps)
         else:
@@ -379,6 +380,8 @@ class ContinuousScheduler(Scheduler):
                 if n > 0:
                     request.block_ids += new_ids[taken : taken + n]
                     taken += n
+        if not first_needed:
+            return np.full(num_steps, used)
         return used + np.cumsum(np.bincount(first_needed, minlength=num_steps + 1)[1:])
 
     def apply_decode_window(self, step_end_s: np.ndarray) -> None:
