@@ -63,15 +63,17 @@ def export(rev: str, into: Path) -> Path:
 
 
 def summaries_match(trees: list[Path], scenario: str, extra: list[str]) -> bool:
-    """Both trees print the same summary JSON for scenario, each tree's own path written as <tree> (a tree
-    that cannot run it, e.g. a baseline older than the scenario file, counts as differing)."""
+    """Both trees answer alike for scenario: the same summary JSON, or the same refusal (a sizing file in
+    scenarios/ is not a simulate scenario), each tree's own path written as <tree>. A tree that cannot run
+    what the other runs (e.g. a baseline older than the scenario file) differs."""
     outputs = []
     for tree in trees:
         done = subprocess.run(
             _planner(tree, ["simulate", scenario, "--json", *extra]), cwd=tree, capture_output=True, check=False
         )
-        outputs.append(done.stdout.decode().replace(str(tree), "<tree>") if done.returncode == 0 else None)
-    return outputs[0] is not None and outputs[0] == outputs[1]
+        answer = (done.returncode, done.stdout.decode(), done.stderr.decode() if done.returncode else "")
+        outputs.append(tuple(str(part).replace(str(tree), "<tree>") for part in answer))
+    return outputs[0] == outputs[1]
 
 
 def peak_rss_bytes(tree: Path, num_requests: int) -> int:
