@@ -13,6 +13,7 @@ percentiles as numpy.percentile. Memory is bounded by the requests, not by the t
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable
 
@@ -146,7 +147,10 @@ class GapHistogram:
         # Counts are whole numbers far below 2^53: the float weights add them exactly.
         self.counts += np.bincount(self._bucket(values), weights=times, minlength=self.NUM_BUCKETS).astype(np.int64)
         self.count += int(times.sum())
-        self.sum_s += float(values @ times)
+        # Not `values @ times`: BLAS's dot product rounds by its CPU kernel and thread count (the same run gave
+        # another mean on another machine), and OpenBLAS's worker thread then spins on the other core for tens
+        # of milliseconds. fsum of the products is exactly rounded everywhere.
+        self.sum_s += math.fsum(values * times)
         self.min_s = min(self.min_s, float(values.min()))
         self.max_s = max(self.max_s, float(values.max()))
         self._values, self._times = array("d"), array("d")
