@@ -73,8 +73,8 @@ def summary_differences(trees: list[Path], scenario: str, extra: list[str]) -> l
         done = subprocess.run(
             _planner(tree, ["simulate", scenario, "--json", *extra]), cwd=tree, capture_output=True, check=False
         )
-        answer = (done.returncode, done.stdout.decode(), done.stderr.decode() if done.returncode else "")
-        answers.append(tuple(str(part).replace(str(tree), "<tree>") for part in answer))
+        printed = (done.stdout.decode(), done.stderr.decode() if done.returncode else "")
+        answers.append((done.returncode, *(text.replace(str(tree), "<tree>") for text in printed)))
     if answers[0] == answers[1]:
         return []
     if answers[0][0] or answers[1][0]:
