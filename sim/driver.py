@@ -200,7 +200,7 @@ class Replica:
         stops one step short), or (async) a request arrived during the window's last step and is kept aside
         until that step is scheduled. Serial, an arrival joins the queue at once and may be admitted: only
         without one."""
-        finishing = min(r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running) == 1
+        finishing = min([r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running]) == 1
         if self.overlapped:
             return finishing or bool(self.deferred)
         return finishing and len(self.scheduler.waiting) == num_waiting

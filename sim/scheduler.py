@@ -311,7 +311,7 @@ class ContinuousScheduler(Scheduler):
             return 0
         # Someone finishing within two steps rules a window out: checked first, as a busy engine has one most
         # steps (the cheapest test over the running requests).
-        steps = min(r.max_output_tokens - r.num_output_tokens for r in self.running) - 1
+        steps = min([r.max_output_tokens - r.num_output_tokens for r in self.running]) - 1
         if steps < 2:
             return 0
         if self.waiting and not self._waiting_head_blocked():
