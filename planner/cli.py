@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from planner.errors import PlannerError, one_line
-from sim.workload import WorkloadError
+from sim.errors import WorkloadError
 
 EXIT_USAGE = 2
 

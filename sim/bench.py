@@ -17,6 +17,7 @@ figures and verdicts and fails only when the results differ.
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import subprocess
 import sys
@@ -62,16 +63,24 @@ def export(rev: str, into: Path) -> Path:
     return into
 
 
-def summaries_match(trees: list[Path], scenario: str, extra: list[str]) -> bool:
-    """Both trees print the same summary JSON for scenario, each tree's own path written as <tree> (a tree
-    that cannot run it, e.g. a baseline older than the scenario file, counts as differing)."""
-    outputs = []
+def summary_differences(trees: list[Path], scenario: str, extra: list[str]) -> list[str]:
+    """What differs between the two trees' answers for scenario: nothing ([]) when both print the same summary
+    JSON or the same refusal (a sizing file in scenarios/ is not a simulate scenario), each tree's own path
+    written as <tree>; else the summary keys whose values differ, or "the run" when one tree cannot run what
+    the other runs (e.g. a baseline older than the scenario file)."""
+    answers = []
     for tree in trees:
         done = subprocess.run(
             _planner(tree, ["simulate", scenario, "--json", *extra]), cwd=tree, capture_output=True, check=False
         )
-        outputs.append(done.stdout.decode().replace(str(tree), "<tree>") if done.returncode == 0 else None)
-    return outputs[0] is not None and outputs[0] == outputs[1]
+        printed = (done.stdout.decode(), done.stderr.decode() if done.returncode else "")
+        answers.append((done.returncode, *(text.replace(str(tree), "<tree>") for text in printed)))
+    if answers[0] == answers[1]:
+        return []
+    if answers[0][0] or answers[1][0]:
+        return ["the run"]
+    a, b = json.loads(answers[0][1]), json.loads(answers[1][1])
+    return [key for key in a.keys() | b.keys() if a.get(key) != b.get(key)] or ["the printing"]
 
 
 def peak_rss_bytes(tree: Path, num_requests: int) -> int:
@@ -91,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each command; the minimum is kept")
     parser.add_argument("--rss", action="store_true", help="also the peak RSS at 100,000 requests (minutes)")
     parser.add_argument("--no-check", action="store_true", help="skip the same-results check over the scenarios")
+    parser.add_argument("--check-only", action="store_true", help="only the same-results check (with --baseline)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="sim-bench-") as tmp:
         trees = {"this tree": ROOT}
@@ -100,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         names = list(trees)
         header = f"{'':<20}" + "".join(f"{name + ' ' + kind:>20}" for name in names for kind in ("wall", "cpu"))
         print(header + ("  ratio wall   cpu" if args.baseline else "") + "  target (wall)")
-        rows = {"import planner.cli": ([], TARGET_IMPORT_S)} | CASES
+        rows = {} if args.check_only else {"import planner.cli": ([], TARGET_IMPORT_S)} | CASES
         for label, (planner_args, target_s) in rows.items():
             best = {name: [float("inf"), float("inf")] for name in names}
             for _ in range(args.runs):
@@ -125,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         scenarios = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").glob("*.yaml"))
         checks = [(s, []) for s in scenarios] + [(SCENARIO, ["--set", "workload.arrival.rate=8"])]
-        differ = [f"{s} {' '.join(x)}" for s, x in checks if not summaries_match(list(trees.values()), s, x)]
+        differ = []
+        for scenario, extra in checks:
+            if keys := summary_differences(list(trees.values()), scenario, extra):
+                differ.append(f"{scenario} {' '.join(extra)}: {', '.join(sorted(keys))}")
         print(f"summary JSON identical to {args.baseline} on {len(checks) - len(differ)}/{len(checks)} runs")
         for case in differ:
             print(f"  DIFFERS: {case}")

@@ -33,9 +33,20 @@ def measure(num_requests: int, steps_to: Path | None = None) -> dict:
     from sim.metrics import summarize
 
     scenario = load_scenario(SCENARIO, [f"workload.num_requests={num_requests}"])
+    # CPU seconds when each fifth of the requests had finished: the first and the last fifth cost the same per
+    # request if time is linear in requests (a structure growing with the run would make the last one dearer).
+    # The simulator reports progress every 256 finished requests: the fifths are rounded down to those.
+    marks = [num_requests * k // 5 // 256 * 256 for k in range(5)] + [num_requests]
+    cpu_at: dict[int, float] = {}
+
+    def progress(done: int, total: int) -> None:
+        if done in marks:
+            cpu_at[done] = time.process_time()
+
     start, start_cpu = time.perf_counter(), time.process_time()
+    cpu_at[0] = start_cpu
     sink = StepsCsv(steps_to / f"steps-{num_requests}.csv") if steps_to else None
-    result = simulate(scenario, record_steps=False, steps_sink=sink)
+    result = simulate(scenario, record_steps=False, steps_sink=sink, progress=progress)
     if sink is not None:
         result.recorder.spill_steps()
         sink.close()
@@ -47,10 +58,19 @@ def measure(num_requests: int, steps_to: Path | None = None) -> dict:
         "wall_s": wall_s,
         "cpu_s": cpu_s,
         "simulated_requests_per_s": summary["completed"] / wall_s,
+        "first_fifth_cpu_us_per_request": _per_request_us(cpu_at, marks[0], marks[1]),
+        "last_fifth_cpu_us_per_request": _per_request_us(cpu_at, marks[4], marks[5]),
         "steps": result.recorder.num_steps,
         "simulated_duration_s": summary["duration_s"],
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # Linux: KiB
     }
+
+
+def _per_request_us(cpu_at: dict[int, float], first: int, last: int) -> float:
+    """CPU microseconds per request finished between two progress marks (nan for runs too short to have them)."""
+    if last <= first or first not in cpu_at or last not in cpu_at:
+        return float("nan")
+    return (cpu_at[last] - cpu_at[first]) / (last - first) * 1e6
 
 
 def measure_in_subprocess(num_requests: int, steps_to: Path | None) -> dict:
@@ -72,7 +92,10 @@ def main(argv: list[str] | None = None) -> None:
         f"steps written to {args.steps_to}, as with --out" if args.steps_to else "as `planner simulate` without --out"
     )
     print(f"scenario: {SCENARIO.name} ({mode})")
-    print(f"{'requests':>10}{'wall s':>9}{'CPU s':>9}{'sim req/s':>11}{'steps':>12}{'peak RSS MB':>13}  verdict")
+    print(
+        f"{'requests':>10}{'wall s':>9}{'CPU s':>9}{'sim req/s':>11}{'steps':>12}{'peak RSS MB':>13}"
+        f"{'CPU us/req 1st 5th':>20}{'last 5th':>10}  verdict"
+    )
     for size in args.sizes:
         r = measure_in_subprocess(size, args.steps_to)
         verdicts = []
@@ -83,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
         verdicts.append(f"RSS < 1 GB: {'PASS' if r['peak_rss_bytes'] < TARGET_PEAK_RSS_BYTES else 'MISS'}")
         print(
             f"{size:>10,}{r['wall_s']:>9.2f}{r['cpu_s']:>9.2f}{r['simulated_requests_per_s']:>11,.0f}{r['steps']:>12,}"
-            f"{r['peak_rss_bytes'] / 1e6:>13,.0f}  {'; '.join(verdicts)}"
+            f"{r['peak_rss_bytes'] / 1e6:>13,.0f}{r['first_fifth_cpu_us_per_request']:>20,.0f}"
+            f"{r['last_fifth_cpu_us_per_request']:>10,.0f}  {'; '.join(verdicts)}"
         )
 
 

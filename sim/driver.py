@@ -28,7 +28,7 @@ from sim.kv_groups import kv_pool_blocks
 from sim.memory import MemoryBreakdown, memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
-from sim.scheduler import ContinuousScheduler, Scheduler, build_scheduler
+from sim.scheduler import ContinuousScheduler, Scheduler, SchedulerOutput, build_scheduler
 from sim.workload import Workload, generate_workload, make_request
 
 
@@ -39,6 +39,9 @@ class SimResult:
     workload: Workload
     recorder: Recorder
     cost_model: CostModel
+
+
+WINDOW_PREFIX_STEPS = 64  # steps of a decode window priced first (most windows end sooner, at an arrival)
 
 
 class Replica:
@@ -84,7 +87,7 @@ class Replica:
         self.deferred = [] if self.overlapped else None
 
     def run(self):
-        env, sched, cost = self.env, self.scheduler, self.cost
+        env, sched = self.env, self.scheduler
         after_idle = True  # async: the first step after idle has no step to hide its host side behind
         while True:
             if not sched.num_unfinished:
@@ -100,84 +103,108 @@ class Replica:
                     continue
             # A window never starts right after idle: the request that woke the engine is still waiting.
             if self.fast_forward and not self.deferred and (bound := sched.decode_window_bound()):
-                durations, host, device, context = self._window(bound)
-                if len(durations) >= 2:
+                window = self._window(bound)
+                if len(window[0]) >= 2:
                     if self.overlapped:
                         self.deferred = []
-                    yield from self._decode_window(durations, host, device, context)
+                    yield from self._decode_window(*window)
                     continue
             out = sched.schedule()
-            self._release_deferred()  # arrivals during the previous step: too late for this one
             if not out.scheduled:
                 raise RuntimeError(
                     f"no request can be scheduled at t={env.now:.3f}s with "
                     f"{sched.kv.pool.num_free_blocks} free blocks: the pool is too small"
                 )
-            start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
-            host = cost.host_s(out.num_seqs)
-            device = cost.device_s(
-                out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
-            )
-            duration = float(cost.combine(host, device, after_idle))
+            yield from self._step(out, after_idle)
             after_idle = False
-            yield env.timeout(duration)
-            finished = sched.update(out, env.now)
-            sched.record_step(out, start, duration, blocks_in_use, host, float(device))
-            for request in finished:
-                self.on_finished(request)
-            if finished:
-                # Let the users whose replies just completed send their next request (or start thinking)
-                # before this engine plans its next step, as they would between two real steps.
-                yield env.timeout(0)
 
-    def _window(self, bound: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray]:
-        """(durations, host seconds, device seconds, context tokens after each step) of the next steps of
-        a decode window, cut before the first step that would start at or after the next arrival anywhere
-        (it changes the batch)."""
+    def _step(self, out: SchedulerOutput, after_idle: bool):
+        """Run one scheduled step: release the arrivals kept aside, price it, advance the clock, update."""
+        env, sched, cost = self.env, self.scheduler, self.cost
+        self._release_deferred()  # arrivals during the previous step: too late for this one
+        start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
+        host = cost.host_s(out.num_seqs)
+        device = cost.device_s(
+            out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
+        )
+        duration = float(cost.combine(host, device, after_idle))
+        yield env.timeout(duration)
+        finished = sched.update(out, env.now)
+        sched.record_step(out, start, duration, blocks_in_use, host, float(device))
+        for request in finished:
+            self.on_finished(request)
+        if finished:
+            # Let the users whose replies just completed send their next request (or start thinking)
+            # before this engine plans its next step, as they would between two real steps.
+            yield env.timeout(0)
+
+    def _window(self, bound: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, np.ndarray]:
+        """(durations, host seconds, device seconds, context tokens after each step, cumulative durations) of
+        the next steps of a decode window, cut before the first step that would start at or after the next
+        arrival anywhere (it changes the batch)."""
         rows = len(self.scheduler.running)
-        context = sum(r.num_computed_tokens for r in self.scheduler.running) + rows * np.arange(1, bound + 1)
+        context_now = sum(r.num_computed_tokens for r in self.scheduler.running)
         host = self.cost.host_s(rows)
-        device = np.asarray(self.cost.device_s(rows, rows, rows, context, context), dtype=np.float64)
-        durations = np.asarray(self.cost.combine(host, device), dtype=np.float64)
-        starts = np.cumsum(durations) - durations
-        num_steps = int(np.searchsorted(starts, self.next_arrival_s() - self.env.now, side="left"))
-        return durations[:num_steps], host, device[:num_steps], context[:num_steps]
+        until_arrival_s = self.next_arrival_s() - self.env.now
+        # Most windows end at an arrival after a few dozen steps: price a short prefix first, all `bound` steps
+        # only if the arrival is not among them (a prefix of the same arrays: the same values).
+        num_priced = min(bound, WINDOW_PREFIX_STEPS)
+        while True:
+            context = context_now + rows * np.arange(1, num_priced + 1)
+            device = np.asarray(self.cost.device_s(rows, rows, rows, context, context), dtype=np.float64)
+            durations = np.asarray(self.cost.combine(host, device), dtype=np.float64)
+            elapsed = np.cumsum(durations)
+            num_steps = int(np.searchsorted(elapsed - durations, until_arrival_s, side="left"))
+            if num_steps < num_priced or num_priced == bound:
+                n = num_steps
+                return durations[:n], host, device[:n], context[:n], elapsed[:n]
+            num_priced = bound
 
-    def _decode_window(self, durations: np.ndarray, host: float, device: np.ndarray, context: np.ndarray):
-        sched = self.scheduler
-        blocks = sched.window_blocks_used(len(durations))
+    def _decode_window(
+        self, durations: np.ndarray, host: float, device: np.ndarray, context: np.ndarray, elapsed: np.ndarray
+    ):
+        sched, now = self.scheduler, self.env.now
+        blocks = sched.allocate_decode_window(len(durations))
         num_waiting = len(sched.waiting)  # requests blocked in the queue (a saturated engine), or none
         if not num_waiting:
-            ends = self.env.now + np.cumsum(durations)
-            yield self.env.timeout(float(ends[-1]) - self.env.now)
+            ends = now + elapsed
         else:
             # The clock advances step by step, as when stepping one by one, so every time is the same to the
             # last bit (still no per-request work).
-            ends = np.cumsum(np.concatenate(([self.env.now], durations)))[1:]
-            for duration in durations:
-                yield self.env.timeout(float(duration))
-        sched.apply_decode_window(ends)
-        # The recorder writes an empty queue after every step of a window but the last (only the last can see
-        # an arrival): with requests blocked in the queue, the window goes to it one step at a time.
-        last = len(durations) - 1
-        if not num_waiting:
-            rows = [(slice(None), len(sched.waiting))]
+            ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+        last_end = float(ends[-1])
+        if now + (last_end - now) == last_end or not num_waiting:
+            yield self.env.timeout(last_end - now)  # SimPy's clock lands on last_end exactly
         else:
-            rows = [(slice(k, k + 1), num_waiting) for k in range(last)] + [(slice(last, None), len(sched.waiting))]
-        shared_tokens = sched.kv.shared_tokens()  # a decode window shares no new block
-        for row, num_waiting_after in rows:
-            self.recorder.decode_window(
-                replica=sched.replica,
-                start_s=(ends - durations)[row],
-                duration_s=durations[row],
-                num_running=len(sched.running),
-                num_waiting_after=num_waiting_after,
-                sum_context_tokens=context[row],
-                kv_blocks_used=blocks[row],
-                host_s=host,
-                device_s=device[row],
-                tokens_held=context[row] - shared_tokens,
-            )
+            for duration in durations.tolist():
+                yield self.env.timeout(duration)
+        sched.apply_decode_window(ends)
+        self.recorder.decode_window(
+            replica=sched.replica,
+            end_s=ends,
+            duration_s=durations,
+            num_running=len(sched.running),
+            num_waiting=num_waiting,
+            num_waiting_after=len(sched.waiting),
+            sum_context_tokens=context,
+            kv_blocks_used=blocks,
+            host_s=host,
+            device_s=device,
+            tokens_held=context - sched.kv.shared_tokens(),  # a decode window shares no new block
+            one_by_one=num_waiting > 0,
+        )
+        if self._steps_after_window(num_waiting) and (out := sched.decode_step()) is not None:
+            yield from self._step(out, after_idle=False)  # a window never follows idle
+
+    def _steps_after_window(self, num_waiting: int) -> bool:
+        """The next step is stepped and pure decode, as run()'s loop would find: someone finishes in it (a window
+        stops one step short), or (async) a request arrived during the window's last step and is kept aside
+        until that step is scheduled. Serial, an arrival joins the queue at once and may be admitted: only
+        without one."""
+        finishing = min([r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running]) == 1
+        if self.overlapped:
+            return finishing or bool(self.deferred)
+        return finishing and len(self.scheduler.waiting) == num_waiting
 
 
 class Simulation:

@@ -13,6 +13,7 @@ percentiles as numpy.percentile. Memory is bounded by the requests, not by the t
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable
 
@@ -128,11 +129,14 @@ class GapHistogram:
         if len(self._values) >= self.FLUSH:
             self._flush()
 
-    def add_many(self, gaps_s: np.ndarray, times: int = 1) -> None:
-        """Each of gaps_s, `times` times over (a decode window: each step's gap once per running request)."""
-        gaps_s = np.ascontiguousarray(gaps_s, dtype=np.float64)
-        self._values.frombytes(gaps_s.tobytes())
-        self._times.frombytes(np.full(len(gaps_s), float(times)).tobytes())
+    def add_many(self, gaps_s: np.ndarray | list[float], times: int = 1) -> None:
+        """Each of gaps_s, `times` times over (a decode window: each step's gap once per running request). A
+        list of floats is taken as it is: no array is built for a step's few gaps."""
+        if isinstance(gaps_s, list):
+            self._values.extend(gaps_s)
+        else:
+            self._values.frombytes(np.ascontiguousarray(gaps_s, dtype=np.float64).tobytes())
+        self._times.extend(array("d", (float(times),)) * len(gaps_s))
         if len(self._values) >= self.FLUSH:
             self._flush()
 
@@ -143,7 +147,10 @@ class GapHistogram:
         # Counts are whole numbers far below 2^53: the float weights add them exactly.
         self.counts += np.bincount(self._bucket(values), weights=times, minlength=self.NUM_BUCKETS).astype(np.int64)
         self.count += int(times.sum())
-        self.sum_s += float(values @ times)
+        # Not `values @ times`: BLAS's dot product rounds by its CPU kernel and thread count (the same run gave
+        # another mean on another machine), and OpenBLAS's worker thread then spins on the other core for tens
+        # of milliseconds. fsum of the products is exactly rounded everywhere.
+        self.sum_s += math.fsum(values * times)
         self.min_s = min(self.min_s, float(values.min()))
         self.max_s = max(self.max_s, float(values.max()))
         self._values, self._times = array("d"), array("d")
@@ -298,34 +305,46 @@ class Recorder:
         self,
         *,
         replica: int,
-        start_s: np.ndarray,
+        end_s: np.ndarray,
         duration_s: np.ndarray,
         num_running: int,
+        num_waiting: int,
         num_waiting_after: int,
         sum_context_tokens: np.ndarray,
         kv_blocks_used: np.ndarray,
         tokens_held: np.ndarray,
         host_s: float = 0.0,
         device_s: np.ndarray | float = 0.0,
+        one_by_one: bool = False,
     ) -> None:
         """k pure-decode steps at once: every running request decodes one token in each. For a decode
         token the context it attends over is its whole context, so attention pairs = context tokens, and
-        the tokens held are the context less shared prefix blocks' repeats. Only the last step can see an arrival (it ends the window), so
-        the queue is empty after every step but the last."""
+        the tokens held are the context less shared prefix blocks' repeats. Only the last step can see an
+        arrival (it ends the window), so the queue holds num_waiting requests after every step but the last
+        (none, or those blocked at its head), num_waiting_after after the last. The running totals add the
+        steps as a whole, or with one_by_one (a window while the queue is blocked) step after step, as
+        stepping does: float sums in another order differ in their last bits."""
         self.num_steps += len(duration_s)
-        self.busy_s += float(duration_s.sum())
-        self.block_seconds += float((kv_blocks_used * duration_s).sum())
-        self.slot_seconds += float((tokens_held / (kv_blocks_used * self.block_size) * duration_s).sum())
-        self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used.max()))
+        slot_fraction = tokens_held / (kv_blocks_used * self.block_size)
+        if one_by_one:
+            for duration, blocks, fraction in zip(duration_s.tolist(), kv_blocks_used.tolist(), slot_fraction.tolist()):
+                self.busy_s += duration
+                self.block_seconds += blocks * duration
+                self.slot_seconds += fraction * duration
+        else:
+            self.busy_s += float(duration_s.sum())
+            self.block_seconds += float((kv_blocks_used * duration_s).sum())
+            self.slot_seconds += float((slot_fraction * duration_s).sum())
+        self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used[-1]))  # blocks in use only grow in a window
         if self.record_steps:
-            num_waiting = np.zeros(len(duration_s), dtype=np.int32)
-            num_waiting[-1] = num_waiting_after
+            num_waiting_rows = np.full(len(duration_s), num_waiting, dtype=np.int32)
+            num_waiting_rows[-1] = num_waiting_after
             self.steps.extend(
                 replica=replica,
-                start_s=start_s,
+                start_s=end_s - duration_s,
                 duration_s=duration_s,
                 num_running=num_running,
-                num_waiting=num_waiting,
+                num_waiting=num_waiting_rows,
                 num_prefill_tokens=0,
                 num_decode_requests=num_running,
                 num_sampled=num_running,
@@ -343,7 +362,7 @@ class Recorder:
     def token_gap(self, gap_s: float) -> None:
         self.itl.add(gap_s)
 
-    def token_gaps(self, gaps_s: np.ndarray, times: int = 1) -> None:
+    def token_gaps(self, gaps_s: np.ndarray | list[float], times: int = 1) -> None:
         self.itl.add_many(gaps_s, times)
 
     def finished(self, request: Request) -> None:

@@ -17,7 +17,7 @@ class Status(Enum):
     FINISHED = "finished"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # slots: the scheduler reads these fields per request per step
 class Request:
     request_id: int
     arrival_s: float

@@ -70,7 +70,7 @@ class Scheduler(ABC):
     def __init__(self, engine: EngineConfig, kv: KVCacheManager, recorder: Recorder, replica: int = 0) -> None:
         self.config = engine
         self.kv = kv
-        # schedule()'s fast path for decode rows that need nothing from the pool; False in the tests'
+        # schedule()'s fast path for decode rows that need at most a block from the pool; False in the tests'
         # reference (build_scheduler with fast_paths=False), which takes allocate_slots and add() for each.
         self.fast_decode_rows = True
         self.recorder = recorder
@@ -97,21 +97,22 @@ class Scheduler(ABC):
         finished = []
         last_token_s = []  # of the requests that sampled before: the step's inter-token gaps, recorded at once
         for request, num_new_tokens in output.scheduled:
-            request.num_computed_tokens += num_new_tokens
-            if request.num_computed_tokens < request.num_prompt_tokens + request.num_output_tokens:
+            computed = request.num_computed_tokens = request.num_computed_tokens + num_new_tokens
+            num_output = request.num_output_tokens
+            if computed < request.num_prompt_tokens + num_output:
                 continue  # mid-prompt chunk: nothing sampled
             if sampled is not None:
                 request.output_token_ids.append(sampled[request.request_id])
-            request.num_output_tokens += 1
+            num_output = request.num_output_tokens = num_output + 1
             if request.first_token_s is None:
                 request.first_token_s = now_s
             else:
                 last_token_s.append(request.last_token_s)
             request.last_token_s = now_s
-            if request.num_output_tokens >= request.max_output_tokens:
+            if num_output >= request.max_output_tokens:
                 finished.append(request)
         if last_token_s:
-            self.recorder.token_gaps(now_s - np.array(last_token_s))
+            self.recorder.token_gaps([now_s - t for t in last_token_s])
         return self._retire(finished, now_s)
 
     def record_step(
@@ -177,36 +178,89 @@ class ContinuousScheduler(Scheduler):
         budget (v0's prefill-only steps are gone from vLLM since 0.11, and from here)."""
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        block_size, held_floor = self.kv.block_size, self.kv.contiguous_tokens or 0
+        kv, pool, running = self.kv, self.kv.pool, self.running
+        block_size, held_floor = kv.block_size, kv.contiguous_tokens or 0
         scheduled, fast = out.scheduled, self.fast_decode_rows
+        # A simulated request's decode blocks enter the prefix cache only on preemption (deferred registration),
+        # and nothing does without a prefix cache: a decode filling a block then registers nothing.
+        no_registration = not pool.enable_caching or kv.defer_private_blocks
         num_decodes = decode_context = 0  # the fast path's rows, added to out's aggregates in one go
+        # Fast rows whose token starts a block: their blocks are drawn together, in row order (the ids one draw
+        # per row would give), before anything else takes from the pool.
+        starting_block: list[Request] = []
         i = 0
-        while i < len(self.running) and budget > 0:
-            request = self.running[i]
+        while i < len(running) and budget > 0:
+            request = running[i]
             computed = request.num_computed_tokens
             num_prompt = request.num_prompt_tokens
             if fast and num_prompt + request.num_output_tokens - computed == 1 and computed >= num_prompt:
-                # A decode whose token lands in a block it holds, filling none: allocate_slots would change
-                # nothing (no block needed; every full block already went through cache_full_blocks, which
-                # runs up to the computed tokens after each step) and add() would count a decode row.
+                # A decode that needs at most one new block (its token starts one) and registers none: what
+                # allocate_slots would do is take that block if there is one (every full block already went
+                # through cache_full_blocks, which runs up to the computed tokens after each step), and add()
+                # would count a decode row. No free block: allocate_slots and preemption, below.
                 held = len(request.block_ids) * block_size
-                if computed % block_size != block_size - 1 and computed < held and held_floor <= held:
+                if (
+                    held_floor <= held
+                    and (
+                        computed % block_size != block_size - 1
+                        or (no_registration and request.prompt_token_ids is None)
+                    )
+                    and (computed < held or (computed == held and pool.num_free_blocks > len(starting_block)))
+                ):
+                    if computed == held:
+                        starting_block.append(request)
                     scheduled.append((request, 1))
                     num_decodes += 1
                     decode_context += computed + 1
                     budget -= 1
                     i += 1
                     continue
+            self._take_blocks(starting_block)
             num_new = min(request.num_tokens - computed, budget)
             if not self._allocate_or_preempt(request, num_new, out):
                 break
             out.add(request, num_new)
             budget -= num_new
             i += 1
+        self._take_blocks(starting_block)
         out.add_decodes(num_decodes, decode_context)
         if not out.num_preempted:
             self._schedule_waiting(out)
         return self._count_held(out, i)
+
+    def decode_step(self) -> SchedulerOutput | None:
+        """What schedule() gives when every running request decodes one token and the queue's head stays
+        blocked (the step right after a decode window): their rows, and one new block for each whose token
+        starts one. None when schedule() could do otherwise: a block the pool lacks (preemption), or a full
+        block to register (a live request, or registration at allocation)."""
+        kv = self.kv
+        if kv.pool.enable_caching and not kv.defer_private_blocks:
+            return None
+        block_size, floor_tokens = kv.block_size, kv.contiguous_tokens or 0
+        out = SchedulerOutput()
+        scheduled, starting_block, context = out.scheduled, [], 0
+        for r in self.running:
+            computed = r.num_computed_tokens
+            if r.prompt_token_ids is not None:
+                return None
+            if -(-max(computed + 1, floor_tokens) // block_size) > len(r.block_ids):
+                starting_block.append(r)
+            scheduled.append((r, 1))
+            context += computed + 1
+        if len(starting_block) > kv.pool.num_free_blocks:
+            return None
+        self._take_blocks(starting_block)
+        out.add_decodes(len(scheduled), context)
+        out.tokens_held -= kv.shared_tokens()
+        return out
+
+    def _take_blocks(self, requests: list[Request]) -> None:
+        """One new block for each of requests (their decode token starts it), in order; empties the list."""
+        if requests:
+            new_ids = self.kv.pool.get_new_blocks(len(requests))
+            for request, block_id in zip(requests, new_ids):
+                request.block_ids.append(block_id)
+            requests.clear()
 
     def _count_held(self, out: SchedulerOutput, first_unscheduled: int) -> SchedulerOutput:
         """Running requests left out of this step (budget spent) still hold their tokens."""
@@ -256,18 +310,21 @@ class ContinuousScheduler(Scheduler):
         admitted. 0 or 1: step. Off with the fast paths (sliding windows: sim/kv_groups.py)."""
         if not self.fast_decode_rows or not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
+        # Someone finishing within two steps rules a window out: checked first, as a busy engine has one most
+        # steps (the cheapest test over the running requests).
+        steps = min([r.max_output_tokens - r.num_output_tokens for r in self.running]) - 1
+        if steps < 2:
+            return 0
         if self.waiting and not self._waiting_head_blocked():
             return 0
         computed = []
-        steps, num_held = 1 << 62, 0  # running is not empty: the min over it replaces this
+        num_held = 0
         for r in self.running:
-            c, num_prompt, num_output = r.num_computed_tokens, r.num_prompt_tokens, r.num_output_tokens
-            if num_prompt + num_output - c != 1 or c < num_prompt:
+            c = r.num_computed_tokens
+            if r.num_prompt_tokens + r.num_output_tokens - c != 1 or c < r.num_prompt_tokens:
                 return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
-            steps = min(steps, r.max_output_tokens - num_output)
             computed.append(c)
             num_held += len(r.block_ids)
-        steps -= 1
         # Blocks the window needs: what blocks_needed(r, steps) sums to over the running requests.
         block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
         num_free = self.kv.pool.num_free_blocks
@@ -296,50 +353,60 @@ class ContinuousScheduler(Scheduler):
         free = kv.pool.num_free_blocks - sum(1 for b in hits if kv.pool.ref_cnt[b] == 0)
         return needed > free  # allocate_slots would fail
 
-    def window_blocks_used(self, num_steps: int) -> np.ndarray:
-        """Blocks in use after each of the next num_steps decode steps, as stepping one by one would have."""
-        block_size = self.kv.block_size
-        computed = np.array([r.num_computed_tokens for r in self.running])
-        held = np.array([len(r.block_ids) for r in self.running])
-        after = computed[:, None] + np.arange(1, num_steps + 1)[None, :]
-        if self.kv.contiguous_tokens is not None:
-            after = np.maximum(after, self.kv.contiguous_tokens)
-        new_blocks = np.maximum(-(-after // block_size) - held[:, None], 0).sum(axis=0)
-        return self.kv.pool.num_used_blocks + new_blocks
-
-    def apply_decode_window(self, step_end_s: np.ndarray) -> None:
-        """Advance every running request by len(step_end_s) decode steps ending at those times."""
-        num_steps = len(step_end_s)
-        first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
+    def allocate_decode_window(self, num_steps: int) -> np.ndarray:
+        """Take the blocks the next num_steps decode steps need (room checked by decode_window_bound); returns
+        the blocks in use during each of those steps, as stepping one by one would have them."""
         kv, running = self.kv, self.running
+        block_size, floor_tokens = kv.block_size, kv.contiguous_tokens or 0
+        used = kv.pool.num_used_blocks
+        # The step k (1-based) at which each new block is first needed: block b (tokens [b*bs, (b+1)*bs)) once
+        # max(computed + k, floor) passes b*bs. A window adds a block per request every block_size steps at
+        # most, so this list is short where a (requests x steps) table would not be.
+        first_needed, needed = [], []
+        for r in running:
+            c, held = r.num_computed_tokens, len(r.block_ids)
+            num_blocks = -(-max(c + num_steps, floor_tokens) // block_size)
+            needed.append(num_blocks - held)
+            if num_blocks > held:
+                for b in range(held, num_blocks):
+                    first_needed.append(1 if floor_tokens > b * block_size else max(1, b * block_size + 1 - c))
         if kv.pool.enable_caching and not kv.defer_private_blocks:
             self._allocate_window_one_by_one(num_steps)
         else:
-            # What allocate_slots(request, num_steps) would take, request after request, in one draw from
-            # the free queue (room checked by decode_window_bound); nothing to register (decode blocks are
-            # private: deferred, or no prefix cache).
-            block_size, floor_tokens = kv.block_size, kv.contiguous_tokens or 0
-            needed = [
-                -(-max(r.num_computed_tokens + num_steps, floor_tokens) // block_size) - len(r.block_ids)
-                for r in running
-            ]
+            # What allocate_slots(request, num_steps) would take, request after request, in one draw from the
+            # free queue; nothing to register (decode blocks are private: deferred, or no prefix cache).
             new_ids = kv.pool.get_new_blocks(sum(n for n in needed if n > 0))
             taken = 0
             for request, n in zip(running, needed):
                 if n > 0:
                     request.block_ids += new_ids[taken : taken + n]
                     taken += n
-        first_gaps = np.empty(len(running))
-        for i, request in enumerate(running):
+        if not first_needed:
+            return np.full(num_steps, used)
+        return used + np.cumsum(np.bincount(first_needed, minlength=num_steps + 1)[1:])
+
+    def apply_decode_window(self, step_end_s: np.ndarray) -> None:
+        """Advance every running request by len(step_end_s) decode steps ending at those times (their blocks
+        taken by allocate_decode_window)."""
+        num_steps = len(step_end_s)
+        first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
+        kv, running = self.kv, self.running
+        first_gaps = []
+        for request in running:
             request.num_computed_tokens += num_steps
             request.num_output_tokens += num_steps
-            first_gaps[i] = first_end - request.last_token_s
+            first_gaps.append(first_end - request.last_token_s)
             request.last_token_s = last_end
         if kv.pool.enable_caching:
             for request in running:
-                kv.cache_full_blocks(request)
+                # A simulated request's decode blocks are its own: under deferred registration they enter the
+                # prefix cache only on preemption, and its shared-prefix blocks were registered at its prefill,
+                # so there is nothing to register here (cache_full_blocks would find nothing to do).
+                if not kv.defer_private_blocks or request.prompt_token_ids is not None:
+                    kv.cache_full_blocks(request)
         self.recorder.token_gaps(first_gaps)
-        self.recorder.token_gaps(np.diff(step_end_s), times=len(running))  # each step's gap, once per request
+        # Each step's gap, once per request (what np.diff computes, without its overhead).
+        self.recorder.token_gaps(step_end_s[1:] - step_end_s[:-1], times=len(running))
 
     def _allocate_window_one_by_one(self, num_steps: int) -> None:
         for request in self.running:

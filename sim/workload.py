@@ -29,16 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
+from sim.errors import WorkloadError
 from sim.request import Request
 
 # Children of SeedSequence(cfg.seed): fixed numbers, so adding a source never moves an existing stream.
 ARRIVAL_STREAM, PROMPT_STREAM, OUTPUT_STREAM, TRACE_ROW_STREAM, TOKEN_STREAM = range(5)
 NUM_STREAMS = 5
 _PREFIX_IDS, _REQUEST_IDS = 0, 1  # grandchildren of TOKEN_STREAM: per shared-prefix group, per request
-
-
-class WorkloadError(ValueError):
-    """A workload that its files cannot supply: a missing trace file or column, an unreadable row."""
 
 
 @dataclass(frozen=True, eq=False)

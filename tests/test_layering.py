@@ -34,3 +34,13 @@ def test_live_engine_imports_neither_the_simulator_driver_nor_the_cli():
     code = "import sys, gpu_engine.engine; print([m for m in ('simpy', 'sim.driver', 'planner') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_cli_import_leaves_numpy_and_the_simulator_to_the_commands():
+    """`import planner.cli` stays light (issue 14's start-up target): each command imports what it needs."""
+    code = (
+        "import sys, planner.cli; "
+        "print([m for m in ('numpy', 'simpy', 'yaml', 'scipy', 'matplotlib', 'torch') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
