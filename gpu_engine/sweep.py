@@ -13,8 +13,9 @@ Timing is built for a noisy, shared machine (another process may stall a step by
 - round 0 warms every shape up (first calls allocate and, on CUDA, compile) and times it once;
 - then rounds: each round times every shape once, so a slow spell of the machine hits one round of many
   shapes rather than every repeat of one shape;
-- a sample is an outlier when it is far from its shape's median (in median absolute deviations) or when
-  its whole round ran slow; outliers are re-measured and never enter the median;
+- a sample is an outlier when it is far from its shape's median (in median absolute deviations), when
+  its whole round ran slow, or (given a round meter) when other processes kept the machine busy during its
+  round; outliers are re-measured and never enter the median;
 - budget left over buys more rounds for the shapes whose median is still uncertain;
 - each row keeps the median of its inliers, their spread and the width of the median's 95% confidence
   interval; a row whose median is still uncertain is marked unstable (the fitter leaves it out).
@@ -201,11 +202,24 @@ def measure(
     clock: Callable[[], float],
     budget_s: float,
     progress: Callable[[float, float], None] | None = None,
+    round_meter: Callable[[], Callable[[], bool]] | None = None,
 ) -> list[Measured]:
     """Time shapes 0..num_shapes-1 (in that priority) within budget_s; `time_shape(i)` runs shape i once and
     returns its (device_s, host_s) (warm-ups are calls whose result is ignored). Shapes beyond what the budget allows
-    for MIN_ROUNDS samples are dropped from the end, so the result may be shorter than num_shapes."""
+    for MIN_ROUNDS samples are dropped from the end, so the result may be shorter than num_shapes.
+
+    `round_meter()`, called as a round starts, returns a callable that says at its end whether the machine
+    was busy meanwhile (other processes' load: planner calibrate passes one on CPU); a busy round's samples
+    are re-measured like a slow round's, whether or not they look slow."""
     start = clock()
+    busy_rounds: set[int] = set()
+
+    def timed_round(r: int, shapes: Sequence[int], repeats: Sequence[int] | None = None) -> None:
+        busy = round_meter() if round_meter is not None else None
+        for i, n in zip(shapes, repeats or [1] * len(shapes)):
+            measured[i].samples += [(r, *time_shape(i)) for _ in range(n)]
+        if busy is not None and busy():
+            busy_rounds.add(r)
 
     def elapsed() -> float:
         done = clock() - start
@@ -214,12 +228,15 @@ def measure(
         return done
 
     measured: list[Measured] = []
+    busy = round_meter() if round_meter is not None else None
     for i in range(num_shapes):  # round 0: warm up, time once
         if measured and elapsed() > ROUND0_SHARE * budget_s:
             break
         for _ in range(WARMUP_CALLS):
             time_shape(i)
         measured.append(Measured([(0, *time_shape(i))]))
+    if busy is not None and busy():
+        busy_rounds.add(0)
     estimate = [float(m.totals()[0]) for m in measured]
     remaining = budget_s - elapsed()
     # Keep 20% of what is left for re-measuring; drop shapes until MIN_ROUNDS samples each fit.
@@ -230,8 +247,7 @@ def measure(
     for r in range(1, num_rounds):
         if elapsed() > budget_s:
             break
-        for i, m in enumerate(measured):
-            m.samples.append((r, *time_shape(i)))
+        timed_round(r, range(len(measured)))
 
     next_round = num_rounds
     while elapsed() < 0.8 * budget_s:  # more samples where the median is still uncertain
@@ -239,18 +255,18 @@ def measure(
         uncertain = [i for i in uncertain if len(measured[i].samples) < MAX_SAMPLES]
         if not uncertain:
             break
-        for i in uncertain:
-            measured[i].samples.append((next_round, *time_shape(i)))
+        timed_round(next_round, uncertain)
         next_round += 1
     for _ in range(MAX_REMEASURE_PASSES):
-        flagged = _outliers(measured, _slow_rounds(measured))
+        flagged = _outliers(measured, _slow_rounds(measured) | busy_rounds)
         if not any(flagged) or elapsed() > budget_s:
             break
-        for i, (m, bad) in enumerate(zip(measured, flagged)):
+        for m, bad in zip(measured, flagged):
             if bad:
                 m.samples = [s for j, s in enumerate(m.samples) if j not in bad]
                 m.num_outliers += len(bad)
-                m.samples += [(next_round, *time_shape(i)) for _ in bad]
+        redo = [(i, len(bad)) for i, bad in enumerate(flagged) if bad]
+        timed_round(next_round, [i for i, _ in redo], [n for _, n in redo])
         next_round += 1
     for m, bad in zip(measured, _outliers(measured, set())):  # what re-measuring could not replace
         if bad and len(bad) < len(m.samples):
@@ -345,8 +361,10 @@ def run_sweep(
     budget_s: float,
     seed: int = 0,
     progress: Callable[[float, float], None] | None = None,
+    round_meter: Callable[[], Callable[[], bool]] | None = None,
 ) -> dict:
-    """Sweep the grid on the runner within budget_s; returns the rows (see sweep_rows)."""
+    """Sweep the grid on the runner within budget_s; returns the rows (see sweep_rows). `round_meter`: see
+    `measure`."""
     import torch
 
     block_size = runner.block_size
@@ -377,7 +395,7 @@ def run_sweep(
         device_s = time.perf_counter() - t0
         return device_s, hosts[i]()
 
-    measured = measure(len(grid), time_shape, time.perf_counter, budget_s, progress)
+    measured = measure(len(grid), time_shape, time.perf_counter, budget_s, progress, round_meter)
     return sweep_rows(grid, steps, measured)
 
 

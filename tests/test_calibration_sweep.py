@@ -73,6 +73,26 @@ def test_a_slow_round_is_re_measured():
     assert all(m.num_outliers >= 1 for m in measured)
 
 
+def test_a_round_on_a_busy_machine_is_re_measured_even_when_it_does_not_look_slow():
+    """Other processes' load may slow a CPU step by less than the outlier rules see: the round meter's
+    verdict alone sends the round's samples back to be measured again."""
+    true_s = np.full(10, 0.002)
+    machine = FakeMachine(true_s)  # no sample is slow: only the meter says round 2 ran beside other work
+    metered = []
+
+    def round_meter():
+        first_call = machine.calls
+        return lambda: metered.append(first_call) or first_call == 40  # round 2 starts at call 40 (see above)
+
+    calm = sweep.measure(len(true_s), FakeMachine(true_s).time_shape, machine.clock, 1.0)
+    measured = sweep.measure(len(true_s), machine.time_shape, machine.clock, 1.0, round_meter=round_meter)
+    assert 40 in metered and len(metered) >= 3  # every round was metered
+    assert sum(m.num_outliers for m in calm) == 0
+    assert all(m.num_outliers == 1 for m in measured)  # round 2's sample of every shape, and only it
+    assert all(all(r != 2 for r, _, _ in m.samples) for m in measured)
+    assert all(len(m.samples) == len(c.samples) for m, c in zip(measured, calm))  # re-measured, not dropped
+
+
 def test_the_budget_drops_shapes_rather_than_overrun():
     true_s = np.full(200, 0.01)
     machine = FakeMachine(true_s)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +132,16 @@ def _engine_modules():
     return torch, sweep, ModelRunner
 
 
+def _busy_round_meter() -> Callable[[], bool]:
+    """For the CPU sweep's rounds: started now, says at the round's end whether other processes kept the
+    machine busy meanwhile (planner/calibration/busy.py); such a round is re-measured."""
+    from gpu_engine.host_load import OtherCpuMeter
+    from planner.calibration.busy import busy_reasons
+
+    meter = OtherCpuMeter()
+    return lambda: bool(busy_reasons(None, meter.load()))
+
+
 def calibrate_scenario(
     scenario: Scenario, device: str, budget_s: float, out: Path | None, held_out_requests: int
 ) -> tuple[Path, list[str]]:
@@ -164,7 +175,8 @@ def calibrate_scenario(
     others = OtherCpuMeter()
     bar, sweep_started = Bar(f"sweeping step shapes on {device}"), time.perf_counter()
     try:
-        rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar)
+        meter = _busy_round_meter if device == "cpu" else None
+        rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar, round_meter=meter)
     finally:
         bar.close()
     other_load = others.load()
@@ -177,20 +189,22 @@ def calibrate_scenario(
         torch.cuda.empty_cache()
     stable = rows["stable"]
     classes = ", ".join(f"{int((rows['step_class'] == c).sum())} {c}" for c in ("decode", "prefill", "mixed"))
-    say(
-        "",
-        f"Step sweep: {len(stable)} shapes in {time.perf_counter() - sweep_started:.0f} s ({classes});"
-        f" {int(rows['num_outliers'].sum())} outlier samples re-measured; {int((~stable).sum())} shapes still noisy"
-        f" (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit",
+    sweep_lines = [
+        (
+            f"Step sweep: {len(stable)} shapes in {time.perf_counter() - sweep_started:.0f} s ({classes});"
+            f" {int(rows['num_outliers'].sum())} outlier samples re-measured; {int((~stable).sum())} shapes still"
+            f" noisy (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit"
+        ),
         f"reference step ({shape.num_decode} decodes after {shape.decode_context} tokens): {reference_before * 1e3:.3g} ms"
         f" before the sweep, {reference_after * 1e3:.3g} ms after"
-        + ("" if other_load is None else f"; other processes kept {other_load:.2f} CPUs busy during it"),
-    )
+        + ("" if other_load is None else f"; other processes kept {other_load:.2f} CPUs busy during it on average"),
+    ]
     if device == "cpu" and busy_reasons(None, other_load):
-        say(
-            "warning: the sweep ran beside other busy processes: on a CPU they slow every step, so the fit"
-            " describes this machine under that load (calibrate on a quiet machine for the engine's own speed)"
+        sweep_lines.append(
+            "warning: the sweep ran beside other busy processes; its rounds during which they ran were measured"
+            " again, but a load that never let up is in the fit (calibrate on a quiet machine)"
         )
+    say("", *sweep_lines)
     fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
     fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=cuda_graphs)
     say("", *fit.lines())
@@ -217,7 +231,15 @@ def calibrate_scenario(
         held_out = dataclasses.replace(scenario, engine=dataclasses.replace(e, num_gpu_blocks_override=num_blocks))
         say(f"held-out runs on CPU use the sweep's pool of {num_blocks:,} KV blocks (engine.num_gpu_blocks_override)")
     validation_lines = validate_profile(
-        held_out, device, held_out_requests, report_dir, rows, fit, prof, probe_lines(probe), (shape, reference_s)
+        held_out,
+        device,
+        held_out_requests,
+        report_dir,
+        rows,
+        fit,
+        prof,
+        [*probe_lines(probe), "", *sweep_lines],
+        (shape, reference_s),
     )
     say("", *validation_lines, "", f"calibration took {time.perf_counter() - started:.0f} s")
     return saved, validation_lines
@@ -231,7 +253,7 @@ def validate_profile(
     rows: dict[str, np.ndarray],
     fit,  # fitting.StepFit
     prof,  # profile.Profile
-    memory_lines: list[str],
+    header_lines: list[str],  # the memory probe's and the sweep's, for calibration.md
     reference: tuple | None = None,  # (sweep.Shape, its seconds at the sweep): validate.run_held_out's check
 ) -> list[str]:
     """Held-out runs, the terminal report, and calibration.md + figures in report_dir."""
@@ -273,7 +295,7 @@ def validate_profile(
         f"Profile `{prof.id}`: {what}; {len(runs)} held-out scenarios of {num_requests} requests each.",
         "",
         "```",
-        *memory_lines,
+        *header_lines,
         "",
         *fit.lines(),
         "```",
