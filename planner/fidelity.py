@@ -240,7 +240,7 @@ def section_allreduce(ar) -> list[str]:
             link = _link(gpu)
             size = np.asarray([r.size_bytes for r in rows], dtype=np.float64)
             measured = np.asarray([r.ms for r in rows]) * 1e-3
-            error = pf.allreduce_time_s(size, tp, link, c["interconnect_efficiency"], c["allreduce_latency_s"])
+            error = pf.allreduce_time_s(size, tp, link, c["interconnect_efficiency"], pf.eager_allreduce_latency_s(c))
             error = error / measured - 1
             small, large = size < SMALL_MESSAGE_BYTES, size >= LARGE_MESSAGE_BYTES
             spread = np.asarray([r.run_spread for r in rows])

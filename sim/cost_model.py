@@ -74,6 +74,11 @@ class CostCoefficients:
     step_overhead_s: float = 0.001
     per_row_overhead_s: float = 20e-6  # host, per scheduled request: block tables, sampling, detokenising
     allreduce_latency_s: float = 15e-6  # per all-reduce call, the small-message latency of NCCL on NVLink
+    # Per all-reduce call, without CUDA graphs: the wait of the first-launching rank for its peers' host
+    # launches, which an eagerly launched NCCL kernel spins through. A CUDA graph replays the step's kernels
+    # with no host launch between them, so it is priced with the launches below. The shipped profiles fit
+    # it to Vidur's eager all-reduce times (planner.calibration.public_fit.fit_allreduce); 0 by default.
+    allreduce_launch_wait_s: float = 0.0
     # Device, per layer and step, without CUDA graphs: ~10 kernels per decoder layer (norms, QKV, rotary,
     # KV write, attention, O, gate/up, activation, down) at the ~4 us a CUDA launch costs when the kernels
     # are shorter than their launches (decode); a CUDA graph replays them all for one launch.
@@ -216,6 +221,7 @@ class CostModel:
             ring_bytes_per_token = 2 * (tp - 1) / tp * m.hidden_size * dtype_bytes
             self.allreduce_s_per_token = calls * ring_bytes_per_token / link
             self.allreduce_fixed_s = calls * c.allreduce_latency_s
+            self.launch_s += calls * c.allreduce_launch_wait_s  # paid where launches are, gone under graphs
 
     def linear_step_bytes(self, num_tokens):
         """Weight bytes a step of num_tokens tokens reads (one GPU): the dense part, and for a mixture of

@@ -154,11 +154,28 @@ def allreduce_time_s(size_bytes, num_workers, link_bytes_per_s, interconnect_eff
     return allreduce_latency_s + ring / (link_bytes_per_s * interconnect_efficiency)
 
 
-def fit_allreduce(rows: list[AllReduceRow], link_bytes_per_s: float) -> FitResult:
+# Below this size a bin's all-reduce is latency, not bytes, and its runs land in two states (public_data's
+# ALL_REDUCE_NOISE): the all-reduce itself, or that plus a host launch wait.
+LOW_STATE_MAX_BYTES = 1 << 20
+WAIT_NAME = "allreduce_launch_wait_s"
+
+
+def fit_allreduce(rows: list[AllReduceRow], link_bytes_per_s) -> FitResult:
+    """interconnect_efficiency, allreduce_latency_s and allreduce_launch_wait_s from the measured bins.
+
+    The form, latency + ring bytes at a fitted fraction of the link, is fitted to the pooled medians: what an
+    eager all-reduce costs, as Vidur timed it (11 back-to-back eager calls). Below LOW_STATE_MAX_BYTES that
+    latency mixes two states: the all-reduce itself, and the all-reduce plus the wait of the first-launching
+    rank for a later peer's host launch (ALL_REDUCE_NOISE). A step replayed from a CUDA graph launches no
+    kernel from the host, so it does not pay that wait (sim.cost_model prices it with the launches graphs
+    remove). So the fitted latency is split: allreduce_latency_s = the low state, the median over the small
+    bins of their lower envelope (each bin's 10th percentile of its sizes' fastest runs, less the fitted
+    ring term), at most the fitted latency; allreduce_launch_wait_s = the rest. latency + wait is the
+    fitted eager price, unchanged; `relative_errors` are its errors on the pooled medians."""
     size = np.asarray([r.size_bytes for r in rows], dtype=np.float64)
     workers = np.asarray([r.num_workers for r in rows], dtype=np.float64)
     measured = np.asarray([r.ms for r in rows]) * 1e-3
-    return fit_relative(
+    fit = fit_relative(
         lambda x: allreduce_time_s(size, workers, link_bytes_per_s, x[0], x[1]),
         measured,
         ALLREDUCE_NAMES,
@@ -167,6 +184,25 @@ def fit_allreduce(rows: list[AllReduceRow], link_bytes_per_s: float) -> FitResul
         upper=(1.0, 1e-3),
         scale=(1.0, 1e-5),
     )
+    efficiency, eager_latency_s = fit.values
+    small = size < LOW_STATE_MAX_BYTES
+    fastest = np.asarray([r.fastest_p10_ms for r in rows]) * 1e-3
+    low = (fastest - allreduce_time_s(size, workers, link_bytes_per_s, efficiency, 0.0))[small]
+    low_latency_s = min(float(np.median(low)), eager_latency_s)
+    low_std = 1.25 * float(np.std(low)) / np.sqrt(len(low))  # standard error of a median
+    return FitResult(
+        names=(*ALLREDUCE_NAMES, WAIT_NAME),
+        values=np.asarray([efficiency, low_latency_s, eager_latency_s - low_latency_s]),
+        std=np.asarray([fit.std[0], low_std, float(np.hypot(fit.std[1], low_std))]),
+        relative_errors=fit.relative_errors,
+        at_bound=fit.at_bound,
+    )
+
+
+def eager_allreduce_latency_s(coefficients: dict[str, float]) -> float:
+    """The fixed part of an all-reduce launched eagerly from the host, as Vidur's rows were: the all-reduce
+    itself plus the launch wait (0 where the coefficients have none)."""
+    return coefficients["allreduce_latency_s"] + coefficients.get(WAIT_NAME, 0.0)
 
 
 def measured_allreduce_s(rows: list[AllReduceRow], size_bytes: np.ndarray) -> np.ndarray:

@@ -92,7 +92,7 @@ def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_
             b.tensor_parallel_size,
             link_bytes_per_s,
             coefficients["interconnect_efficiency"],
-            coefficients["allreduce_latency_s"],
+            pf.eager_allreduce_latency_s(coefficients),  # Vidur's layers ran eagerly: launches and waits paid
         )
     return b.num_layers * measured_layer + b.emb_s, b.num_layers * predicted_layer
 
