@@ -189,8 +189,22 @@ coefficients, and neither moves a profile across the per-step target: where step
 4 and 8 GPUs), the pooled medians alternate between the two states over runs of neighbouring sizes (4
 GPUs: {a100_tp4_small} us below 1 MB), which no price of the size follows.
 
-| setup | GPUs | sizes per bin | runs of one size, (max - min) / median, < 1 MB / >= 4 MB | bin medians < 1 MB (us) | profile's fit, median / p90, all bins | profile's fit, bins >= 4 MB | two regimes, bins >= 4 MB (median) | floor, bins >= 4 MB (median) |
-| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+**What a CUDA graph pays.** The fit to the pooled medians is the price of an eager all-reduce as Vidur
+launched it, launch wait included: that is what the per-step figures above compare (Vidur's layers ran
+eagerly). vLLM replays decode steps from CUDA graphs, which launch no kernel from the host between the
+layers, so no rank waits for a peer's host launch there. The profiles therefore split the fitted latency
+(`public_fit.fit_allreduce`): `allreduce_latency_s` is the low state, the median over the bins below 1 MB
+of their lower envelope (each bin's 10th percentile of its sizes' fastest run, less the fitted ring bytes);
+`allreduce_launch_wait_s` is the rest, and the cost model pays it per all-reduce with the launches that
+graphs remove. The eager price (latency + wait) is the fit unchanged, so every figure on this page is
+unchanged by the split. The lower envelope is an estimate: in {never_low} of the 36 bins below 1 MB none of
+the sizes' 3 runs reached the low state (their 10th percentile is still {high_floor} us), so the median over
+bins is used, not the lowest; and a graph replay still has skew between ranks (their kernels' durations
+differ), which the low state, measured after a host-launch race, does not show. Last columns: the split,
+and what it takes off a graph-replayed decode step per layer (two all-reduces).
+
+| setup | GPUs | sizes per bin | runs of one size, (max - min) / median, < 1 MB / >= 4 MB | bin medians < 1 MB (us) | profile's fit, median / p90, all bins | profile's fit, bins >= 4 MB | two regimes, bins >= 4 MB (median) | floor, bins >= 4 MB (median) | eager latency = low state + launch wait (us) | graphed decode saves per layer (us) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 """
 
 
@@ -231,7 +245,7 @@ def section_allreduce(ar) -> list[str]:
     from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
     from planner.calibration.transfer import load_profile
 
-    lines, ceilings, small_spreads, large_spreads, large_fits, ranges = [], {}, [], [], [], []
+    lines, ceilings, small_spreads, large_spreads, large_fits, ranges, high_floors = [], {}, [], [], [], [], []
     tp4_small = ""
     for gpu, setup in ALL_REDUCE_SETUPS.items():
         for tp in TENSOR_PARALLEL_SIZES[1:]:
@@ -258,8 +272,12 @@ def section_allreduce(ar) -> list[str]:
                 f"| {setup} | {tp} | {min(r.num_sizes for r in rows)}-{max(r.num_sizes for r in rows)} "
                 f"| {pct(np.median(spread[small]))} / {pct(np.median(spread[large]))} | {medians_us} "
                 f"| {' / '.join(map(pct, errors(error)))} | {' / '.join(map(pct, errors(error[large])))} "
-                f"| {pct(others['two regimes'])} | {pct(others['floor'])} |"
+                f"| {pct(others['two regimes'])} | {pct(others['floor'])} "
+                f"| {1e6 * pf.eager_allreduce_latency_s(c):.1f} = {1e6 * c['allreduce_latency_s']:.1f} + "
+                f"{1e6 * c[pf.WAIT_NAME]:.1f} | {1e6 * pf.ALLREDUCES_PER_LAYER * c[pf.WAIT_NAME]:.0f} |"
             )
+            fastest_small = np.asarray([r.fastest_p10_ms for r in rows])[small] * 1e3
+            high_floors += [f for f in fastest_small if f > 40]
     note = ALLREDUCE_NOTE.format(
         ceiling=" and ".join(f"{min(v):.0f}-{max(v):.0f} us ({k})" for k, v in ceilings.items()),
         small_spread=f"{100 * max(small_spreads):.0f}%",
@@ -268,6 +286,8 @@ def section_allreduce(ar) -> list[str]:
         min_sizes=MIN_SIZES_PER_BIN,
         large_fit=f"{100 * min(large_fits):.1f}-{100 * max(large_fits):.1f}%",
         a100_tp4_small=tp4_small,
+        never_low=len(high_floors),
+        high_floor=f"{min(high_floors):.0f}-{max(high_floors):.0f}",
     )
     return [*note.rstrip("\n").split("\n"), *lines]
 
