@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -130,7 +131,8 @@ def section_profiles(ops, ar) -> list[str]:
         "",
         (
             "One profile per GPU and tensor-parallel degree (`planner/calibrations/<gpu>-tp<N>.yaml`). Per-layer: "
-            "the cost model's linear term (sqrt(compute^2 + memory^2), plus its per-layer launch term) against the "
+            "the cost model's linear term (sqrt(compute^2 + memory^2), plus the elementwise kernels' traffic and the "
+            "per-layer launch term) against the "
             "measured time of a whole layer (every operator Vidur timed). Per-step: all layers, two all-reduces "
             "per layer at tp > 1 (measured vs the fitted all-reduce price) and the embedding: the part of a step's "
             "GPU time these data cover (no attention, LM head or CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
@@ -298,6 +300,34 @@ def _max_form(b, fe, be):
     return pf.layer_time_norm_s(b, fe, be, np.inf)
 
 
+def _pairs(rows):
+    """(smaller, next larger) batch sizes of one model, for every model in rows."""
+    by_model: dict[str, list] = {}
+    for r in rows:
+        by_model.setdefault(r.model, []).append(r)
+    for rs in by_model.values():
+        yield from itertools.pairwise(sorted(rs, key=lambda r: r.num_tokens))
+
+
+def _non_monotone(rows) -> np.ndarray:
+    """Per row: whether it is one of a pair of neighbouring batch sizes (same model) where the measured layer
+    takes LONGER at the smaller size; no price that grows with tokens can follow both."""
+    slower = {id(r) for pair in _pairs(rows) if pair[0].layer_ms > pair[1].layer_ms for r in pair}
+    return np.asarray([id(r) in slower for r in rows])
+
+
+def _slower_tokens(rows) -> list[int]:
+    return [a.num_tokens for a, b in _pairs(rows) if a.layer_ms > b.layer_ms]
+
+
+def _widest_gap(rows) -> str:
+    a, b = max(_pairs(rows), key=lambda p: p[0].layer_ms / p[1].layer_ms)
+    return (
+        f"{a.model}, a layer {1e3 * a.layer_ms:.0f} us at {a.num_tokens} tokens, "
+        f"{1e3 * b.layer_ms:.0f} us at {b.num_tokens}"
+    )
+
+
 def section_form(ops, ar) -> tuple[list[str], dict]:
     """The linear term as max() (the form before), as the 2-norm (the cost model's) and as a p-norm with p
     fitted, each fitted by the same fitter to the same rows; all-reduce terms as in the profiles. Returns
@@ -307,6 +337,8 @@ def section_form(ops, ar) -> tuple[list[str], dict]:
     from planner.calibration.transfer import load_profile
 
     rows, figures = [], {"p": [], "p_near_2": 0, "median_gain": [], "max_layer_p90": [], "norm_layer": []}
+    figures |= {"flops_by_gpu": {}, "flops_by_gpu_without": {}, "without_p90": [], "worst_non_monotone": []}
+    figures |= {"rest_p90": [], "non_monotone_rows": 0, "rows": 0}
     for gpu in PROFILED_GPUS:
         for tp in TENSOR_PARALLEL_SIZES:
             sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
@@ -322,15 +354,35 @@ def section_form(ops, ar) -> tuple[list[str], dict]:
             figures["median_gain"].append(errors(layer_2)[0] - free.median_abs_error)
             figures["max_layer_p90"].append(errors(layer_max)[1])
             figures["norm_layer"].append(errors(layer_2))
+            without = pf.fit_layers(b, elementwise=False)
+            figures["without_p90"].append(without.p90_abs_error)
+            figures["flops_by_gpu"].setdefault(gpu, []).append(profile["flops_efficiency"])
+            figures["flops_by_gpu_without"].setdefault(gpu, []).append(without.as_dict()["flops_efficiency"])
+            odd = _non_monotone(sel)
+            worst = np.abs(layer_2) >= np.percentile(np.abs(layer_2), 90)
+            figures["worst_non_monotone"].append(odd[worst].mean())
+            figures["rest_p90"].append(errors(layer_2[~odd])[1])
+            figures["non_monotone_rows"] += int(odd.sum())
+            figures["rows"] += len(sel)
+            figures.setdefault("elementwise_share", []).extend(1 - b.linear_s / b.layer_s)
+            figures.setdefault("slower_tokens", []).extend(_slower_tokens(sel))
+            if gpu == "h100-sxm" and tp == 1:
+                figures["example"] = _widest_gap(sel)
             both = "{} / {}".format
             rows.append(
                 [gpu, tp, both(*map(pct, errors(layer_max))), both(*map(pct, errors(step_max))),
                  both(*map(pct, errors(layer_2))), both(*map(pct, errors(step_2))), f"{p:.2f} ± {p_std:.2f}",
-                 both(pct(free.median_abs_error), pct(free.p90_abs_error))]
+                 both(pct(free.median_abs_error), pct(free.p90_abs_error)),
+                 both(pct(without.median_abs_error), pct(without.p90_abs_error)),
+                 f"{without.as_dict()['flops_efficiency']:.3f} -> {profile['flops_efficiency']:.3f}",
+                 f"{int(odd.sum())} / {len(sel)}", pct(odd[worst].mean()), pct(errors(layer_2[~odd])[1])]
             )  # fmt: skip
     out = table(
         ["GPU", "tp", "max() layer med / p90", "max() step med / p90", "2-norm layer med / p90",
-         "2-norm step med / p90", "fitted p", "free p layer med / p90"],
+         "2-norm step med / p90", "fitted p", "free p layer med / p90", "no elementwise term: layer med / p90",
+         "flops_efficiency without -> with it", "rows in pairs where the smaller batch ran slower",
+         "of the worst 10% of rows",
+         "layer p90 of the other rows"],
         rows,
     )  # fmt: skip
     return out, figures
@@ -587,9 +639,10 @@ the cost model's defaults until `planner calibrate` measures them.
 FORM_NOTE = """## The cost model's form, as the per-operator data see it
 
 The cost model prices a layer's linears as one GEMM term over all of the layer's weights, the 2-norm
-sqrt(compute^2 + memory^2) (`sim.cost_model.gemm_s`; the LM head too), plus a per-layer launch term
-(`launch_overhead_per_layer_s`, fitted {launch_lo:.0f}-{launch_hi:.0f} us per layer: a layer runs 9 kernels
-of a few microseconds each whatever their size). It used to be max(compute, memory).
+sqrt(compute^2 + memory^2) (`sim.cost_model.gemm_s`; the LM head too), plus the elementwise kernels'
+activation traffic at the same bandwidth (`sim.cost_model.elementwise_elements_per_token`), plus a per-layer
+launch term (`launch_overhead_per_layer_s`, fitted {launch_lo:.0f}-{launch_hi:.0f} us per layer: a layer runs
+9 kernels of a few microseconds each whatever their size). It used to be max(compute, memory).
 The table below fits both, and a p-norm (compute^p + memory^p)^(1/p) with p free, by the same fitter to the
 same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 
@@ -601,10 +654,23 @@ same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 - **Why p = 2**: the free p lands at {p_lo:.2f}-{p_hi:.2f}, 2 within two standard errors in {p_near} of
   {num_fits} fits, and freeing it improves the median per-layer error by at most {gain:.1f} points: p is fixed
   at 2, no extra coefficient.
+- **The elementwise kernels** (norms with their residual adds, rotary, activation; {elem_median} of a layer
+  in median in these rows, up to {elem_max}) stream activations, and the norms and adds run on the whole hidden state on every rank: their
+  time grows with tokens x hidden size whatever tp is, while the weights' roofline is divided by tp. Without
+  a term of their own the fits absorbed them into flops_efficiency, which then fell with tp (at tp 1 to 8:
+  {flops_without}). Priced as their bytes at the fitted bandwidth (no new coefficient), flops_efficiency
+  is nearly one number per GPU ({flops_with}) and the per-layer p90 goes from {without_lo:.1f}-{without_hi:.1f}%
+  to {norm_p90_lo:.1f}-{norm_p90_hi:.1f}% (columns "no elementwise term").
+- **What is left of the layers' p90**: batch sizes where the measured layer is SLOWER than at the next
+  larger batch (the widest gap, H100 tp 1: {example}); likely the GEMM library picking another kernel
+  for that shape ({share_3x:.0%} of the slower sizes are 3 x 2^k tokens, 8 of the 21 sizes measured). {non_monotone} of {rows} rows are in such pairs; on the H100 at tp
+  1 and 2 they are {h100_worst} of the worst tenth of rows, and the other rows' p90 is {h100_rest}. No price
+  that grows with tokens follows both sides of a pair, and a per-shape table would be a number, not a cause,
+  so they are left, shown here.
 - **What still misses the 5% / 10% per-step target** ({num_met} of {num_profiles} profiles meet it): where
   the layers alone meet it but the step does not ({by_allreduce}), the all-reduce (its fits are
   {ar_lo:.0f}-{ar_hi:.0f}% off in median, `fit.by_class.all_reduce` in each profile; why: "All-reduce"
-  below). Where the layers themselves miss it too ({by_layers}), their p90.
+  below). Where the layers themselves miss it too: {by_layers}.
 """
 
 STREAMING_NOTE = """The 2-norm's bandwidth_efficiency is what the fit finds for the linears' weight reads once launches
@@ -633,6 +699,11 @@ def _form_note(ar, figures) -> str:
         100 * p["fit"]["by_class"]["all_reduce"]["median"] for p in profiles if "all_reduce" in p["fit"]["by_class"]
     ]
     med, p90 = zip(*figures["norm_layer"])
+
+    def flops_ranges(by_gpu) -> str:
+        return ", ".join(f"{v[0]:.2f} to {v[-1]:.2f} ({g})" for g, v in by_gpu.items())
+
+    h100 = [i for i, p in enumerate(profiles) if p["device"]["gpu"] == "h100-sxm" and p["tensor_parallel_size"] <= 2]
     return FORM_NOTE.format(
         launch_lo=min(launch), launch_hi=max(launch),
         max_p90_lo=100 * min(figures["max_layer_p90"]), max_p90_hi=100 * max(figures["max_layer_p90"]),
@@ -640,6 +711,13 @@ def _form_note(ar, figures) -> str:
         p_lo=min(figures["p"]), p_hi=max(figures["p"]), p_near=figures["p_near_2"], num_fits=len(figures["p"]),
         gain=100 * max(figures["median_gain"]), ar_lo=min(ar_median), ar_hi=max(ar_median),
         num_met=sum(map(meets, step)), num_profiles=len(profiles),
+        flops_without=flops_ranges(figures["flops_by_gpu_without"]), flops_with=flops_ranges(figures["flops_by_gpu"]),
+        without_lo=100 * min(figures["without_p90"]), without_hi=100 * max(figures["without_p90"]),
+        non_monotone=figures["non_monotone_rows"], rows=figures["rows"], example=figures["example"],
+        share_3x=np.mean([t % 3 == 0 for t in figures["slower_tokens"]]),
+        elem_median=pct(np.median(figures["elementwise_share"])), elem_max=pct(max(figures["elementwise_share"])),
+        h100_worst=" and ".join(pct(figures["worst_non_monotone"][i]) for i in h100),
+        h100_rest=" and ".join(pct(figures["rest_p90"][i]) for i in h100),
         by_allreduce=names(p for p, s, l in zip(profiles, step, layer) if meets(l) and not meets(s)),
         by_layers=names(p for p, s, l in zip(profiles, step, layer) if not meets(l) and not meets(s)),
     )  # fmt: skip

@@ -119,6 +119,7 @@ def test_the_fitted_terms_are_the_cost_models_terms(tokens):
         kv_write_s = tokens * cm.kv_bytes_per_token / cm.bytes_per_s  # the attention term with no context
         step = cm.step_time_s(tokens, 0, 0, 0, 0) - kv_write_s
         linear = layers * pf.layer_time_s(b, c.flops_efficiency, c.bandwidth_efficiency)[0]
+        linear += layers * pf.elementwise_s(b, c.bandwidth_efficiency)[0]  # norms, rotary, activation
         link = scenario.hardware.gpu.interconnect_bandwidth_gbps * 1e9
         allreduce = (
             layers
@@ -331,3 +332,14 @@ def test_the_all_reduce_launch_wait_is_paid_by_eager_steps_only():
     eager = dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True))
     gap = CostModel(eager, wait).device_s(*decode) - CostModel(eager).device_s(*decode)
     assert gap == pytest.approx(calls * 30e-6, rel=1e-9)
+
+
+def test_the_elementwise_term_streams_the_full_hidden_state_at_every_tp():
+    """The norms and residual adds run on the whole hidden state on every rank: their traffic per token does
+    not shrink with tensor parallel, while the weights' roofline does (why the fits' flops efficiency fell
+    with tp before the term: docs/fidelity.md). Fails if the term is divided by tp or dropped."""
+    per_token = {tp: CostModel(_scenario(tp)).elementwise_s_per_token for tp in (1, 2, 8)}
+    m = _scenario(1).model
+    hidden_s = m.num_hidden_layers * 8 * m.hidden_size * 2 / CostModel(_scenario(1)).bytes_per_s
+    assert per_token[1] > per_token[2] > per_token[8] > hidden_s  # rotary and activation split; norms do not
+    assert per_token[8] - hidden_s == pytest.approx((per_token[1] - hidden_s) / 8, rel=1e-9)
