@@ -9,10 +9,11 @@ goes through, at the GPU's fp8 rate for fp8 weights) and the LM head over the sa
 as sqrt(compute^2 + memory^2) (`gemm_s`: why below); attention over the cached context (each row's K/V, or
 MLA's latent, read once per layer; 4 flops per head_dim per query-key pair: QK^T and PV; sliding-window layers
 over the window only) and the KV writes as max(compute, memory); the elementwise kernels (norms with their
-residual adds, rotary, activation) as their activation bytes, added; under tensor parallel two ring all-reduces
-of the hidden states per layer (their host launch wait paid with the launches); the kernel launches the device waits for, per layer, which CUDA graphs remove for
-decode batches up to the largest capture size; and per-request work per layer that does not scale with tokens
-(0 for batched attention kernels).
+residual adds, rotary, activation) as their activation bytes, added; under tensor parallel two ring
+all-reduces of the hidden states per layer (their host launch wait paid with the launches); the kernel
+launches the device waits for, per layer, which CUDA graphs remove for decode batches up to the largest
+capture size; and per-request work per layer that does not scale with tokens (0 for batched attention
+kernels).
 
 Host: scheduling and input preparation per step, plus block tables, sampling and detokenising per row.
 
