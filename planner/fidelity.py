@@ -300,6 +300,9 @@ def _max_form(b, fe, be):
     return pf.layer_time_norm_s(b, fe, be, np.inf)
 
 
+ELEMENTWISE_CHECK_TOKENS = 512
+
+
 def _pairs(rows):
     """(smaller, next larger) batch sizes of one model, for every model in rows."""
     by_model: dict[str, list] = {}
@@ -368,6 +371,14 @@ def section_form(ops, ar) -> tuple[list[str], dict]:
             figures.setdefault("slower_tokens", []).extend(_slower_tokens(sel))
             if gpu == "h100-sxm" and tp == 1:
                 figures["example"] = _widest_gap(sel)
+            large = b.num_tokens >= ELEMENTWISE_CHECK_TOKENS  # where launches no longer set their time
+            ratio = (b.layer_s - b.linear_s)[large] / pf.elementwise_s(b, profile["bandwidth_efficiency"])[large]
+            figures.setdefault("elementwise_ratio", {}).setdefault(gpu, []).append(float(np.median(ratio)))
+            own = pf.fit_layers_elementwise_efficiency(b)
+            own_e, own_std = own.as_dict(), own.std_dict()
+            name = pf.ELEMENTWISE_EFFICIENCY_NAME
+            figures.setdefault("own_relative_std", []).append(own_std[name] / own_e[name])
+            figures.setdefault("own_gain", []).append(errors(layer_2)[1] - own.p90_abs_error)
             both = "{} / {}".format
             rows.append(
                 [gpu, tp, both(*map(pct, errors(layer_max))), both(*map(pct, errors(step_max))),
@@ -375,12 +386,14 @@ def section_form(ops, ar) -> tuple[list[str], dict]:
                  both(pct(free.median_abs_error), pct(free.p90_abs_error)),
                  both(pct(without.median_abs_error), pct(without.p90_abs_error)),
                  f"{without.as_dict()['flops_efficiency']:.3f} -> {profile['flops_efficiency']:.3f}",
+                 f"{own_e[name]:.2f} ± {own_std[name]:.2f}: {pct(own.median_abs_error)} / {pct(own.p90_abs_error)}",
                  f"{int(odd.sum())} / {len(sel)}", pct(odd[worst].mean()), pct(errors(layer_2[~odd])[1])]
             )  # fmt: skip
     out = table(
         ["GPU", "tp", "max() layer med / p90", "max() step med / p90", "2-norm layer med / p90",
          "2-norm step med / p90", "fitted p", "free p layer med / p90", "no elementwise term: layer med / p90",
-         "flops_efficiency without -> with it", "rows in pairs where the smaller batch ran slower",
+         "flops_efficiency without -> with it", "elementwise at an efficiency of its own: layer med / p90",
+         "rows in pairs where the smaller batch ran slower",
          "of the worst 10% of rows",
          "layer p90 of the other rows"],
         rows,
@@ -660,7 +673,14 @@ same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
   a term of their own the fits absorbed them into flops_efficiency, which then fell with tp (at tp 1 to 8:
   {flops_without}). Priced as their bytes at the fitted bandwidth (no new coefficient), flops_efficiency
   is nearly one number per GPU ({flops_with}) and the per-layer p90 goes from {without_lo:.1f}-{without_hi:.1f}%
-  to {norm_p90_lo:.1f}-{norm_p90_hi:.1f}% (columns "no elementwise term").
+  to {norm_p90_lo:.1f}-{norm_p90_hi:.1f}% (columns "no elementwise term"). Checked against the operators
+  themselves (measured norms, rotary, activation and add over the term, median over the rows of
+  {check_tokens} tokens and more, tp 1-8): {elementwise_ratio}. On the A40 the bytes at the weights' streaming
+  efficiency are what these kernels take; on the HBM GPUs they take more, i.e. they stream at a lower
+  fraction of the bandwidth than the weights, and the rest stays in flops_efficiency (why the H100's still
+  falls with tp). An efficiency of their own, fitted beside (column "elementwise at an efficiency of its
+  own"), is poorly determined (standard errors {own_std_lo:.0%}-{own_std_hi:.0%} of the value) and changes
+  the per-layer p90 by {own_gain_lo:+.1f} to {own_gain_hi:+.1f} points (positive: better), so it is not a coefficient.
 - **What is left of the layers' p90**: batch sizes where the measured layer is SLOWER than at the next
   larger batch (the widest gap, H100 tp 1: {example}); likely the GEMM library picking another kernel
   for that shape ({share_3x:.0%} of the slower sizes are 3 x 2^k tokens, 8 of the 21 sizes measured). {non_monotone} of {rows} rows are in such pairs; on the H100 at tp
@@ -716,6 +736,12 @@ def _form_note(ar, figures) -> str:
         non_monotone=figures["non_monotone_rows"], rows=figures["rows"], example=figures["example"],
         share_3x=np.mean([t % 3 == 0 for t in figures["slower_tokens"]]),
         elem_median=pct(np.median(figures["elementwise_share"])), elem_max=pct(max(figures["elementwise_share"])),
+        check_tokens=ELEMENTWISE_CHECK_TOKENS,
+        own_std_lo=min(figures["own_relative_std"]), own_std_hi=max(figures["own_relative_std"]),
+        own_gain_lo=100 * min(figures["own_gain"]), own_gain_hi=100 * max(figures["own_gain"]),
+        elementwise_ratio=", ".join(
+            f"{min(v):.2f}-{max(v):.2f} ({g})" for g, v in figures["elementwise_ratio"].items()
+        ),
         h100_worst=" and ".join(pct(figures["worst_non_monotone"][i]) for i in h100),
         h100_rest=" and ".join(pct(figures["rest_p90"][i]) for i in h100),
         by_allreduce=names(p for p, s, l in zip(profiles, step, layer) if meets(l) and not meets(s)),

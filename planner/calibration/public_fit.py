@@ -162,6 +162,23 @@ def fit_layers_free_norm(b: Batch) -> FitResult:
     )
 
 
+ELEMENTWISE_EFFICIENCY_NAME = "elementwise_bandwidth_efficiency"
+
+
+def fit_layers_elementwise_efficiency(b: Batch) -> FitResult:
+    """`fit_layers` with the elementwise kernels at a bandwidth efficiency of their own (docs/fidelity.md:
+    evidence only; the cost model prices them at bandwidth_efficiency)."""
+    return fit_relative(
+        lambda x: layer_time_s(b, x[0], x[1]) + elementwise_s(b, x[3]) + x[2],
+        b.layer_s,
+        (*LINEAR_NAMES, LAUNCH_NAME, ELEMENTWISE_EFFICIENCY_NAME),
+        initial=(0.6, 0.8, 40e-6, 0.6),
+        lower=(0.01, 0.01, 0.0, 0.01),
+        upper=(1.0, 1.0, 1e-3, 1.0),
+        scale=(1.0, 1.0, 1e-5, 1.0),
+    )
+
+
 def allreduce_bytes(b: Batch) -> np.ndarray:
     """One all-reduce of the hidden states of every token in the step."""
     return b.num_tokens * b.hidden_size * DTYPE_BYTES
