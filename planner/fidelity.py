@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -130,7 +131,8 @@ def section_profiles(ops, ar) -> list[str]:
         "",
         (
             "One profile per GPU and tensor-parallel degree (`planner/calibrations/<gpu>-tp<N>.yaml`). Per-layer: "
-            "the cost model's linear term (sqrt(compute^2 + memory^2), plus its per-layer launch term) against the "
+            "the cost model's linear term (sqrt(compute^2 + memory^2), plus the elementwise kernels' traffic and the "
+            "per-layer launch term) against the "
             "measured time of a whole layer (every operator Vidur timed). Per-step: all layers, two all-reduces "
             "per layer at tp > 1 (measured vs the fitted all-reduce price) and the embedding: the part of a step's "
             "GPU time these data cover (no attention, LM head or CPU side). Target: per-step within 5% median, 10% p90. `spec-sheet` is today's default coefficients "
@@ -189,8 +191,22 @@ coefficients, and neither moves a profile across the per-step target: where step
 4 and 8 GPUs), the pooled medians alternate between the two states over runs of neighbouring sizes (4
 GPUs: {a100_tp4_small} us below 1 MB), which no price of the size follows.
 
-| setup | GPUs | sizes per bin | runs of one size, (max - min) / median, < 1 MB / >= 4 MB | bin medians < 1 MB (us) | profile's fit, median / p90, all bins | profile's fit, bins >= 4 MB | two regimes, bins >= 4 MB (median) | floor, bins >= 4 MB (median) |
-| --- | --- | --- | --- | --- | --- | --- | --- | --- |
+**What a CUDA graph pays.** The fit to the pooled medians is the price of an eager all-reduce as Vidur
+launched it, launch wait included: that is what the per-step figures above compare (Vidur's layers ran
+eagerly). vLLM replays decode steps from CUDA graphs, which launch no kernel from the host between the
+layers, so no rank waits for a peer's host launch there. The profiles therefore split the fitted latency
+(`public_fit.fit_allreduce`): `allreduce_latency_s` is the low state, the median over the bins below 1 MB
+of their lower envelope (each bin's 10th percentile of its sizes' fastest run, less the fitted ring bytes);
+`allreduce_launch_wait_s` is the rest, and the cost model pays it per all-reduce with the launches that
+graphs remove. The eager price (latency + wait) is the fit unchanged, so every figure on this page is
+unchanged by the split. The lower envelope is an estimate: in {never_low} of the 36 bins below 1 MB none of
+the sizes' 3 runs reached the low state (their 10th percentile is still {high_floor} us), so the median over
+bins is used, not the lowest; and a graph replay still has skew between ranks (their kernels' durations
+differ), which the low state, measured after a host-launch race, does not show. Last columns: the split,
+and what it takes off a graph-replayed decode step per layer (two all-reduces).
+
+| setup | GPUs | sizes per bin | runs of one size, (max - min) / median, < 1 MB / >= 4 MB | bin medians < 1 MB (us) | profile's fit, median / p90, all bins | profile's fit, bins >= 4 MB | two regimes, bins >= 4 MB (median) | floor, bins >= 4 MB (median) | eager latency = low state + launch wait (us) | graphed decode saves per layer (us) |
+| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |
 """
 
 
@@ -231,7 +247,7 @@ def section_allreduce(ar) -> list[str]:
     from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
     from planner.calibration.transfer import load_profile
 
-    lines, ceilings, small_spreads, large_spreads, large_fits, ranges = [], {}, [], [], [], []
+    lines, ceilings, small_spreads, large_spreads, large_fits, ranges, high_floors = [], {}, [], [], [], [], []
     tp4_small = ""
     for gpu, setup in ALL_REDUCE_SETUPS.items():
         for tp in TENSOR_PARALLEL_SIZES[1:]:
@@ -240,7 +256,7 @@ def section_allreduce(ar) -> list[str]:
             link = _link(gpu)
             size = np.asarray([r.size_bytes for r in rows], dtype=np.float64)
             measured = np.asarray([r.ms for r in rows]) * 1e-3
-            error = pf.allreduce_time_s(size, tp, link, c["interconnect_efficiency"], c["allreduce_latency_s"])
+            error = pf.allreduce_time_s(size, tp, link, c["interconnect_efficiency"], pf.eager_allreduce_latency_s(c))
             error = error / measured - 1
             small, large = size < SMALL_MESSAGE_BYTES, size >= LARGE_MESSAGE_BYTES
             spread = np.asarray([r.run_spread for r in rows])
@@ -258,8 +274,12 @@ def section_allreduce(ar) -> list[str]:
                 f"| {setup} | {tp} | {min(r.num_sizes for r in rows)}-{max(r.num_sizes for r in rows)} "
                 f"| {pct(np.median(spread[small]))} / {pct(np.median(spread[large]))} | {medians_us} "
                 f"| {' / '.join(map(pct, errors(error)))} | {' / '.join(map(pct, errors(error[large])))} "
-                f"| {pct(others['two regimes'])} | {pct(others['floor'])} |"
+                f"| {pct(others['two regimes'])} | {pct(others['floor'])} "
+                f"| {1e6 * pf.eager_allreduce_latency_s(c):.1f} = {1e6 * c['allreduce_latency_s']:.1f} + "
+                f"{1e6 * c[pf.WAIT_NAME]:.1f} | {1e6 * pf.ALLREDUCES_PER_LAYER * c[pf.WAIT_NAME]:.0f} |"
             )
+            fastest_small = np.asarray([r.fastest_p10_ms for r in rows])[small] * 1e3
+            high_floors += [f for f in fastest_small if f > 40]
     note = ALLREDUCE_NOTE.format(
         ceiling=" and ".join(f"{min(v):.0f}-{max(v):.0f} us ({k})" for k, v in ceilings.items()),
         small_spread=f"{100 * max(small_spreads):.0f}%",
@@ -268,6 +288,8 @@ def section_allreduce(ar) -> list[str]:
         min_sizes=MIN_SIZES_PER_BIN,
         large_fit=f"{100 * min(large_fits):.1f}-{100 * max(large_fits):.1f}%",
         a100_tp4_small=tp4_small,
+        never_low=len(high_floors),
+        high_floor=f"{min(high_floors):.0f}-{max(high_floors):.0f}",
     )
     return [*note.rstrip("\n").split("\n"), *lines]
 
@@ -276,6 +298,37 @@ def _max_form(b, fe, be):
     from planner.calibration import public_fit as pf
 
     return pf.layer_time_norm_s(b, fe, be, np.inf)
+
+
+ELEMENTWISE_CHECK_TOKENS = 512
+
+
+def _pairs(rows):
+    """(smaller, next larger) batch sizes of one model, for every model in rows."""
+    by_model: dict[str, list] = {}
+    for r in rows:
+        by_model.setdefault(r.model, []).append(r)
+    for rs in by_model.values():
+        yield from itertools.pairwise(sorted(rs, key=lambda r: r.num_tokens))
+
+
+def _non_monotone(rows) -> np.ndarray:
+    """Per row: whether it is one of a pair of neighbouring batch sizes (same model) where the measured layer
+    takes LONGER at the smaller size; no price that grows with tokens can follow both."""
+    slower = {id(r) for pair in _pairs(rows) if pair[0].layer_ms > pair[1].layer_ms for r in pair}
+    return np.asarray([id(r) in slower for r in rows])
+
+
+def _slower_tokens(rows) -> list[int]:
+    return [a.num_tokens for a, b in _pairs(rows) if a.layer_ms > b.layer_ms]
+
+
+def _widest_gap(rows) -> str:
+    a, b = max(_pairs(rows), key=lambda p: p[0].layer_ms / p[1].layer_ms)
+    return (
+        f"{a.model}, a layer {1e3 * a.layer_ms:.0f} us at {a.num_tokens} tokens, "
+        f"{1e3 * b.layer_ms:.0f} us at {b.num_tokens}"
+    )
 
 
 def section_form(ops, ar) -> tuple[list[str], dict]:
@@ -287,6 +340,8 @@ def section_form(ops, ar) -> tuple[list[str], dict]:
     from planner.calibration.transfer import load_profile
 
     rows, figures = [], {"p": [], "p_near_2": 0, "median_gain": [], "max_layer_p90": [], "norm_layer": []}
+    figures |= {"flops_by_gpu": {}, "flops_by_gpu_without": {}, "without_p90": [], "worst_non_monotone": []}
+    figures |= {"rest_p90": [], "non_monotone_rows": 0, "rows": 0}
     for gpu in PROFILED_GPUS:
         for tp in TENSOR_PARALLEL_SIZES:
             sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
@@ -302,15 +357,45 @@ def section_form(ops, ar) -> tuple[list[str], dict]:
             figures["median_gain"].append(errors(layer_2)[0] - free.median_abs_error)
             figures["max_layer_p90"].append(errors(layer_max)[1])
             figures["norm_layer"].append(errors(layer_2))
+            without = pf.fit_layers(b, elementwise=False)
+            figures["without_p90"].append(without.p90_abs_error)
+            figures["flops_by_gpu"].setdefault(gpu, []).append(profile["flops_efficiency"])
+            figures["flops_by_gpu_without"].setdefault(gpu, []).append(without.as_dict()["flops_efficiency"])
+            odd = _non_monotone(sel)
+            worst = np.abs(layer_2) >= np.percentile(np.abs(layer_2), 90)
+            figures["worst_non_monotone"].append(odd[worst].mean())
+            figures["rest_p90"].append(errors(layer_2[~odd])[1])
+            figures["non_monotone_rows"] += int(odd.sum())
+            figures["rows"] += len(sel)
+            figures.setdefault("elementwise_share", []).extend(1 - b.linear_s / b.layer_s)
+            figures.setdefault("slower_tokens", []).extend(_slower_tokens(sel))
+            if gpu == "h100-sxm" and tp == 1:
+                figures["example"] = _widest_gap(sel)
+            large = b.num_tokens >= ELEMENTWISE_CHECK_TOKENS  # where launches no longer set their time
+            ratio = (b.layer_s - b.linear_s)[large] / pf.elementwise_s(b, profile["bandwidth_efficiency"])[large]
+            figures.setdefault("elementwise_ratio", {}).setdefault(gpu, []).append(float(np.median(ratio)))
+            own = pf.fit_layers_elementwise_efficiency(b)
+            own_e, own_std = own.as_dict(), own.std_dict()
+            name = pf.ELEMENTWISE_EFFICIENCY_NAME
+            figures.setdefault("own_relative_std", []).append(own_std[name] / own_e[name])
+            figures.setdefault("own_gain", []).append(errors(layer_2)[1] - own.p90_abs_error)
             both = "{} / {}".format
             rows.append(
                 [gpu, tp, both(*map(pct, errors(layer_max))), both(*map(pct, errors(step_max))),
                  both(*map(pct, errors(layer_2))), both(*map(pct, errors(step_2))), f"{p:.2f} ± {p_std:.2f}",
-                 both(pct(free.median_abs_error), pct(free.p90_abs_error))]
+                 both(pct(free.median_abs_error), pct(free.p90_abs_error)),
+                 both(pct(without.median_abs_error), pct(without.p90_abs_error)),
+                 f"{without.as_dict()['flops_efficiency']:.3f} -> {profile['flops_efficiency']:.3f}",
+                 f"{own_e[name]:.2f} ± {own_std[name]:.2f}: {pct(own.median_abs_error)} / {pct(own.p90_abs_error)}",
+                 f"{int(odd.sum())} / {len(sel)}", pct(odd[worst].mean()), pct(errors(layer_2[~odd])[1])]
             )  # fmt: skip
     out = table(
         ["GPU", "tp", "max() layer med / p90", "max() step med / p90", "2-norm layer med / p90",
-         "2-norm step med / p90", "fitted p", "free p layer med / p90"],
+         "2-norm step med / p90", "fitted p", "free p layer med / p90", "no elementwise term: layer med / p90",
+         "flops_efficiency without -> with it", "elementwise at an efficiency of its own: layer med / p90",
+         "rows in pairs where the smaller batch ran slower",
+         "of the worst 10% of rows",
+         "layer p90 of the other rows"],
         rows,
     )  # fmt: skip
     return out, figures
@@ -567,9 +652,10 @@ the cost model's defaults until `planner calibrate` measures them.
 FORM_NOTE = """## The cost model's form, as the per-operator data see it
 
 The cost model prices a layer's linears as one GEMM term over all of the layer's weights, the 2-norm
-sqrt(compute^2 + memory^2) (`sim.cost_model.gemm_s`; the LM head too), plus a per-layer launch term
-(`launch_overhead_per_layer_s`, fitted {launch_lo:.0f}-{launch_hi:.0f} us per layer: a layer runs 9 kernels
-of a few microseconds each whatever their size). It used to be max(compute, memory).
+sqrt(compute^2 + memory^2) (`sim.cost_model.gemm_s`; the LM head too), plus the elementwise kernels'
+activation traffic at the same bandwidth (`sim.cost_model.elementwise_elements_per_token`), plus a per-layer
+launch term (`launch_overhead_per_layer_s`, fitted {launch_lo:.0f}-{launch_hi:.0f} us per layer: a layer runs
+9 kernels of a few microseconds each whatever their size). It used to be max(compute, memory).
 The table below fits both, and a p-norm (compute^p + memory^p)^(1/p) with p free, by the same fitter to the
 same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 
@@ -581,10 +667,30 @@ same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 - **Why p = 2**: the free p lands at {p_lo:.2f}-{p_hi:.2f}, 2 within two standard errors in {p_near} of
   {num_fits} fits, and freeing it improves the median per-layer error by at most {gain:.1f} points: p is fixed
   at 2, no extra coefficient.
+- **The elementwise kernels** (norms with their residual adds, rotary, activation; {elem_median} of a layer
+  in median in these rows, up to {elem_max}) stream activations, and the norms and adds run on the whole hidden state on every rank: their
+  time grows with tokens x hidden size whatever tp is, while the weights' roofline is divided by tp. Without
+  a term of their own the fits absorbed them into flops_efficiency, which then fell with tp (at tp 1 to 8:
+  {flops_without}). Priced as their bytes at the fitted bandwidth (no new coefficient), flops_efficiency
+  is nearly one number per GPU ({flops_with}) and the per-layer p90 goes from {without_lo:.1f}-{without_hi:.1f}%
+  to {norm_p90_lo:.1f}-{norm_p90_hi:.1f}% (columns "no elementwise term"). Checked against the operators
+  themselves (measured norms, rotary, activation and add over the term, median over the rows of
+  {check_tokens} tokens and more, tp 1-8): {elementwise_ratio}. On the A40 the bytes at the weights' streaming
+  efficiency are what these kernels take; on the HBM GPUs they take more, i.e. they stream at a lower
+  fraction of the bandwidth than the weights, and the rest stays in flops_efficiency (why the H100's still
+  falls with tp). An efficiency of their own, fitted beside (column "elementwise at an efficiency of its
+  own"), is poorly determined (standard errors {own_std_lo:.0%}-{own_std_hi:.0%} of the value) and changes
+  the per-layer p90 by {own_gain_lo:+.1f} to {own_gain_hi:+.1f} points (positive: better), so it is not a coefficient.
+- **What is left of the layers' p90**: batch sizes where the measured layer is SLOWER than at the next
+  larger batch (the widest gap, H100 tp 1: {example}); likely the GEMM library picking another kernel
+  for that shape ({share_3x:.0%} of the slower sizes are 3 x 2^k tokens, 8 of the 21 sizes measured). {non_monotone} of {rows} rows are in such pairs; on the H100 at tp
+  1 and 2 they are {h100_worst} of the worst tenth of rows, and the other rows' p90 is {h100_rest}. No price
+  that grows with tokens follows both sides of a pair, and a per-shape table would be a number, not a cause,
+  so they are left, shown here.
 - **What still misses the 5% / 10% per-step target** ({num_met} of {num_profiles} profiles meet it): where
   the layers alone meet it but the step does not ({by_allreduce}), the all-reduce (its fits are
   {ar_lo:.0f}-{ar_hi:.0f}% off in median, `fit.by_class.all_reduce` in each profile; why: "All-reduce"
-  below). Where the layers themselves miss it too ({by_layers}), their p90.
+  below). Where the layers themselves miss it too: {by_layers}.
 """
 
 STREAMING_NOTE = """The 2-norm's bandwidth_efficiency is what the fit finds for the linears' weight reads once launches
@@ -613,6 +719,11 @@ def _form_note(ar, figures) -> str:
         100 * p["fit"]["by_class"]["all_reduce"]["median"] for p in profiles if "all_reduce" in p["fit"]["by_class"]
     ]
     med, p90 = zip(*figures["norm_layer"])
+
+    def flops_ranges(by_gpu) -> str:
+        return ", ".join(f"{v[0]:.2f} to {v[-1]:.2f} ({g})" for g, v in by_gpu.items())
+
+    h100 = [i for i, p in enumerate(profiles) if p["device"]["gpu"] == "h100-sxm" and p["tensor_parallel_size"] <= 2]
     return FORM_NOTE.format(
         launch_lo=min(launch), launch_hi=max(launch),
         max_p90_lo=100 * min(figures["max_layer_p90"]), max_p90_hi=100 * max(figures["max_layer_p90"]),
@@ -620,6 +731,19 @@ def _form_note(ar, figures) -> str:
         p_lo=min(figures["p"]), p_hi=max(figures["p"]), p_near=figures["p_near_2"], num_fits=len(figures["p"]),
         gain=100 * max(figures["median_gain"]), ar_lo=min(ar_median), ar_hi=max(ar_median),
         num_met=sum(map(meets, step)), num_profiles=len(profiles),
+        flops_without=flops_ranges(figures["flops_by_gpu_without"]), flops_with=flops_ranges(figures["flops_by_gpu"]),
+        without_lo=100 * min(figures["without_p90"]), without_hi=100 * max(figures["without_p90"]),
+        non_monotone=figures["non_monotone_rows"], rows=figures["rows"], example=figures["example"],
+        share_3x=np.mean([t % 3 == 0 for t in figures["slower_tokens"]]),
+        elem_median=pct(np.median(figures["elementwise_share"])), elem_max=pct(max(figures["elementwise_share"])),
+        check_tokens=ELEMENTWISE_CHECK_TOKENS,
+        own_std_lo=min(figures["own_relative_std"]), own_std_hi=max(figures["own_relative_std"]),
+        own_gain_lo=100 * min(figures["own_gain"]), own_gain_hi=100 * max(figures["own_gain"]),
+        elementwise_ratio=", ".join(
+            f"{min(v):.2f}-{max(v):.2f} ({g})" for g, v in figures["elementwise_ratio"].items()
+        ),
+        h100_worst=" and ".join(pct(figures["worst_non_monotone"][i]) for i in h100),
+        h100_rest=" and ".join(pct(figures["rest_p90"][i]) for i in h100),
         by_allreduce=names(p for p, s, l in zip(profiles, step, layer) if meets(l) and not meets(s)),
         by_layers=names(p for p, s, l in zip(profiles, step, layer) if not meets(l) and not meets(s)),
     )  # fmt: skip

@@ -8,10 +8,12 @@ for a mixture of experts the dense part plus the experts its tokens are routed t
 goes through, at the GPU's fp8 rate for fp8 weights) and the LM head over the sampled rows, which are GEMMs,
 as sqrt(compute^2 + memory^2) (`gemm_s`: why below); attention over the cached context (each row's K/V, or
 MLA's latent, read once per layer; 4 flops per head_dim per query-key pair: QK^T and PV; sliding-window layers
-over the window only) and the KV writes as max(compute, memory); under tensor parallel two ring all-reduces of
-the hidden states per layer; the kernel launches the device waits for, per layer, which CUDA graphs remove for
-decode batches up to the largest capture size; and per-request work per layer that does not scale with tokens
-(0 for batched attention kernels).
+over the window only) and the KV writes as max(compute, memory); the elementwise kernels (norms with their
+residual adds, rotary, activation) as their activation bytes, added; under tensor parallel two ring
+all-reduces of the hidden states per layer (their host launch wait paid with the launches); the kernel
+launches the device waits for, per layer, which CUDA graphs remove for decode batches up to the largest
+capture size; and per-request work per layer that does not scale with tokens (0 for batched attention
+kernels).
 
 Host: scheduling and input preparation per step, plus block tables, sampling and detokenising per row.
 
@@ -26,11 +28,12 @@ Why the GEMMs are a 2-norm, not max(compute, memory): measured GEMMs do not turn
 compute-bound at the ridge point (tokens = peak_flops / bandwidth, ~150-300 on these GPUs): near it they run
 slower than max() says (tiles that do not fill the GPU's waves, weight reads and math overlapping only
 partly), and a max() fit to Vidur's public per-layer timings (A100, A40, H100 at tp 1-8: docs/fidelity.md)
-could not get below 11.8-16.3% p90 however its efficiencies were set. (c^p + m^p)^(1/p) with p fitted per GPU
-and tp lands at p = 1.47-2.15 (2 within two standard errors in 10 of 12 fits) and a free p improves the median
-by at most 0.5 points over p = 2, so p is fixed at 2: no extra coefficient. The 2-norm is 41% above max() at
-the ridge and within 3% of it a factor of 4 either side; it brings the per-layer fit to 2.3-5.4% median, 7-13%
-p90 (`python -m planner.fidelity`, "The cost model's form"). Attention and the KV writes keep max(): no
+could not get below 11.5-14.9% p90 however its efficiencies were set. (c^p + m^p)^(1/p) with p fitted per GPU
+and tp lands at p = 1.54-2.21 (2 within two standard errors in 8 of 12 fits) and a free p improves the median
+by at most 0.8 points over p = 2, so p is fixed at 2: no extra coefficient. The 2-norm is 41% above max() at
+the ridge and within 3% of it a factor of 4 either side; with the elementwise kernels' traffic as a term of
+its own (`elementwise_elements_per_token`) it brings the per-layer fit to 1.9-4.1% median, 6.2-10.0% p90
+(`python -m planner.fidelity`, "The cost model's form"). Attention and the KV writes keep max(): no
 measurement here covers them (whether their kernels turn as gradually is not known), so they keep the form
 they had. `floors` keeps max() too: it is a bound no engine can beat, at 100% of the spec peaks.
 
@@ -74,6 +77,11 @@ class CostCoefficients:
     step_overhead_s: float = 0.001
     per_row_overhead_s: float = 20e-6  # host, per scheduled request: block tables, sampling, detokenising
     allreduce_latency_s: float = 15e-6  # per all-reduce call, the small-message latency of NCCL on NVLink
+    # Per all-reduce call, without CUDA graphs: the wait of the first-launching rank for its peers' host
+    # launches, which an eagerly launched NCCL kernel spins through. A CUDA graph replays the step's kernels
+    # with no host launch between them, so it is priced with the launches below. The shipped profiles fit
+    # it to Vidur's eager all-reduce times (planner.calibration.public_fit.fit_allreduce); 0 by default.
+    allreduce_launch_wait_s: float = 0.0
     # Device, per layer and step, without CUDA graphs: ~10 kernels per decoder layer (norms, QKV, rotary,
     # KV write, attention, O, gate/up, activation, down) at the ~4 us a CUDA launch costs when the kernels
     # are shorter than their launches (decode); a CUDA graph replays them all for one launch.
@@ -128,6 +136,18 @@ def gemm_s(compute_s, memory_s):
     if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
         return np.hypot(compute_s, memory_s)
     return math.hypot(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
+
+
+def elementwise_elements_per_token(hidden_size: int, qk_width: float, mlp_width: float, num_norms: int = 2) -> float:
+    """Activation elements one token's elementwise kernels read and write in one layer, on one rank: each
+    RMSNorm with its residual add (vLLM's fused_add_rms_norm, vllm/model_executor/layers/layernorm.py: reads
+    the hidden state and the residual, writes both) over the full hidden state, which tensor parallel does
+    not split; the rotary embedding in place on this rank's q and k (`qk_width` elements: read, write); the
+    gated activation (SiluAndMul, activation.py: reads gate and up, writes one; `mlp_width` per rank). These
+    kernels stream activations, not weights, so their time grows with tokens x hidden_size whatever tp is:
+    the weights' roofline, divided by tp, cannot absorb them (docs/fidelity.md, "The cost model's form").
+    Per-head q/k norms (qk_norm) are not counted."""
+    return 4 * num_norms * hidden_size + 2 * qk_width + 3 * mlp_width
 
 
 def _minimum(a, b):
@@ -202,6 +222,18 @@ class CostModel:
         # row's context exceeds the window).
         self.window = m.sliding_window or 0
         self.sliding_fraction = m.num_sliding_layers / m.num_hidden_layers
+        # The elementwise kernels' activation traffic, per token, at the fitted bandwidth (separate kernels:
+        # added, not combined with the GEMMs' roofline).
+        if m.is_mla:  # rotary on the rope part of every q head and on the one shared rope key
+            qk_width = (heads_per_layer + 1) * m.qk_rope_head_dim
+        else:
+            qk_width = (m.num_attention_heads + m.num_key_value_heads) * m.head_dim / tp
+        mlp_width = (
+            m.num_dense_mlp_layers * m.intermediate_size
+            + m.num_moe_layers * (m.num_experts_per_tok * m.moe_intermediate_size + m.shared_expert_intermediate_size)
+        ) / (m.num_hidden_layers * tp)  # the MoE layers: the top-k experts' (and shared experts') widths
+        elements = elementwise_elements_per_token(m.hidden_size, qk_width, mlp_width, 4 if m.post_norms else 2)
+        self.elementwise_s_per_token = m.num_hidden_layers * elements * dtype_bytes / self.bytes_per_s
         self.allreduce_s_per_token = 0.0
         self.allreduce_fixed_s = 0.0
         if tp > 1:
@@ -216,6 +248,7 @@ class CostModel:
             ring_bytes_per_token = 2 * (tp - 1) / tp * m.hidden_size * dtype_bytes
             self.allreduce_s_per_token = calls * ring_bytes_per_token / link
             self.allreduce_fixed_s = calls * c.allreduce_latency_s
+            self.launch_s += calls * c.allreduce_launch_wait_s  # paid where launches are, gone under graphs
 
     def linear_step_bytes(self, num_tokens):
         """Weight bytes a step of num_tokens tokens reads (one GPU): the dense part, and for a mixture of
@@ -255,11 +288,20 @@ class CostModel:
             attention_pairs * flops_per_pair, (context + num_tokens) * self.kv_bytes_per_token
         )  # reads + writes
         allreduce = num_tokens * self.allreduce_s_per_token + self.allreduce_fixed_s
+        elementwise = num_tokens * self.elementwise_s_per_token
         # A uniform decode batch (one token per row) up to the capture size replays a full CUDA graph
         # (vLLM's default cudagraph_mode FULL_AND_PIECEWISE); other steps pay every launch (piecewise
         # graphs' savings on mixed steps are not modelled: conservative).
         graphed = (num_tokens == num_seqs) & (num_seqs <= self.capture_size)
-        return linear + lm_head + attention + allreduce + (1 - graphed) * self.launch_s + num_seqs * self.row_s
+        return (
+            linear
+            + lm_head
+            + attention
+            + elementwise
+            + allreduce
+            + (1 - graphed) * self.launch_s
+            + num_seqs * self.row_s
+        )
 
     def host_s(self, num_seqs):
         """The host's seconds for a step: scheduling and input preparation, and per-row work."""

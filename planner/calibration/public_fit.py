@@ -3,10 +3,10 @@
 The cost model (sim/cost_model.py) prices a layer's linear layers as ONE GEMM term over all of the layer's
 weights: gemm_s(compute, memory), the 2-norm sqrt(compute^2 + memory^2) of compute = 2 * params * tokens /
 tp / (peak_flops * flops_efficiency) and memory = params * bytes / tp / (bandwidth * bandwidth_efficiency),
-plus launch_overhead_per_layer_s for a step not replayed from a CUDA graph (Vidur's were not). It has no
-separate term for the norms, rotary embedding, activation and residual add, so we fit that term to the
-measured time of the WHOLE layer (every operator in Vidur's rows): the elementwise operators are absorbed
-into the efficiencies and the launch term. Tensor parallel adds two all-reduces of the hidden states per
+plus the elementwise kernels' activation traffic (norms with residual adds, rotary, activation:
+sim.cost_model.elementwise_elements_per_token) at the same bandwidth, plus launch_overhead_per_layer_s for a
+step not replayed from a CUDA graph (Vidur's were not). These are fitted to the measured time of the WHOLE
+layer (every operator in Vidur's rows). Tensor parallel adds two all-reduces of the hidden states per
 layer, priced as allreduce_latency_s + ring bytes / (link * interconnect_efficiency), fitted to the
 measured NCCL all-reduce times at the sizes a step sends. `layer_time_s` and `allreduce_time_s` are the
 cost model's terms written out per row (tests/test_public_profiles.py checks they agree with CostModel).
@@ -22,7 +22,7 @@ import numpy as np
 
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.public_data import AllReduceRow, OperatorRow, gpu_spec
-from sim.cost_model import gemm_s
+from sim.cost_model import elementwise_elements_per_token, gemm_s
 
 DTYPE_BYTES = 2  # Vidur profiled in float16; the efficiencies are against the dense fp16/bf16 peak
 LINEAR_NAMES = ("flops_efficiency", "bandwidth_efficiency")
@@ -45,6 +45,7 @@ class Batch:
     linear_s: np.ndarray  # measured: the four linear operators
     emb_s: np.ndarray
     operator_s: dict[str, np.ndarray]
+    elementwise_bytes_per_token: np.ndarray  # one layer's norms, rotary and activation (sim.cost_model)
 
     def __len__(self) -> int:
         return len(self.num_tokens)
@@ -73,7 +74,24 @@ def batch(rows: list[OperatorRow]) -> Batch:
         linear_s=a([r.linear_ms for r in rows]) * 1e-3,
         emb_s=a([r.ms["emb"] for r in rows]) * 1e-3,
         operator_s={op: a([r.ms[op] for r in rows]) * 1e-3 for op in rows[0].ms},
+        elementwise_bytes_per_token=a([elementwise_bytes_per_token(r) for r in rows], dtype=np.float64),
     )
+
+
+def elementwise_bytes_per_token(r: OperatorRow) -> float:
+    """sim.cost_model.elementwise_elements_per_token for a row's model and tp, in bytes. Vidur's layer runs
+    the add apart from the norms (3 elements per hidden unit, not the fused kernel's 4): within the term's
+    few percent of a layer, absorbed by the fit."""
+    head_dim = r.n_embd // r.n_head
+    qk_width = (r.n_head + r.n_kv_head) * head_dim / r.tensor_parallel_size
+    # phi-2's GELU MLP reads one input, not gate and up: 2 elements per unit, as 3 x (2/3) of the width
+    mlp_width = r.n_expanded_embd / r.tensor_parallel_size * (1 if r.use_gated_mlp else 2 / 3)
+    return elementwise_elements_per_token(r.n_embd, qk_width, mlp_width) * DTYPE_BYTES
+
+
+def elementwise_s(b: Batch, bandwidth_efficiency) -> np.ndarray:
+    """The cost model's elementwise term for one layer: its activation traffic at the fitted bandwidth."""
+    return b.num_tokens * b.elementwise_bytes_per_token / (b.bandwidth * bandwidth_efficiency)
 
 
 def _compute_memory_s(b: Batch, flops_efficiency, bandwidth_efficiency) -> tuple[np.ndarray, np.ndarray]:
@@ -106,17 +124,19 @@ def predicted_layer_s(b: Batch, coefficients: dict[str, float], form=None) -> np
     """One layer's predicted time for eager rows such as Vidur's (no CUDA graph): the linear roofline
     (`form`, default the cost model's) plus the per-layer launch term where the coefficients have one."""
     roof = (form or layer_time_s)(b, coefficients["flops_efficiency"], coefficients["bandwidth_efficiency"])
-    return roof + coefficients.get(LAUNCH_NAME, 0.0)
+    return roof + elementwise_s(b, coefficients["bandwidth_efficiency"]) + coefficients.get(LAUNCH_NAME, 0.0)
 
 
-def fit_layers(b: Batch, form=None) -> FitResult:
+def fit_layers(b: Batch, form=None, elementwise: bool = True) -> FitResult:
     """The fit the shipped profiles use: flops_efficiency, bandwidth_efficiency and the per-layer launch
     term together, as sim.cost_model prices an eager layer (Vidur ran no CUDA graphs); the launch term is
     fitted so that the kernels' floors are not absorbed into the efficiencies and then counted twice.
-    `form`: the linear term (default the cost model's, `layer_time_s`)."""
+    `form`: the linear term (default the cost model's, `layer_time_s`). `elementwise=False`: without the
+    elementwise kernels' term, as the cost model was before it (docs/fidelity.md's evidence only)."""
     form = form or layer_time_s
+    share = 1.0 if elementwise else 0.0
     return fit_relative(
-        lambda x: form(b, x[0], x[1]) + x[2],
+        lambda x: form(b, x[0], x[1]) + share * elementwise_s(b, x[1]) + x[2],
         b.layer_s,
         (*LINEAR_NAMES, LAUNCH_NAME),
         initial=(0.6, 0.8, 40e-6),
@@ -132,12 +152,29 @@ NORM_NAME = "p"
 def fit_layers_free_norm(b: Batch) -> FitResult:
     """`fit_layers` with the norm's exponent p fitted too (docs/fidelity.md: does p = 2 fit?)."""
     return fit_relative(
-        lambda x: layer_time_norm_s(b, x[0], x[1], x[3]) + x[2],
+        lambda x: layer_time_norm_s(b, x[0], x[1], x[3]) + elementwise_s(b, x[1]) + x[2],
         b.layer_s,
         (*LINEAR_NAMES, LAUNCH_NAME, NORM_NAME),
         initial=(0.6, 0.8, 40e-6, 2.0),
         lower=(0.01, 0.01, 0.0, 1.0),
         upper=(1.0, 1.0, 1e-3, 20.0),
+        scale=(1.0, 1.0, 1e-5, 1.0),
+    )
+
+
+ELEMENTWISE_EFFICIENCY_NAME = "elementwise_bandwidth_efficiency"
+
+
+def fit_layers_elementwise_efficiency(b: Batch) -> FitResult:
+    """`fit_layers` with the elementwise kernels at a bandwidth efficiency of their own (docs/fidelity.md:
+    evidence only; the cost model prices them at bandwidth_efficiency)."""
+    return fit_relative(
+        lambda x: layer_time_s(b, x[0], x[1]) + elementwise_s(b, x[3]) + x[2],
+        b.layer_s,
+        (*LINEAR_NAMES, LAUNCH_NAME, ELEMENTWISE_EFFICIENCY_NAME),
+        initial=(0.6, 0.8, 40e-6, 0.6),
+        lower=(0.01, 0.01, 0.0, 0.01),
+        upper=(1.0, 1.0, 1e-3, 1.0),
         scale=(1.0, 1.0, 1e-5, 1.0),
     )
 
@@ -154,11 +191,28 @@ def allreduce_time_s(size_bytes, num_workers, link_bytes_per_s, interconnect_eff
     return allreduce_latency_s + ring / (link_bytes_per_s * interconnect_efficiency)
 
 
-def fit_allreduce(rows: list[AllReduceRow], link_bytes_per_s: float) -> FitResult:
+# Below this size a bin's all-reduce is latency, not bytes, and its runs land in two states (public_data's
+# ALL_REDUCE_NOISE): the all-reduce itself, or that plus a host launch wait.
+LOW_STATE_MAX_BYTES = 1 << 20
+WAIT_NAME = "allreduce_launch_wait_s"
+
+
+def fit_allreduce(rows: list[AllReduceRow], link_bytes_per_s) -> FitResult:
+    """interconnect_efficiency, allreduce_latency_s and allreduce_launch_wait_s from the measured bins.
+
+    The form, latency + ring bytes at a fitted fraction of the link, is fitted to the pooled medians: what an
+    eager all-reduce costs, as Vidur timed it (11 back-to-back eager calls). Below LOW_STATE_MAX_BYTES that
+    latency mixes two states: the all-reduce itself, and the all-reduce plus the wait of the first-launching
+    rank for a later peer's host launch (ALL_REDUCE_NOISE). A step replayed from a CUDA graph launches no
+    kernel from the host, so it does not pay that wait (sim.cost_model prices it with the launches graphs
+    remove). So the fitted latency is split: allreduce_latency_s = the low state, the median over the small
+    bins of their lower envelope (each bin's 10th percentile of its sizes' fastest runs, less the fitted
+    ring term), at most the fitted latency; allreduce_launch_wait_s = the rest. latency + wait is the
+    fitted eager price, unchanged; `relative_errors` are its errors on the pooled medians."""
     size = np.asarray([r.size_bytes for r in rows], dtype=np.float64)
     workers = np.asarray([r.num_workers for r in rows], dtype=np.float64)
     measured = np.asarray([r.ms for r in rows]) * 1e-3
-    return fit_relative(
+    fit = fit_relative(
         lambda x: allreduce_time_s(size, workers, link_bytes_per_s, x[0], x[1]),
         measured,
         ALLREDUCE_NAMES,
@@ -167,6 +221,25 @@ def fit_allreduce(rows: list[AllReduceRow], link_bytes_per_s: float) -> FitResul
         upper=(1.0, 1e-3),
         scale=(1.0, 1e-5),
     )
+    efficiency, eager_latency_s = fit.values
+    small = size < LOW_STATE_MAX_BYTES
+    fastest = np.asarray([r.fastest_p10_ms for r in rows]) * 1e-3
+    low = (fastest - allreduce_time_s(size, workers, link_bytes_per_s, efficiency, 0.0))[small]
+    low_latency_s = min(float(np.median(low)), eager_latency_s)
+    low_std = 1.25 * float(np.std(low)) / np.sqrt(len(low))  # standard error of a median
+    return FitResult(
+        names=(*ALLREDUCE_NAMES, WAIT_NAME),
+        values=np.asarray([efficiency, low_latency_s, eager_latency_s - low_latency_s]),
+        std=np.asarray([fit.std[0], low_std, float(np.hypot(fit.std[1], low_std))]),
+        relative_errors=fit.relative_errors,
+        at_bound=fit.at_bound,
+    )
+
+
+def eager_allreduce_latency_s(coefficients: dict[str, float]) -> float:
+    """The fixed part of an all-reduce launched eagerly from the host, as Vidur's rows were: the all-reduce
+    itself plus the launch wait (0 where the coefficients have none)."""
+    return coefficients["allreduce_latency_s"] + coefficients.get(WAIT_NAME, 0.0)
 
 
 def measured_allreduce_s(rows: list[AllReduceRow], size_bytes: np.ndarray) -> np.ndarray:

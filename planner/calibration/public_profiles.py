@@ -6,9 +6,9 @@ schema of planner/calibration/profile.py: source `public-operator-profiles`, mod
 transfer table `planner/calibrations/vidur/transfer.yaml` (planner.calibration.transfer).
 
 What a profile holds, per (GPU, tensor-parallel degree): flops_efficiency, bandwidth_efficiency and
-launch_overhead_per_layer_s fitted to whole layers (public_fit), interconnect_efficiency and
-allreduce_latency_s fitted to NCCL all-reduce times in one NVSwitch node (none for the A40: Vidur measured no
-all-reduce on it). Not in the data, so not in the profile (they keep the cost model's defaults or come from
+launch_overhead_per_layer_s fitted to whole layers (public_fit), interconnect_efficiency,
+allreduce_latency_s and allreduce_launch_wait_s fitted to NCCL all-reduce times in one NVSwitch node (none for
+the A40: Vidur measured no all-reduce on it). Not in the data, so not in the profile (they keep the cost model's defaults or come from
 `planner calibrate`): the CPU-side overheads (step_overhead_s, per_row_overhead_s). Attention is not in the
 data either: the cost model prices it with the same bandwidth and flops efficiencies, i.e. from the fitted
 kernels' bandwidth.
@@ -92,7 +92,7 @@ def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_
             b.tensor_parallel_size,
             link_bytes_per_s,
             coefficients["interconnect_efficiency"],
-            coefficients["allreduce_latency_s"],
+            pf.eager_allreduce_latency_s(coefficients),  # Vidur's layers ran eagerly: launches and waits paid
         )
     return b.num_layers * measured_layer + b.emb_s, b.num_layers * predicted_layer
 
@@ -128,10 +128,12 @@ def profile_dict(f: GpuFit, created: str) -> dict:
     setup = ALL_REDUCE_SETUPS.get(f.gpu)
     allreduce_text = (
         f"Interconnect efficiency and all-reduce latency: fitted to {setup}/all_reduce.csv, {f.tensor_parallel_size} "
-        "workers in one node, sizes 2 KB - 64 MB."
+        "workers in one node, sizes 2 KB - 64 MB; the eager latency split into the low state (allreduce_latency_s) "
+        "and the host launch wait (allreduce_launch_wait_s, not paid under CUDA graphs; public_fit.fit_allreduce)."
         if f.allreduce is not None
         else (
-            "No all-reduce measured for this GPU: interconnect_efficiency and allreduce_latency_s are not in "
+            "No all-reduce measured for this GPU: interconnect_efficiency, allreduce_latency_s and "
+            "allreduce_launch_wait_s are not in "
             "this profile (cost-model defaults apply)."
             if f.tensor_parallel_size > 1
             else "Tensor parallel 1: no all-reduce."

@@ -156,7 +156,7 @@ def fill_interconnect(joint, sources, tp: int) -> dict[str, float]:
     coefficients = dict(joint[subset_key(sources)][tp])
     if tp > 1 and "interconnect_efficiency" not in coefficients:
         with_ar = max((k for k in joint if "interconnect_efficiency" in joint[k][tp]), key=len)
-        for k in ("interconnect_efficiency", "allreduce_latency_s"):
+        for k in ("interconnect_efficiency", "allreduce_latency_s", "allreduce_launch_wait_s"):
             coefficients[k] = joint[with_ar][tp][k]
     return coefficients
 
