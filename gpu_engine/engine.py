@@ -23,7 +23,7 @@ import torch
 from gpu_engine.host_load import OtherCpuMeter
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner, SamplingParams
-from gpu_engine.sweep import Shape, time_reference
+from gpu_engine.sweep import ReferenceProbe, Shape
 from gpu_engine.weights import WeightLoadError
 from sim.config import Scenario
 from sim.memory import memory_breakdown
@@ -36,6 +36,7 @@ from sim.workload import Workload, generate_workload, make_request
 # a shared 2-core machine a second thread turned other processes' time slices into whole-step stalls.
 CPU_THREADS = 1
 WARMUP_REQUESTS = 2  # short requests run to completion before the clock starts (kernels, allocator)
+PROBE_EVERY_S, PROBE_REPEATS = 0.2, 3  # with a reference step on CPU: how often it is timed during a run
 
 
 class EngineError(Exception):
@@ -210,16 +211,28 @@ def run_scenario(
         if progress is not None:
             progress(finished_count, len(workload))
 
-    reference_s = [] if reference is None else [time_reference(runner, reference)]
+    probe = None if reference is None else ReferenceProbe(runner, reference)
+    reference_s = [] if probe is None else [probe.time()]
+    # On CPU the machine's speed can change within a run (other processes, other virtual machines on the
+    # host): the reference step is timed again every PROBE_EVERY_S of the run, between two steps, on the
+    # probe's own KV cache, with the run's clock stopped meanwhile so that the run does not see it.
+    probe_every_s = PROBE_EVERY_S if probe is not None and probe.own_cache else None
+    during_s: list[float] = []
+    paused_s = last_probe_s = 0.0
     busy_wall_s = busy_cpu_s = 0.0  # over the steps: wall time, and this thread's CPU time
     t0 = time.perf_counter()
-    clock = lambda: time.perf_counter() - t0
+    clock = lambda: time.perf_counter() - t0 - paused_s
     # A busy engine's steps tile its time: each starts where the last one's bookkeeping (recording the step,
     # finishing requests) ended, so the loop's own work (that, and admitting arrivals) is host time of the
     # next step, as the simulator's back-to-back steps count it, not a gap the simulator never sees.
     step_start = None  # None: idle, the next step starts when the loop finds work
     others = OtherCpuMeter()
     while scheduler.num_unfinished or arrivals.due:
+        if probe_every_s is not None and clock() - last_probe_s >= probe_every_s:
+            paused_at = time.perf_counter()
+            during_s.append(probe.time(repeats=PROBE_REPEATS, warmup=1))
+            paused_s += time.perf_counter() - paused_at
+            last_probe_s = clock()
         loop_start, cpu_s = clock() if step_start is None else step_start, time.thread_time()
         for arrival_s, index in arrivals.pop_due(clock()):
             scheduler.add_request(make_request(workload, index, arrival_s, with_token_ids=True))
@@ -231,8 +244,8 @@ def run_scenario(
         step_start = clock()
         busy_wall_s += step_start - loop_start
         busy_cpu_s += time.thread_time() - cpu_s
-    if reference is not None:
-        reference_s.append(time_reference(runner, reference))
+    if probe is not None:
+        reference_s.append(probe.time())
 
     measured["block_size"] = e.block_size
     measured["num_gpu_blocks"] = num_blocks
@@ -252,7 +265,8 @@ def run_scenario(
         "other_cpu_load": others.load() if torch_device.type == "cpu" else None,
     }
     if reference_s:
-        extra["reference_step_s"] = reference_s
+        extra["reference_step_s"] = reference_s  # before and after the run
+        extra["reference_during_s"] = during_s  # every PROBE_EVERY_S of the run (CPU)
     return LiveResult(workload, recorder, measured, extra)
 
 

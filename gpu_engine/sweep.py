@@ -412,24 +412,53 @@ def reference_shape(max_num_seqs: int, max_model_len: int, block_size: int, max_
     return Shape(num_decode=batch, decode_context=context)
 
 
-def time_reference(runner, shape: Shape, seed: int = 0) -> float:
-    """Median wall seconds of the reference step on this runner (its KV pool must be free: between runs).
-    The step is built on a KV manager of its own over the runner's pool; the blocks it writes are free ones."""
-    import torch
+class ReferenceProbe:
+    """The reference step (`reference_shape`), built once and timed as often as asked on one runner.
 
-    kv = KVCacheManager(runner.num_blocks, runner.block_size, enable_caching=False)
-    scheduled = build_step(shape, kv, runner.spec.vocab_size, np.random.default_rng(seed), itertools.count()).scheduled
-    sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
-    for _ in range(WARMUP_CALLS):
-        runner.execute(scheduled)
-    times = []
-    for _ in range(REFERENCE_REPEATS):
-        sync()
-        t0 = time.perf_counter()
-        runner.execute(scheduled)
-        sync()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    On CPU it runs on a small KV cache of its own, swapped in for the probe, so it can be timed between two
+    steps of a live run without touching the run's cache; on CUDA the runner's decode graphs hold the pool's
+    addresses, so it uses the runner's pool and must be timed while that is free (before and after a run).
+    Its requests' ids lie far above any run's."""
+
+    def __init__(self, runner, shape: Shape, seed: int = 0) -> None:
+        from gpu_engine.runner import allocate_kv_caches
+
+        self.runner = runner
+        self.own_cache = runner.device.type == "cpu"
+        num_blocks = shape.num_blocks(runner.block_size) + 1 if self.own_cache else runner.num_blocks
+        if self.own_cache:  # block 0 stays the null block, as in any pool
+            self.kv_caches = allocate_kv_caches(runner.spec, num_blocks, runner.block_size, runner.dtype, runner.device)
+        kv = KVCacheManager(num_blocks, runner.block_size, enable_caching=False)
+        rng, ids = np.random.default_rng(seed), itertools.count(1 << 40)
+        self.scheduled = build_step(shape, kv, runner.spec.vocab_size, rng, ids).scheduled
+
+    def time(self, repeats: int = REFERENCE_REPEATS, warmup: int = WARMUP_CALLS) -> float:
+        """Median wall seconds of `repeats` calls after `warmup` untimed ones."""
+        import torch
+
+        runner = self.runner
+        sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
+        saved = runner.kv_caches
+        if self.own_cache:
+            runner.kv_caches = self.kv_caches
+        try:
+            for _ in range(warmup):
+                runner.execute(self.scheduled)
+            times = []
+            for _ in range(repeats):
+                sync()
+                t0 = time.perf_counter()
+                runner.execute(self.scheduled)
+                sync()
+                times.append(time.perf_counter() - t0)
+        finally:
+            runner.kv_caches = saved
+        return float(np.median(times))
+
+
+def time_reference(runner, shape: Shape, seed: int = 0) -> float:
+    """Median wall seconds of the reference step on this runner, timed once (see ReferenceProbe)."""
+    return ReferenceProbe(runner, shape, seed).time()
 
 
 def blocks_for_grid(

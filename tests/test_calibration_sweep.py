@@ -182,3 +182,16 @@ def test_reference_step_is_timed_on_the_runner_and_leaves_its_pool_free():
     runner.execute = lambda scheduled: calls.append(len(scheduled)) or execute(scheduled)
     assert sweep.time_reference(runner, shape) > 0
     assert calls == [shape.num_decode] * (sweep.WARMUP_CALLS + sweep.REFERENCE_REPEATS)
+
+
+def test_a_probe_on_cpu_leaves_the_runs_kv_cache_alone():
+    scenario = load_scenario("scenarios/cpu_tiny.yaml")
+    runner = ModelRunner(scenario.model, scenario.dtype, "cpu", 64, 16)
+    caches = runner.kv_caches
+    before = [(k.clone(), v.clone()) for k, v in caches]
+    probe = sweep.ReferenceProbe(runner, sweep.reference_shape(16, scenario.max_model_len, 16, 63))
+    assert probe.own_cache and probe.time(repeats=2, warmup=1) > 0
+    assert runner.kv_caches is caches  # swapped back
+    for (k, v), (k0, v0) in zip(caches, before):
+        assert torch.equal(k, k0) and torch.equal(v, v0)  # the probe wrote only into its own cache
+    assert any(k.abs().sum() > 0 for k, _ in probe.kv_caches)

@@ -136,11 +136,13 @@ def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch)
     def run_scenario(scenario, device, reference=None):
         result = real(scenario, device, reference=reference)
         before, after = result.extra["reference_step_s"]  # the real engine timed the reference around the run
+        assert all(t > 0 for t in result.extra["reference_during_s"])  # and during it, on CPU
         assert before > 0 and after > 0 and 0 < result.extra["cpu_share"] <= 1.0
         factor = next(slowdowns)
         seen.append(factor)
         result.extra["reference_step_s"] = [0.01 * factor, 0.01 * factor]
         result.extra["cpu_share"], result.extra["other_cpu_load"] = 0.95, 0.0
+        result.extra["reference_during_s"] = [0.01 * factor]
         return result
 
     monkeypatch.setattr(engine, "run_scenario", run_scenario)
@@ -157,3 +159,10 @@ def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch)
     assert not last.machine.clean and last.machine.attempts == 3 and last.machine.slowdown == pytest.approx(0.4)
     text = "\n".join(validate.report_lines(runs, "cpu"))
     assert "BUSY MACHINE" in text and "Machine check: 5 of 6 live runs ran as fast as the sweep" in text
+
+
+def test_the_probes_during_a_run_count_in_the_machine_check():
+    quiet_around = {"reference_step_s": [0.010, 0.010], "cpu_share": 1.0, "other_cpu_load": 0.0}
+    assert validate.machine_check(quiet_around | {"reference_during_s": [0.010, 0.011, 0.0105]}, 0.01, 1).clean
+    slow_inside = validate.machine_check(quiet_around | {"reference_during_s": [0.013, 0.014, 0.010]}, 0.01, 1)
+    assert not slow_inside.clean and slow_inside.slowdown == pytest.approx(0.3)  # the median of the probes

@@ -58,11 +58,12 @@ class MachineCheck:
     """Was the machine during a live run the machine the sweep measured? A shared machine slows every step
     while other processes run, and a held-out error measured then is the machine's, not the model's.
 
-    slowdown: the reference step's time before/after the run (the worse) over its time at the sweep, minus 1;
+    slowdown: the reference step's time around the run (the worst of before, after and the median of its
+    probes during it, gpu_engine.engine.PROBE_EVERY_S) over its time at the sweep, minus 1;
     cpu_share: on CPU, the share of the engine's busy wall time its thread computed (None on CUDA);
     other_load: on CPU, the CPUs other processes kept busy on average during the run (None on CUDA or where
-    the OS does not say: gpu_engine/host_load.py). The reference step, timed only around the run, misses a
-    load that comes and goes during it; the other two see it."""
+    the OS does not say: gpu_engine/host_load.py). The probes see a machine that slows with nothing else
+    running in it (another virtual machine on the host); the other two see this machine's own processes."""
 
     slowdown: float | None
     cpu_share: float | None
@@ -93,8 +94,10 @@ class MachineCheck:
 
 
 def machine_check(extra: dict, reference_s: float | None, attempts: int) -> MachineCheck:
-    during = extra.get("reference_step_s")
-    slowdown = max(during) / reference_s - 1 if during and reference_s else None
+    """The reference step's worst of: before the run, after it, and the median of its probes during it."""
+    around, during = extra.get("reference_step_s") or [], extra.get("reference_during_s") or []
+    timed = [*around, *([float(np.median(during))] if during else [])]
+    slowdown = max(timed) / reference_s - 1 if timed and reference_s else None
     return MachineCheck(slowdown, extra.get("cpu_share"), attempts, extra.get("other_cpu_load"))
 
 
