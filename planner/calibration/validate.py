@@ -49,7 +49,7 @@ TARGETS = {
 }
 
 
-MAX_ATTEMPTS = 3  # live runs of one held-out scenario while the machine is not as it was during the sweep
+MAX_ATTEMPTS = 5  # live runs of one held-out scenario while the machine is not as it was during the sweep
 SLOWDOWN_LIMIT = 0.10  # the reference step more than this much slower than at the sweep: a busy machine
 
 
@@ -377,25 +377,37 @@ def summary_table(runs: list[HeldOutRun], device: str) -> list[list[str]]:
     return table
 
 
+def _abs_errors(runs: list[HeldOutRun], key: str, way: str) -> list[float]:
+    rows = (next(r for r in error_rows(run) if r["metric"] == key) for run in runs)
+    return [abs(row[f"{way}_error"]) for row in rows if row[f"{way}_error"] is not None]
+
+
 def target_lines(runs: list[HeldOutRun], device: str) -> list[str]:
-    """Per target metric, the mean |error| over the held-out scenarios, against the issue's target."""
+    """Per target metric, the |error| over the held-out scenarios against the issue's target (every scenario
+    within it), judged on the runs whose machine was the sweep's (MachineCheck.clean) when some were not:
+    a run on a slower machine measures the machine. Every run's figure is printed beside, and the
+    uncalibrated simulator's."""
+    clean = [run for run in runs if run.machine is None or run.machine.clean]
+    judged = clean if clean else runs
     lines = []
     for key, limit in TARGETS[device].items():
-        cal, uncal = [], []
-        for run in runs:
-            row = next(r for r in error_rows(run) if r["metric"] == key)
-            if row["calibrated_error"] is not None:
-                cal.append(abs(row["calibrated_error"]))
-            if row["uncalibrated_error"] is not None:
-                uncal.append(abs(row["uncalibrated_error"]))
+        cal, every, uncal = (_abs_errors(judged, key, "calibrated"), _abs_errors(runs, key, "calibrated"),
+                             _abs_errors(runs, key, "uncalibrated"))  # fmt: skip
         if not cal:
             continue
-        worst = max(cal)
-        verdict = "met" if worst <= limit else "MISSED"
-        lines.append(
-            f"  {key:<20} mean |error| {np.mean(cal) * 100:5.1f}% (worst {worst * 100:5.1f}%), uncalibrated"
-            f" {np.mean(uncal) * 100:6.1f}%; target <= {limit * 100:.0f}%: {verdict}"
+        verdict = "met" if max(cal) <= limit else "MISSED"
+        over = f"the {len(judged)} runs as fast as the sweep" if len(judged) < len(runs) else f"all {len(runs)} runs"
+        beside = (
+            f"; all {len(runs)}: mean {np.mean(every) * 100:.1f}% (worst {max(every) * 100:.1f}%)"
+            if judged is clean and len(clean) < len(runs)
+            else ""
         )
+        lines.append(
+            f"  {key:<20} mean |error| {np.mean(cal) * 100:5.1f}% (worst {max(cal) * 100:5.1f}%) over {over}"
+            f"{beside}; uncalibrated {np.mean(uncal) * 100:.1f}%; target <= {limit * 100:.0f}%: {verdict}"
+        )
+    if not clean:
+        lines.append("  (no run ran as fast as the sweep: these judge runs on a busier machine)")
     return lines
 
 
