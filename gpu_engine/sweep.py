@@ -48,6 +48,7 @@ SLOW_ROUND = 0.2  # a round whose median sample/median ratio is off by more than
 MAX_REMEASURE_PASSES = 3
 MAX_SAMPLES = 40  # per shape: extra rounds for the uncertain ones while the budget lasts
 UNSTABLE_CI = 0.2  # the 95% confidence interval of the median wider than this fraction of it: not fitted
+SLOWER_THAN_BEST = 0.10  # a round whose reference step ran this much slower than the fastest round's: re-measured
 EXTRA_COLUMNS = (
     *("num_tokens", "num_seqs", "host_s", "device_s", "spread_rel", "median_ci_rel", "num_samples", "num_outliers"),
     "stable",
@@ -202,24 +203,40 @@ def measure(
     clock: Callable[[], float],
     budget_s: float,
     progress: Callable[[float, float], None] | None = None,
-    round_meter: Callable[[], Callable[[], bool]] | None = None,
+    round_meter: Callable[[], Callable[[], tuple[bool, float | None]]] | None = None,
 ) -> list[Measured]:
     """Time shapes 0..num_shapes-1 (in that priority) within budget_s; `time_shape(i)` runs shape i once and
     returns its (device_s, host_s) (warm-ups are calls whose result is ignored). Shapes beyond what the budget allows
     for MIN_ROUNDS samples are dropped from the end, so the result may be shorter than num_shapes.
 
-    `round_meter()`, called as a round starts, returns a callable that says at its end whether the machine
-    was busy meanwhile (other processes' load: planner calibrate passes one on CPU); a busy round's samples
-    are re-measured like a slow round's, whether or not they look slow."""
+    `round_meter()`, called as a round starts, returns a callable that says at its end (busy, speed_s):
+    whether other processes kept the machine busy meanwhile, and the reference step's seconds over the round
+    (planner calibrate passes one on CPU). A round that was busy, or whose reference step ran more than
+    SLOWER_THAN_BEST slower than in the machine's fastest round, is re-measured like a slow round, whether
+    or not its samples look slow: the machine's own speed changes (another virtual machine on the host)
+    shift every shape alike, which no per-shape rule sees."""
     start = clock()
     busy_rounds: set[int] = set()
+    round_speed_s: dict[int, float] = {}
+
+    def meter_ends(r: int, end: Callable[[], tuple[bool, float | None]] | None) -> None:
+        if end is None:
+            return
+        busy, speed_s = end()
+        if busy:
+            busy_rounds.add(r)
+        if speed_s is not None:
+            round_speed_s[r] = speed_s
+
+    def slow_machine_rounds() -> set[int]:
+        best = min(round_speed_s.values(), default=None)
+        return {r for r, v in round_speed_s.items() if best and v > (1 + SLOWER_THAN_BEST) * best}
 
     def timed_round(r: int, shapes: Sequence[int], repeats: Sequence[int] | None = None) -> None:
-        busy = round_meter() if round_meter is not None else None
+        end = round_meter() if round_meter is not None else None
         for i, n in zip(shapes, repeats or [1] * len(shapes)):
             measured[i].samples += [(r, *time_shape(i)) for _ in range(n)]
-        if busy is not None and busy():
-            busy_rounds.add(r)
+        meter_ends(r, end)
 
     def elapsed() -> float:
         done = clock() - start
@@ -228,15 +245,14 @@ def measure(
         return done
 
     measured: list[Measured] = []
-    busy = round_meter() if round_meter is not None else None
+    end = round_meter() if round_meter is not None else None
     for i in range(num_shapes):  # round 0: warm up, time once
         if measured and elapsed() > ROUND0_SHARE * budget_s:
             break
         for _ in range(WARMUP_CALLS):
             time_shape(i)
         measured.append(Measured([(0, *time_shape(i))]))
-    if busy is not None and busy():
-        busy_rounds.add(0)
+    meter_ends(0, end)
     estimate = [float(m.totals()[0]) for m in measured]
     remaining = budget_s - elapsed()
     # Keep 20% of what is left for re-measuring; drop shapes until MIN_ROUNDS samples each fit.
@@ -258,7 +274,7 @@ def measure(
         timed_round(next_round, uncertain)
         next_round += 1
     for _ in range(MAX_REMEASURE_PASSES):
-        flagged = _outliers(measured, _slow_rounds(measured) | busy_rounds)
+        flagged = _outliers(measured, _slow_rounds(measured) | busy_rounds | slow_machine_rounds())
         if not any(flagged) or elapsed() > budget_s:
             break
         for m, bad in zip(measured, flagged):
@@ -361,7 +377,7 @@ def run_sweep(
     budget_s: float,
     seed: int = 0,
     progress: Callable[[float, float], None] | None = None,
-    round_meter: Callable[[], Callable[[], bool]] | None = None,
+    round_meter: Callable[[], Callable[[], tuple[bool, float | None]]] | None = None,
 ) -> dict:
     """Sweep the grid on the runner within budget_s; returns the rows (see sweep_rows). `round_meter`: see
     `measure`."""
@@ -405,7 +421,7 @@ REFERENCE_REPEATS = 7  # timed calls of the reference step, after WARMUP_CALLS; 
 def reference_shape(max_num_seqs: int, max_model_len: int, block_size: int, max_blocks: int) -> Shape:
     """The machine-speed reference: a decode step of up to 8 requests after 4 blocks of context each, shrunk
     to what the limits and `max_blocks` free KV blocks allow. Timed on the sweep's runner when calibrating
-    and on a live run's runner before and after it (`time_reference`), it says whether the machine ran that
+    and on a live run's runner around and during it (`ReferenceProbe`), it says whether the machine ran that
     run as fast as it ran the sweep: a shared machine slows every step when other processes take the CPU."""
     context = max(1, min(4 * block_size, max_model_len - 2))
     batch = max(1, min(8, max_num_seqs, max_blocks // cdiv(context + 1, block_size)))
@@ -454,11 +470,6 @@ class ReferenceProbe:
         finally:
             runner.kv_caches = saved
         return float(np.median(times))
-
-
-def time_reference(runner, shape: Shape, seed: int = 0) -> float:
-    """Median wall seconds of the reference step on this runner, timed once (see ReferenceProbe)."""
-    return ReferenceProbe(runner, shape, seed).time()
 
 
 def blocks_for_grid(

@@ -82,7 +82,7 @@ def test_a_round_on_a_busy_machine_is_re_measured_even_when_it_does_not_look_slo
 
     def round_meter():
         first_call = machine.calls
-        return lambda: metered.append(first_call) or first_call == 40  # round 2 starts at call 40 (see above)
+        return lambda: (metered.append(first_call) or first_call == 40, None)  # round 2 starts at call 40
 
     calm = sweep.measure(len(true_s), FakeMachine(true_s).time_shape, machine.clock, 1.0)
     measured = sweep.measure(len(true_s), machine.time_shape, machine.clock, 1.0, round_meter=round_meter)
@@ -91,6 +91,23 @@ def test_a_round_on_a_busy_machine_is_re_measured_even_when_it_does_not_look_slo
     assert all(m.num_outliers == 1 for m in measured)  # round 2's sample of every shape, and only it
     assert all(all(r != 2 for r, _, _ in m.samples) for m in measured)
     assert all(len(m.samples) == len(c.samples) for m, c in zip(measured, calm))  # re-measured, not dropped
+
+
+def test_a_round_where_the_machine_ran_slower_than_its_best_is_re_measured():
+    """The reference step's time per round: a round 30% slower than the fastest round is measured again,
+    one within SLOWER_THAN_BEST is kept (the machine slowing with nothing else in it)."""
+    true_s = np.full(10, 0.002)
+    machine = FakeMachine(true_s)
+    speeds = {0: 0.0100, 1: 0.0104, 2: 0.0130, 3: 0.0101}  # by the call a round starts at: 0, 30, 40, 50
+
+    def round_meter():
+        start = {0: 0, 30: 1, 40: 2, 50: 3}.get(machine.calls)
+        return lambda: (False, speeds.get(start, 0.0101))
+
+    measured = sweep.measure(len(true_s), machine.time_shape, machine.clock, 1.0, round_meter=round_meter)
+    assert all(all(r != 2 for r, _, _ in m.samples) for m in measured)  # round 2 thrown out
+    assert all(any(r == 1 for r, _, _ in m.samples) for m in measured)  # round 1 (4% slower) kept
+    assert all(m.num_outliers == 1 for m in measured)
 
 
 def test_the_budget_drops_shapes_rather_than_overrun():
@@ -180,7 +197,7 @@ def test_reference_step_is_timed_on_the_runner_and_leaves_its_pool_free():
     calls = []
     execute = runner.execute
     runner.execute = lambda scheduled: calls.append(len(scheduled)) or execute(scheduled)
-    assert sweep.time_reference(runner, shape) > 0
+    assert sweep.ReferenceProbe(runner, shape).time() > 0
     assert calls == [shape.num_decode] * (sweep.WARMUP_CALLS + sweep.REFERENCE_REPEATS)
 
 

@@ -132,14 +132,25 @@ def _engine_modules():
     return torch, sweep, ModelRunner
 
 
-def _busy_round_meter() -> Callable[[], bool]:
-    """For the CPU sweep's rounds: started now, says at the round's end whether other processes kept the
-    machine busy meanwhile (planner/calibration/busy.py); such a round is re-measured."""
-    from gpu_engine.host_load import OtherCpuMeter
-    from planner.calibration.busy import busy_reasons
+class RoundMeter:
+    """For the CPU sweep's rounds (gpu_engine.sweep.measure): started as a round starts, says at its end
+    whether other processes kept the machine busy meanwhile (planner/calibration/busy.py) and the reference
+    step's seconds (the slower of its timings at the round's start and end). Keeps every timing: their
+    minimum is the machine's undisturbed speed, the one held-out runs are checked against."""
 
-    meter = OtherCpuMeter()
-    return lambda: bool(busy_reasons(None, meter.load()))
+    def __init__(self, probe) -> None:  # a gpu_engine.sweep.ReferenceProbe
+        self.probe, self.times_s = probe, []
+
+    def _time(self) -> float:
+        self.times_s.append(self.probe.time(repeats=3, warmup=1))
+        return self.times_s[-1]
+
+    def __call__(self) -> Callable[[], tuple[bool, float]]:
+        from gpu_engine.host_load import OtherCpuMeter
+        from planner.calibration.busy import busy_reasons
+
+        meter, first_s = OtherCpuMeter(), self._time()
+        return lambda: (bool(busy_reasons(None, meter.load())), max(first_s, self._time()))
 
 
 def calibrate_scenario(
@@ -165,26 +176,30 @@ def calibrate_scenario(
     )
     runner.allocate(num_blocks)
 
-    # The machine-speed reference (sweep.reference_shape), timed around the sweep here and around every
-    # held-out run: it tells a held-out error from a machine that got busier after the sweep.
+    # The machine-speed reference (sweep.reference_shape), timed around the sweep, at every sweep round on
+    # CPU (RoundMeter), and around and during every held-out run: it tells a held-out error from a machine
+    # that got slower than it was when the sweep measured it.
     shape = sweep.reference_shape(e.max_num_seqs, scenario.max_model_len, e.block_size, num_blocks - 1)
-    reference_before = sweep.time_reference(runner, shape)
+    reference = sweep.ReferenceProbe(runner, shape)
+    reference_before = reference.time()
     from gpu_engine.host_load import OtherCpuMeter
     from planner.calibration.busy import busy_reasons
 
+    meter = RoundMeter(reference) if device == "cpu" else None
     others = OtherCpuMeter()
     bar, sweep_started = Bar(f"sweeping step shapes on {device}"), time.perf_counter()
     try:
-        meter = _busy_round_meter if device == "cpu" else None
         rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar, round_meter=meter)
     finally:
         bar.close()
     other_load = others.load()
-    reference_after = sweep.time_reference(runner, shape)
-    reference_s = min(reference_before, reference_after)
+    reference_after = reference.time()
+    # the machine's undisturbed speed: a busy spell only ever adds time
+    round_times_s = meter.times_s if meter else []
+    reference_s = min([reference_before, reference_after, *round_times_s])
     # On CUDA the runner replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py): fit that form.
     cuda_graphs = runner.decode_graphs is not None
-    del runner  # the held-out runs build their own engines: free this one's weights and KV first
+    del runner, reference, meter  # the held-out runs build their own engines: free this one's weights and KV first
     if device == "cuda":
         torch.cuda.empty_cache()
     stable = rows["stable"]
@@ -197,6 +212,11 @@ def calibrate_scenario(
         ),
         f"reference step ({shape.num_decode} decodes after {shape.decode_context} tokens): {reference_before * 1e3:.3g} ms"
         f" before the sweep, {reference_after * 1e3:.3g} ms after"
+        + (
+            f", {min(round_times_s) * 1e3:.3g}-{max(round_times_s) * 1e3:.3g} ms over its rounds"
+            if round_times_s
+            else ""
+        )
         + ("" if other_load is None else f"; other processes kept {other_load:.2f} CPUs busy during it on average"),
     ]
     if device == "cpu" and busy_reasons(None, other_load):
