@@ -1,7 +1,7 @@
 """What loading a shipped calibration adds to `planner simulate`'s start-up (target: < 50 ms).
 
-`python -m planner.calibration.bench_startup [--runs N]`: in N fresh interpreters, after importing
-planner.cli (which a simulate run imports anyway), times importing the transfer module and one
+`python -m planner.calibration.bench_startup [--runs N]`: in N fresh interpreters, after importing what a
+simulate run imports anyway (PROBE), times importing the transfer module and one
 `public_cost_model` call, for a profiled GPU (reads one profile) and an unprofiled one (reads the transfer
 table and its source profiles). Prints the median and the worst run. Timings on a shared machine are noisy.
 """
@@ -13,8 +13,10 @@ import statistics
 import subprocess
 import sys
 
+# Imported before the clock starts: what `planner simulate` imports whatever its cost model (the CLI, the
+# scenario loader, the simulator, and the resolver that decides which cost model to use).
 PROBE = """
-import time, planner.cli
+import time, planner.cli, planner.scenario, planner.calibration.profile, sim.driver
 from planner.catalog import load_gpu_catalog
 gpu = load_gpu_catalog()[{gpu!r}]
 t0 = time.perf_counter()
