@@ -345,3 +345,22 @@ def test_the_elementwise_term_streams_the_full_hidden_state_at_every_tp():
     hidden_s = m.num_hidden_layers * 8 * m.hidden_size * 2 / CostModel(_scenario(1)).bytes_per_s
     assert per_token[1] > per_token[2] > per_token[8] > hidden_s  # rotary and activation split; norms do not
     assert per_token[8] - hidden_s == pytest.approx((per_token[1] - hidden_s) / 8, rel=1e-9)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_every_gpus_uncertainty_can_be_drawn_for_intervals(tp):
+    """--intervals draws every coefficient a provenance carries a std for (planner.calibration.intervals):
+    each must have bounds, for shipped and transferred coefficients alike."""
+    from planner.calibration.fitting import BOUNDS
+    from planner.calibration.intervals import draw_coefficients
+    from planner.calibration.profile import STEP_TIME_SPREAD
+    from sim.cost_model import CostCoefficients
+
+    rng = np.random.default_rng(0)
+    for name, gpu in load_gpu_catalog().items():
+        if name == "cpu":
+            continue
+        coefficients, uncertainty, _, _ = public_cost_model(gpu, "bfloat16", tp)
+        assert set(uncertainty) <= set(BOUNDS) | {STEP_TIME_SPREAD}, name
+        drawn = draw_coefficients(CostCoefficients(**coefficients), uncertainty, rng)
+        assert all(np.isfinite(v) for v in drawn.to_dict().values())

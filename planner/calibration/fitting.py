@@ -33,6 +33,7 @@ BOUNDS = {
     "bandwidth_efficiency": (0.01, 1.0, 0.5),
     "interconnect_efficiency": (0.01, 1.0, 0.5),
     "allreduce_latency_s": (0.0, 1e-3, 1e-5),
+    "allreduce_launch_wait_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (public profiles: public_fit)
     "launch_overhead_per_layer_s": (0.0, 1e-3, 1e-5),
     "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
     "step_overhead_s": (0.0, 0.1, 1e-3),
