@@ -350,22 +350,19 @@ def _date(profile: Profile) -> str:
     return profile.created[:10]
 
 
+def _uncertainty(profile: Profile) -> dict[str, float]:
+    """The coefficients' stds and the fit's residual spread: what `--intervals` draws."""
+    return dict(profile.uncertainty) | residual_spread(profile.fit)
+
+
 def calibrated(profile: Profile) -> Provenance:
-    return Provenance(
-        "calibrated",
-        f"calibrated ({profile.id}, {_date(profile)}, {profile.device['name']})",
-        profile.id,
-        dict(profile.uncertainty) | residual_spread(profile.fit),
-    )
+    label = f"calibrated ({profile.id}, {_date(profile)}, {profile.device['name']})"
+    return Provenance("calibrated", label, profile.id, _uncertainty(profile))
 
 
 def transferred(profile: Profile) -> Provenance:
-    return Provenance(
-        "transferred",
-        f"transferred (from {profile.id}: {profile.model} on {profile.device['name']}, {_date(profile)})",
-        profile.id,
-        dict(profile.uncertainty) | residual_spread(profile.fit),
-    )
+    label = f"transferred (from {profile.id}: {profile.model} on {profile.device['name']}, {_date(profile)})"
+    return Provenance("transferred", label, profile.id, _uncertainty(profile))
 
 
 def _profiles_in(folder: Path) -> list[Profile]:
