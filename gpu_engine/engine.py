@@ -149,8 +149,9 @@ def run_scenario(
 ) -> LiveResult:
     """Run the scenario for real (greedy unless `sampling` says otherwise); `progress(done, total)` is
     called as requests finish. With a `reference` step shape (gpu_engine.sweep.reference_shape), its time
-    before and after the run goes into extra["reference_step_s"]: calibration's check that the machine ran
-    this run as fast as it ran the sweep."""
+    before and after the run goes into extra["reference_step_s"] and, on CPU, every PROBE_EVERY_S during it
+    into extra["reference_during_s"]: calibration's check that the machine ran this run as fast as it ran
+    the sweep."""
     sampling = sampling or SamplingParams()
     if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
         raise EngineError(

@@ -15,14 +15,16 @@ Timing is built for a noisy, shared machine (another process may stall a step by
   shapes rather than every repeat of one shape;
 - a sample is an outlier when it is far from its shape's median (in median absolute deviations), when
   its whole round ran slow, or (given a round meter) when other processes kept the machine busy during its
-  round; outliers are re-measured and never enter the median;
+  round or the reference step ran slower in it than in the machine's fastest round; outliers are
+  re-measured and never enter the median;
 - budget left over buys more rounds for the shapes whose median is still uncertain;
 - each row keeps the median of its inliers, their spread and the width of the median's 95% confidence
   interval; a row whose median is still uncertain is marked unstable (the fitter leaves it out).
 Everything is bounded by `budget_s` on the given clock: fewer rounds, then fewer shapes, never a longer run.
 Times are wall-clock, as the live engine's steps.csv counts them (device_s: the runner's execute(), input
 preparation to the sampled ids' device sync; host_s: admitting the step's new requests, the scheduler's
-schedule() and update() of the same batch, and recording the step), so what is fitted here is what held-out live runs on the same machine will show.
+schedule() and update() of the same batch, and recording the step), so what is fitted here is what
+held-out live runs on the same machine will show.
 """
 
 from __future__ import annotations

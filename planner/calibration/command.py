@@ -135,8 +135,9 @@ def _engine_modules():
 class RoundMeter:
     """For the CPU sweep's rounds (gpu_engine.sweep.measure): started as a round starts, says at its end
     whether other processes kept the machine busy meanwhile (planner/calibration/busy.py) and the reference
-    step's seconds (the slower of its timings at the round's start and end). Keeps every timing: their
-    minimum is the machine's undisturbed speed, the one held-out runs are checked against."""
+    step's seconds (the slower of its timings at the round's start and end; a round starts with the last
+    round's end timing, rounds following each other). Keeps every timing: their minimum is the machine's
+    undisturbed speed, the one held-out runs are checked against."""
 
     def __init__(self, probe) -> None:  # a gpu_engine.sweep.ReferenceProbe
         self.probe, self.times_s = probe, []
@@ -149,7 +150,7 @@ class RoundMeter:
         from gpu_engine.host_load import OtherCpuMeter
         from planner.calibration.busy import busy_reasons
 
-        meter, first_s = OtherCpuMeter(), self._time()
+        meter, first_s = OtherCpuMeter(), self.times_s[-1] if self.times_s else self._time()
         return lambda: (bool(busy_reasons(None, meter.load())), max(first_s, self._time()))
 
 

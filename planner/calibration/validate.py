@@ -388,7 +388,9 @@ def target_lines(runs: list[HeldOutRun], device: str) -> list[str]:
     a run on a slower machine measures the machine. Every run's figure is printed beside, and the
     uncalibrated simulator's."""
     clean = [run for run in runs if run.machine is None or run.machine.clean]
-    judged = clean if clean else runs
+    partial = 0 < len(clean) < len(runs)  # judge the clean runs, and print every run's figure beside
+    judged = clean or runs
+    over = f"the {len(judged)} runs as fast as the sweep" if partial else f"all {len(runs)} runs"
     lines = []
     for key, limit in TARGETS[device].items():
         cal, every, uncal = (_abs_errors(judged, key, "calibrated"), _abs_errors(runs, key, "calibrated"),
@@ -396,11 +398,8 @@ def target_lines(runs: list[HeldOutRun], device: str) -> list[str]:
         if not cal:
             continue
         verdict = "met" if max(cal) <= limit else "MISSED"
-        over = f"the {len(judged)} runs as fast as the sweep" if len(judged) < len(runs) else f"all {len(runs)} runs"
         beside = (
-            f"; all {len(runs)}: mean {np.mean(every) * 100:.1f}% (worst {max(every) * 100:.1f}%)"
-            if judged is clean and len(clean) < len(runs)
-            else ""
+            f"; all {len(runs)}: mean {np.mean(every) * 100:.1f}% (worst {max(every) * 100:.1f}%)" if partial else ""
         )
         lines.append(
             f"  {key:<20} mean |error| {np.mean(cal) * 100:5.1f}% (worst {max(cal) * 100:5.1f}%) over {over}"
