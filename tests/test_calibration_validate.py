@@ -178,7 +178,11 @@ def test_targets_are_judged_on_the_runs_as_fast_as_the_sweep():
     line = next(x for x in validate.target_lines(runs, "cpu") if "mean_tpot_ms" in x)
     assert "over the 2 runs as fast as the sweep" in line and "(worst   5.0%)" in line and line.endswith("met")
     assert "all 3: mean" in line and "worst 40.0%" in line  # every run's figure beside
+    runs[1].machine = busy  # one clean run of three: too few to judge
+    lines = validate.target_lines(runs, "cpu")
+    assert "over the 1 runs as fast as the sweep" in lines[0] and lines[0].endswith("NOT JUDGED")
+    assert "only 1 of 3 runs ran as fast as the sweep" in lines[-1]
     for run in runs:
         run.machine = busy
     lines = validate.target_lines(runs, "cpu")
-    assert "over all 3 runs" in lines[0] and lines[0].endswith("MISSED") and "no run ran as fast" in lines[-1]
+    assert "over all 3 runs" in lines[0] and lines[0].endswith("NOT JUDGED") and "only 0 of 3" in lines[-1]

@@ -385,19 +385,21 @@ def _abs_errors(runs: list[HeldOutRun], key: str, way: str) -> list[float]:
 def target_lines(runs: list[HeldOutRun], device: str) -> list[str]:
     """Per target metric, the |error| over the held-out scenarios against the issue's target (every scenario
     within it), judged on the runs whose machine was the sweep's (MachineCheck.clean) when some were not:
-    a run on a slower machine measures the machine. Every run's figure is printed beside, and the
-    uncalibrated simulator's."""
+    a run on a slower machine measures the machine. Fewer than half the runs clean: not judged. Every run's
+    figure is printed beside, and the uncalibrated simulator's."""
     clean = [run for run in runs if run.machine is None or run.machine.clean]
     partial = 0 < len(clean) < len(runs)  # judge the clean runs, and print every run's figure beside
     judged = clean or runs
     over = f"the {len(judged)} runs as fast as the sweep" if partial else f"all {len(runs)} runs"
+    # too few runs at the sweep's speed to say anything of the scenarios the others stand for
+    enough = 2 * len(clean) >= len(runs)
     lines = []
     for key, limit in TARGETS[device].items():
         cal, every, uncal = (_abs_errors(judged, key, "calibrated"), _abs_errors(runs, key, "calibrated"),
                              _abs_errors(runs, key, "uncalibrated"))  # fmt: skip
         if not cal:
             continue
-        verdict = "met" if max(cal) <= limit else "MISSED"
+        verdict = ("met" if max(cal) <= limit else "MISSED") if enough else "NOT JUDGED"
         beside = (
             f"; all {len(runs)}: mean {np.mean(every) * 100:.1f}% (worst {max(every) * 100:.1f}%)" if partial else ""
         )
@@ -405,8 +407,11 @@ def target_lines(runs: list[HeldOutRun], device: str) -> list[str]:
             f"  {key:<20} mean |error| {np.mean(cal) * 100:5.1f}% (worst {max(cal) * 100:5.1f}%) over {over}"
             f"{beside}; uncalibrated {np.mean(uncal) * 100:.1f}%; target <= {limit * 100:.0f}%: {verdict}"
         )
-    if not clean:
-        lines.append("  (no run ran as fast as the sweep: these judge runs on a busier machine)")
+    if not enough:
+        lines.append(
+            f"  (not judged: only {len(clean)} of {len(runs)} runs ran as fast as the sweep, fewer than half;"
+            " calibrate again when the machine is steady)"
+        )
     return lines
 
 
