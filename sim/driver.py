@@ -150,11 +150,11 @@ class Replica:
         # only if the arrival is not among them (a prefix of the same arrays: the same values).
         num_priced = min(bound, WINDOW_PREFIX_STEPS)
         while True:
-            context = context_now + rows * np.arange(1, num_priced + 1)
+            context = np.arange(context_now + rows, context_now + rows * (num_priced + 1), rows)
             device = np.asarray(self.cost.device_s(rows, rows, rows, context, context), dtype=np.float64)
             durations = np.asarray(self.cost.combine(host, device), dtype=np.float64)
-            elapsed = np.cumsum(durations)
-            num_steps = int(np.searchsorted(elapsed - durations, until_arrival_s, side="left"))
+            elapsed = durations.cumsum()
+            num_steps = int((elapsed - durations).searchsorted(until_arrival_s, side="left"))
             if num_steps < num_priced or num_priced == bound:
                 n = num_steps
                 return durations[:n], host, device[:n], context[:n], elapsed[:n]

@@ -332,9 +332,10 @@ class Recorder:
                 self.block_seconds += blocks * duration
                 self.slot_seconds += fraction * duration
         else:
-            self.busy_s += float(duration_s.sum())
-            self.block_seconds += float((kv_blocks_used * duration_s).sum())
-            self.slot_seconds += float((slot_fraction * duration_s).sum())
+            total = np.add.reduce  # ndarray.sum's pairwise sum, without its Python wrapper
+            self.busy_s += float(total(duration_s))
+            self.block_seconds += float(total(kv_blocks_used * duration_s))
+            self.slot_seconds += float(total(slot_fraction * duration_s))
         self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used[-1]))  # blocks in use only grow in a window
         if self.record_steps:
             num_waiting_rows = np.full(len(duration_s), num_waiting, dtype=np.int32)

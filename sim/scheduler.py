@@ -95,7 +95,7 @@ class Scheduler(ABC):
         `sampled` holds the live engine's token per request; the simulator passes None.
         """
         finished = []
-        last_token_s = []  # of the requests that sampled before: the step's inter-token gaps, recorded at once
+        gaps_s = []  # of the requests that sampled before: the step's inter-token gaps, recorded at once
         for request, num_new_tokens in output.scheduled:
             computed = request.num_computed_tokens = request.num_computed_tokens + num_new_tokens
             num_output = request.num_output_tokens
@@ -104,15 +104,16 @@ class Scheduler(ABC):
             if sampled is not None:
                 request.output_token_ids.append(sampled[request.request_id])
             num_output = request.num_output_tokens = num_output + 1
-            if request.first_token_s is None:
+            last_s = request.last_token_s
+            if last_s is None:
                 request.first_token_s = now_s
             else:
-                last_token_s.append(request.last_token_s)
+                gaps_s.append(now_s - last_s)
             request.last_token_s = now_s
             if num_output >= request.max_output_tokens:
                 finished.append(request)
-        if last_token_s:
-            self.recorder.token_gaps([now_s - t for t in last_token_s])
+        if gaps_s:
+            self.recorder.token_gaps(gaps_s)
         return self._retire(finished, now_s)
 
     def record_step(
@@ -148,8 +149,8 @@ class Scheduler(ABC):
     def _retire(self, done: list[Request], now_s: float) -> list[Request]:
         for request in done:
             self._finish(request, now_s)
-        if done:
-            self.running = [r for r in self.running if r.status is Status.RUNNING]
+        for request in done:  # a few per step: list.remove beats rebuilding the list
+            self.running.remove(request)
         return done
 
     def _finish(self, request: Request, now_s: float) -> None:
@@ -184,16 +185,17 @@ class ContinuousScheduler(Scheduler):
         # A simulated request's decode blocks enter the prefix cache only on preemption (deferred registration),
         # and nothing does without a prefix cache: a decode filling a block then registers nothing.
         no_registration = not pool.enable_caching or kv.defer_private_blocks
-        num_decodes = decode_context = 0  # the fast path's rows, added to out's aggregates in one go
+        decode_context = num_other_rows = 0  # the fast path's rows are added to out's aggregates in one go
         # Fast rows whose token starts a block: their blocks are drawn together, in row order (the ids one draw
         # per row would give), before anything else takes from the pool.
         starting_block: list[Request] = []
-        i = 0
-        while i < len(running) and budget > 0:
-            request = running[i]
+        last_slot = block_size - 1
+        for request in running:  # a preemption pops from its tail, which ends the loop there
+            if budget <= 0:
+                break
             computed = request.num_computed_tokens
             num_prompt = request.num_prompt_tokens
-            if fast and num_prompt + request.num_output_tokens - computed == 1 and computed >= num_prompt:
+            if fast and computed >= num_prompt and num_prompt + request.num_output_tokens - computed == 1:
                 # A decode that needs at most one new block (its token starts one) and registers none: what
                 # allocate_slots would do is take that block if there is one (every full block already went
                 # through cache_full_blocks, which runs up to the computed tokens after each step), and add()
@@ -201,32 +203,29 @@ class ContinuousScheduler(Scheduler):
                 held = len(request.block_ids) * block_size
                 if (
                     held_floor <= held
-                    and (
-                        computed % block_size != block_size - 1
-                        or (no_registration and request.prompt_token_ids is None)
-                    )
+                    and (computed % block_size != last_slot or (no_registration and request.prompt_token_ids is None))
                     and (computed < held or (computed == held and pool.num_free_blocks > len(starting_block)))
                 ):
                     if computed == held:
                         starting_block.append(request)
                     scheduled.append((request, 1))
-                    num_decodes += 1
-                    decode_context += computed + 1
+                    decode_context += computed
                     budget -= 1
-                    i += 1
                     continue
             self._take_blocks(starting_block)
             num_new = min(request.num_tokens - computed, budget)
             if not self._allocate_or_preempt(request, num_new, out):
                 break
             out.add(request, num_new)
+            num_other_rows += 1
             budget -= num_new
-            i += 1
         self._take_blocks(starting_block)
-        out.add_decodes(num_decodes, decode_context)
+        num_decodes = len(scheduled) - num_other_rows
+        out.add_decodes(num_decodes, decode_context + num_decodes)  # each decode's context: computed + 1
+        num_from_running = len(scheduled)  # the running requests before the first one left out
         if not out.num_preempted:
             self._schedule_waiting(out)
-        return self._count_held(out, i)
+        return self._count_held(out, num_from_running)
 
     def decode_step(self) -> SchedulerOutput | None:
         """What schedule() gives when every running request decodes one token and the queue's head stays
