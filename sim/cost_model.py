@@ -249,6 +249,7 @@ class CostModel:
             self.allreduce_s_per_token = calls * ring_bytes_per_token / link
             self.allreduce_fixed_s = calls * c.allreduce_latency_s
             self.launch_s += calls * c.allreduce_launch_wait_s  # paid where launches are, gone under graphs
+        self._decode_terms: dict[int, tuple] = {}  # decode_window_s's terms by number of rows
 
     def linear_step_bytes(self, num_tokens):
         """Weight bytes a step of num_tokens tokens reads (one GPU): the dense part, and for a mixture of
@@ -272,10 +273,41 @@ class CostModel:
 
     def device_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens):
         """The device's seconds for a step: the rooflines, the all-reduces and the launches it waits for."""
+        first, *rest = self._other_terms_s(num_tokens, num_seqs, num_sampled)
+        total = first + self._attention_s(num_tokens, num_seqs, attention_pairs, sum_context_tokens)
+        for term in rest:  # added in this order: float sums in another order differ in their last bits
+            total = total + term
+        return total
+
+    def decode_window_s(self, num_rows: int, sum_context_tokens: np.ndarray, host_s: float):
+        """(device seconds, step seconds) of steps of num_rows one-token rows whose contexts sum to
+        sum_context_tokens (one per step): what device_s and combine give (the same operations in the same
+        order, so the same bits), with the terms that depend on the rows alone computed once."""
+        terms = self._decode_terms.get(num_rows)
+        if terms is None:
+            terms = self._decode_terms[num_rows] = self._other_terms_s(num_rows, num_rows, num_rows)
+        device = self._attention_s(num_rows, num_rows, sum_context_tokens, sum_context_tokens)
+        for term in terms:  # a + b == b + a exactly: the first term can be added to the attention in place
+            device += term
+        return device, self.combine(host_s, device)
+
+    def _other_terms_s(self, num_tokens, num_seqs, num_sampled) -> tuple:
+        """device_s's terms but the attention, in the order they are added: the linear layers and the LM head
+        (added first), the elementwise kernels, the all-reduces, the launches, the per-row overhead."""
         linear = self._gemm(
             num_tokens * self.linear_flops_per_token, self.linear_step_bytes(num_tokens), self.linear_flops_per_s
         )
         lm_head = self._gemm(num_sampled * self.lm_head_flops_per_row, (num_sampled > 0) * self.lm_head_bytes)
+        allreduce = num_tokens * self.allreduce_s_per_token + self.allreduce_fixed_s
+        elementwise = num_tokens * self.elementwise_s_per_token
+        # A uniform decode batch (one token per row) up to the capture size replays a full CUDA graph
+        # (vLLM's default cudagraph_mode FULL_AND_PIECEWISE); other steps pay every launch (piecewise
+        # graphs' savings on mixed steps are not modelled: conservative).
+        graphed = (num_tokens == num_seqs) & (num_seqs <= self.capture_size)
+        return linear + lm_head, elementwise, allreduce, (1 - graphed) * self.launch_s, num_seqs * self.row_s
+
+    def _attention_s(self, num_tokens, num_seqs, attention_pairs, sum_context_tokens):
+        """Attention's roofline: its (query, key) pairs' flops against its K/V reads and writes."""
         flops_per_pair = self.attention_flops_per_pair
         if self.mla_decode_extra_flops_per_pair:
             flops_per_pair = flops_per_pair + (num_tokens == num_seqs) * self.mla_decode_extra_flops_per_pair
@@ -284,24 +316,7 @@ class CostModel:
             f = self.sliding_fraction
             attention_pairs = (1 - f) * attention_pairs + f * _minimum(attention_pairs, num_tokens * self.window)
             context = (1 - f) * context + f * _minimum(context, num_seqs * self.window)
-        attention = self._roof(
-            attention_pairs * flops_per_pair, (context + num_tokens) * self.kv_bytes_per_token
-        )  # reads + writes
-        allreduce = num_tokens * self.allreduce_s_per_token + self.allreduce_fixed_s
-        elementwise = num_tokens * self.elementwise_s_per_token
-        # A uniform decode batch (one token per row) up to the capture size replays a full CUDA graph
-        # (vLLM's default cudagraph_mode FULL_AND_PIECEWISE); other steps pay every launch (piecewise
-        # graphs' savings on mixed steps are not modelled: conservative).
-        graphed = (num_tokens == num_seqs) & (num_seqs <= self.capture_size)
-        return (
-            linear
-            + lm_head
-            + attention
-            + elementwise
-            + allreduce
-            + (1 - graphed) * self.launch_s
-            + num_seqs * self.row_s
-        )
+        return self._roof(attention_pairs * flops_per_pair, (context + num_tokens) * self.kv_bytes_per_token)
 
     def host_s(self, num_seqs):
         """The host's seconds for a step: scheduling and input preparation, and per-row work."""

@@ -151,8 +151,7 @@ class Replica:
         num_priced = min(bound, WINDOW_PREFIX_STEPS)
         while True:
             context = np.arange(context_now + rows, context_now + rows * (num_priced + 1), rows)
-            device = np.asarray(self.cost.device_s(rows, rows, rows, context, context), dtype=np.float64)
-            durations = np.asarray(self.cost.combine(host, device), dtype=np.float64)
+            device, durations = self.cost.decode_window_s(rows, context, host)
             elapsed = durations.cumsum()
             num_steps = int((elapsed - durations).searchsorted(until_arrival_s, side="left"))
             if num_steps < num_priced or num_priced == bound:

@@ -120,30 +120,33 @@ class GapHistogram:
         self.sum_s = 0.0
         self.min_s = float("inf")
         self.max_s = float("-inf")
-        self._values = array("d")  # gaps not binned yet, and how many times each counts
-        self._times = array("d")
+        # Gaps not binned yet: those counted once, and arrays of gaps each counted `times` times (a decode
+        # window's); a batch is binned as a whole, so the order within it does not matter (fsum is exact).
+        self._once = array("d")
+        self._arrays: list[tuple[np.ndarray, int]] = []
+        self._num_pending = 0
 
     def add(self, gap_s: float) -> None:
-        self._values.append(gap_s)
-        self._times.append(1.0)
-        if len(self._values) >= self.FLUSH:
-            self._flush()
+        self.add_many([gap_s])
 
     def add_many(self, gaps_s: np.ndarray | list[float], times: int = 1) -> None:
         """Each of gaps_s, `times` times over (a decode window: each step's gap once per running request). A
-        list of floats is taken as it is: no array is built for a step's few gaps."""
-        if isinstance(gaps_s, list):
-            self._values.extend(gaps_s)
+        list of floats is taken as it is: no array is built for a step's few gaps; an array is kept, not
+        copied."""
+        if isinstance(gaps_s, list) and times == 1:
+            self._once.extend(gaps_s)
         else:
-            self._values.frombytes(np.ascontiguousarray(gaps_s, dtype=np.float64).tobytes())
-        self._times.extend(array("d", (float(times),)) * len(gaps_s))
-        if len(self._values) >= self.FLUSH:
+            self._arrays.append((np.asarray(gaps_s, dtype=np.float64), times))
+        self._num_pending += len(gaps_s)
+        if self._num_pending >= self.FLUSH:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._values:
+        if not self._num_pending:
             return
-        values, times = np.frombuffer(self._values, dtype=np.float64), np.frombuffer(self._times, dtype=np.float64)
+        once = np.frombuffer(self._once, dtype=np.float64)
+        values = np.concatenate([once, *(gaps for gaps, _ in self._arrays)])
+        times = np.concatenate([np.ones(len(once)), *(np.full(len(gaps), float(t)) for gaps, t in self._arrays)])
         # Counts are whole numbers far below 2^53: the float weights add them exactly.
         self.counts += np.bincount(self._bucket(values), weights=times, minlength=self.NUM_BUCKETS).astype(np.int64)
         self.count += int(times.sum())
@@ -153,7 +156,7 @@ class GapHistogram:
         self.sum_s += math.fsum(values * times)
         self.min_s = min(self.min_s, float(values.min()))
         self.max_s = max(self.max_s, float(values.max()))
-        self._values, self._times = array("d"), array("d")
+        self._once, self._arrays, self._num_pending = array("d"), [], 0
 
     def _bucket(self, gaps_s: np.ndarray) -> np.ndarray:
         index = np.log(np.maximum(gaps_s, self.MIN_S) / self.MIN_S) / np.log(self.RATIO)

@@ -309,12 +309,16 @@ class ContinuousScheduler(Scheduler):
         admitted. 0 or 1: step. Off with the fast paths (sliding windows: sim/kv_groups.py)."""
         if not self.fast_decode_rows or not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
-        # Someone finishing within two steps rules a window out: checked first, as a busy engine has one most
-        # steps (the cheapest test over the running requests).
-        steps = min([r.max_output_tokens - r.num_output_tokens for r in self.running]) - 1
-        if steps < 2:
+        # The cheap tests first (each rules a window out; none changes anything): the latest admitted request
+        # is mid-prompt (a chunked prefill), the queue's head can be admitted (a busy engine's usual cases),
+        # someone finishes within two steps.
+        last = self.running[-1]
+        if last.num_prompt_tokens + last.num_output_tokens - last.num_computed_tokens != 1:
             return 0
         if self.waiting and not self._waiting_head_blocked():
+            return 0
+        steps = min([r.max_output_tokens - r.num_output_tokens for r in self.running]) - 1
+        if steps < 2:
             return 0
         computed = []
         num_held = 0
@@ -361,25 +365,25 @@ class ContinuousScheduler(Scheduler):
         # The step k (1-based) at which each new block is first needed: block b (tokens [b*bs, (b+1)*bs)) once
         # max(computed + k, floor) passes b*bs. A window adds a block per request every block_size steps at
         # most, so this list is short where a (requests x steps) table would not be.
-        first_needed, needed = [], []
+        first_needed, growing = [], []  # growing: (request, blocks it takes)
         for r in running:
             c, held = r.num_computed_tokens, len(r.block_ids)
+            if max(c + num_steps, floor_tokens) <= held * block_size:
+                continue  # its blocks hold the window's tokens (most requests in a short window)
             num_blocks = -(-max(c + num_steps, floor_tokens) // block_size)
-            needed.append(num_blocks - held)
-            if num_blocks > held:
-                for b in range(held, num_blocks):
-                    first_needed.append(1 if floor_tokens > b * block_size else max(1, b * block_size + 1 - c))
+            growing.append((r, num_blocks - held))
+            for b in range(held, num_blocks):
+                first_needed.append(1 if floor_tokens > b * block_size else max(1, b * block_size + 1 - c))
         if kv.pool.enable_caching and not kv.defer_private_blocks:
             self._allocate_window_one_by_one(num_steps)
-        else:
+        elif growing:
             # What allocate_slots(request, num_steps) would take, request after request, in one draw from the
             # free queue; nothing to register (decode blocks are private: deferred, or no prefix cache).
-            new_ids = kv.pool.get_new_blocks(sum(n for n in needed if n > 0))
+            new_ids = kv.pool.get_new_blocks(len(first_needed))
             taken = 0
-            for request, n in zip(running, needed):
-                if n > 0:
-                    request.block_ids += new_ids[taken : taken + n]
-                    taken += n
+            for request, n in growing:
+                request.block_ids += new_ids[taken : taken + n]
+                taken += n
         if not first_needed:
             return np.full(num_steps, used)
         return used + np.cumsum(np.bincount(first_needed, minlength=num_steps + 1)[1:])
