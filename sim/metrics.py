@@ -141,12 +141,17 @@ class GapHistogram:
         if self._num_pending >= self.FLUSH:
             self._flush()
 
-    def _flush(self) -> None:
-        if not self._num_pending:
-            return
+    def _pending(self) -> tuple[np.ndarray, np.ndarray]:
+        """The gaps not binned yet, and how many times each counts."""
         once = np.frombuffer(self._once, dtype=np.float64)
         values = np.concatenate([once, *(gaps for gaps, _ in self._arrays)])
         times = np.concatenate([np.ones(len(once)), *(np.full(len(gaps), float(t)) for gaps, t in self._arrays)])
+        return values, times
+
+    def _flush(self) -> None:
+        if not self._num_pending:
+            return
+        values, times = self._pending()
         # Counts are whole numbers far below 2^53: the float weights add them exactly.
         self.counts += np.bincount(self._bucket(values), weights=times, minlength=self.NUM_BUCKETS).astype(np.int64)
         self.count += int(times.sum())

@@ -291,8 +291,8 @@ def test_the_10k_benchmark_figures_match_exact_gaps_within_the_resolution(monkey
     flush = GapHistogram._flush
 
     def keep_and_flush(self):
-        values = np.frombuffer(self._values, dtype=np.float64)
-        exact.append(np.repeat(values, np.frombuffer(self._times, dtype=np.float64).astype(np.int64)))
+        values, times = self._pending()
+        exact.append(np.repeat(values, times.astype(np.int64)))
         flush(self)
 
     monkeypatch.setattr(GapHistogram, "_flush", keep_and_flush)
