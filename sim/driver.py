@@ -18,6 +18,7 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -42,6 +43,17 @@ class SimResult:
 
 
 WINDOW_PREFIX_STEPS = 64  # steps of a decode window priced first (most windows end sooner, at an arrival)
+
+
+class Window(NamedTuple):
+    """The steps of a decode window, one array element each."""
+
+    durations: np.ndarray  # seconds
+    host: float  # seconds, every step's
+    device: np.ndarray  # seconds
+    context: np.ndarray  # context tokens after the step, summed over the rows
+    elapsed: np.ndarray  # cumulative durations
+    after: tuple[float, float] | None  # (seconds, device seconds) of the step after the window, if priced
 
 
 class Replica:
@@ -104,10 +116,10 @@ class Replica:
             # A window never starts right after idle: the request that woke the engine is still waiting.
             if self.fast_forward and not self.deferred and (bound := sched.decode_window_bound()):
                 window = self._window(bound)
-                if len(window[0]) >= 2:
+                if len(window.durations) >= 2:
                     if self.overlapped:
                         self.deferred = []
-                    yield from self._decode_window(*window)
+                    yield from self._decode_window(window)
                     continue
             out = sched.schedule()
             if not out.scheduled:
@@ -118,82 +130,114 @@ class Replica:
             yield from self._step(out, after_idle)
             after_idle = False
 
-    def _step(self, out: SchedulerOutput, after_idle: bool):
-        """Run one scheduled step: release the arrivals kept aside, price it, advance the clock, update."""
+    def _step(self, out: SchedulerOutput, after_idle: bool, priced: tuple[float, float] | None = None):
+        """Run one scheduled step: release the arrivals kept aside, price it (unless `priced` gives its (step,
+        device) seconds), advance the clock, update."""
         env, sched, cost = self.env, self.scheduler, self.cost
         self._release_deferred()  # arrivals during the previous step: too late for this one
         start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
         host = cost.host_s(out.num_seqs)
-        device = cost.device_s(
-            out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
-        )
-        duration = float(cost.combine(host, device, after_idle))
+        if priced is None:
+            device = cost.device_s(
+                out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
+            )
+            duration, device = float(cost.combine(host, device, after_idle)), float(device)
+        else:
+            duration, device = priced
         yield env.timeout(duration)
-        finished = sched.update(out, env.now)
-        sched.record_step(out, start, duration, blocks_in_use, host, float(device))
+        yield from self._end_step(out, start, duration, blocks_in_use, host, device)
+
+    def _end_step(self, out: SchedulerOutput, start: float, duration: float, blocks_in_use: int, host, device):
+        finished = self.scheduler.update(out, self.env.now)
+        self.scheduler.record_step(out, start, duration, blocks_in_use, host, device)
         for request in finished:
             self.on_finished(request)
         if finished:
             # Let the users whose replies just completed send their next request (or start thinking)
             # before this engine plans its next step, as they would between two real steps.
-            yield env.timeout(0)
+            yield self.env.timeout(0)
 
-    def _window(self, bound: int) -> tuple[np.ndarray, float, np.ndarray, np.ndarray, np.ndarray]:
-        """(durations, host seconds, device seconds, context tokens after each step, cumulative durations) of
-        the next steps of a decode window, cut before the first step that would start at or after the next
-        arrival anywhere (it changes the batch)."""
+    def _window(self, bound: int) -> Window:
+        """The next steps of a decode window, cut before the first step that would start at or after the next
+        arrival anywhere (it changes the batch), and the step after them if it was priced."""
         rows = len(self.scheduler.running)
         context_now = sum(r.num_computed_tokens for r in self.scheduler.running)
         host = self.cost.host_s(rows)
         until_arrival_s = self.next_arrival_s() - self.env.now
         # Most windows end at an arrival after a few dozen steps: price a short prefix first, all `bound` steps
-        # only if the arrival is not among them (a prefix of the same arrays: the same values).
-        num_priced = min(bound, WINDOW_PREFIX_STEPS)
+        # (and the one after) only if the arrival is not among them (a prefix of the same arrays: the same
+        # values). The step after the window is the pure-decode step that follows it when someone finishes in
+        # it or an arrival waits for it: priced here, with the same operations as one step alone.
+        num_priced = min(bound + 1, WINDOW_PREFIX_STEPS)
         while True:
             context = np.arange(context_now + rows, context_now + rows * (num_priced + 1), rows)
             device, durations = self.cost.decode_window_s(rows, context, host)
             elapsed = durations.cumsum()
             num_steps = int((elapsed - durations).searchsorted(until_arrival_s, side="left"))
-            if num_steps < num_priced or num_priced == bound:
-                n = num_steps
-                return durations[:n], host, device[:n], context[:n], elapsed[:n]
-            num_priced = bound
+            if num_steps < num_priced or num_priced == bound + 1:
+                n = min(num_steps, bound)
+                after = (float(durations[n]), float(device[n])) if n < num_priced else None
+                return Window(durations[:n], host, device[:n], context[:n], elapsed[:n], after)
+            num_priced = bound + 1
 
-    def _decode_window(
-        self, durations: np.ndarray, host: float, device: np.ndarray, context: np.ndarray, elapsed: np.ndarray
-    ):
-        sched, now = self.scheduler, self.env.now
-        blocks = sched.allocate_decode_window(len(durations))
+    def _decode_window(self, window: Window):
+        sched, env, now = self.scheduler, self.env, self.env.now
+        durations = window.durations
+        num_steps = len(durations)
+        # Someone finishes in the step after the window (it stops one step short): checked before the window
+        # changes the counts.
+        finishing = min([r.max_output_tokens - r.num_output_tokens for r in sched.running]) - num_steps == 1
+        blocks = sched.allocate_decode_window(num_steps)
         num_waiting = len(sched.waiting)  # requests blocked in the queue (a saturated engine), or none
         if not num_waiting:
-            ends = now + elapsed
+            ends = now + window.elapsed
         else:
             # The clock advances step by step, as when stepping one by one, so every time is the same to the
             # last bit (still no per-request work).
             ends = np.cumsum(np.concatenate(([now], durations)))[1:]
         last_end = float(ends[-1])
+        if not num_waiting and finishing and window.after is not None:
+            # The finishing step follows at once: when nothing else can happen before it ends (no arrival),
+            # the window and that step take one timeout instead of two, landing where they would.
+            clock = now + (last_end - now)  # where the window's timeout would land the clock
+            step_end = clock + window.after[0]
+            if self.next_arrival_s() > step_end and now + (step_end - now) == step_end:
+                self._end_window(window, ends, blocks, num_waiting)
+                out = sched.decode_step()  # what _steps_after_window would take
+                if out is None:
+                    yield env.timeout(last_end - now)
+                    return
+                blocks_in_use = sched.kv.pool.num_used_blocks
+                yield env.timeout(step_end - now)
+                duration, device = window.after
+                yield from self._end_step(out, clock, duration, blocks_in_use, window.host, device)
+                return
         if now + (last_end - now) == last_end or not num_waiting:
-            yield self.env.timeout(last_end - now)  # SimPy's clock lands on last_end exactly
+            yield env.timeout(last_end - now)  # SimPy's clock lands on last_end exactly
         else:
             for duration in durations.tolist():
-                yield self.env.timeout(duration)
+                yield env.timeout(duration)
+        self._end_window(window, ends, blocks, num_waiting)
+        if self._steps_after_window(num_waiting) and (out := sched.decode_step()) is not None:
+            yield from self._step(out, after_idle=False, priced=window.after)  # a window never follows idle
+
+    def _end_window(self, window: Window, ends: np.ndarray, blocks: np.ndarray, num_waiting: int) -> None:
+        sched = self.scheduler
         sched.apply_decode_window(ends)
         self.recorder.decode_window(
             replica=sched.replica,
             end_s=ends,
-            duration_s=durations,
+            duration_s=window.durations,
             num_running=len(sched.running),
             num_waiting=num_waiting,
             num_waiting_after=len(sched.waiting),
-            sum_context_tokens=context,
+            sum_context_tokens=window.context,
             kv_blocks_used=blocks,
-            host_s=host,
-            device_s=device,
-            tokens_held=context - sched.kv.shared_tokens(),  # a decode window shares no new block
+            host_s=window.host,
+            device_s=window.device,
+            tokens_held=window.context - sched.kv.shared_tokens(),  # a decode window shares no new block
             one_by_one=num_waiting > 0,
         )
-        if self._steps_after_window(num_waiting) and (out := sched.decode_step()) is not None:
-            yield from self._step(out, after_idle=False)  # a window never follows idle
 
     def _steps_after_window(self, num_waiting: int) -> bool:
         """The next step is stepped and pure decode, as run()'s loop would find: someone finishes in it (a window
