@@ -13,8 +13,6 @@ percentiles as numpy.percentile. Memory is bounded by the requests, not by the t
 
 from __future__ import annotations
 
-import math
-from array import array
 from collections.abc import Callable
 
 import numpy as np
@@ -97,6 +95,23 @@ class Columns:
         self.size = (self.size + 1) // 2
 
 
+def exact_sum(values: np.ndarray) -> float:
+    """math.fsum of finite float64 values (their exact sum, correctly rounded) at numpy's speed: each value is
+    a 53-bit integer times a power of two; the integers, split in 27- and 26-bit halves so that no sum of fewer
+    than 2^26 of them rounds, are added per power of two in float64, and Python's integers add the rest."""
+    if len(values) >= 1 << 26:
+        raise ValueError(f"exact_sum of {len(values)} values: at most 2^26 - 1 at once")
+    mantissa, exponent = np.frexp(values)
+    mantissa = (mantissa * 2.0**53).astype(np.int64)  # exact: value = mantissa * 2^(exponent - 53)
+    lowest = int(exponent.min()) if len(values) else 0
+    exponent -= lowest
+    high = np.bincount(exponent, weights=mantissa >> 26)
+    low = np.bincount(exponent, weights=mantissa & ((1 << 26) - 1))
+    total = sum(((int(h) << 26) + int(l)) << k for k, (h, l) in enumerate(zip(high.tolist(), low.tolist())))
+    scale = lowest - 53
+    return float(total << scale) if scale >= 0 else total / (1 << -scale)  # int / int rounds correctly
+
+
 class GapHistogram:
     """Inter-token gaps in seconds, in log buckets of width RATIO (HDR-histogram style), 150 kB in all.
 
@@ -104,8 +119,8 @@ class GapHistogram:
     every gap it holds is within sqrt(RATIO) - 1 < RELATIVE_ERROR of that value. Percentiles follow
     numpy.percentile's linear rule between the order statistics they read from the buckets, hence also within
     RELATIVE_ERROR; they are clamped to the exact min and max. Gaps below MIN_S (none in practice) go to
-    bucket 0 and above MAX_S to the last, both still counted in the exact mean. Scalar gaps are buffered and
-    binned in numpy batches: one `array.append` each, as cheap as storing them.
+    bucket 0 and above MAX_S to the last, both still counted in the exact mean. Gaps are buffered and binned
+    in numpy batches: a step's gaps cost a list extend, a decode window's an array kept as it is.
     """
 
     RELATIVE_ERROR = 1e-3
@@ -120,9 +135,10 @@ class GapHistogram:
         self.sum_s = 0.0
         self.min_s = float("inf")
         self.max_s = float("-inf")
-        # Gaps not binned yet: those counted once, and arrays of gaps each counted `times` times (a decode
+        # Gaps not binned yet: those counted once (a list: extending it by a step's gaps is a copy of pointers,
+        # where an array converts each float), and arrays of gaps each counted `times` times (a decode
         # window's); a batch is binned as a whole, so the order within it does not matter (fsum is exact).
-        self._once = array("d")
+        self._once: list[float] = []
         self._arrays: list[tuple[np.ndarray, int]] = []
         self._num_pending = 0
 
@@ -143,7 +159,7 @@ class GapHistogram:
 
     def _pending(self) -> tuple[np.ndarray, np.ndarray]:
         """The gaps not binned yet, and how many times each counts."""
-        once = np.frombuffer(self._once, dtype=np.float64)
+        once = np.array(self._once, dtype=np.float64)
         values = np.concatenate([once, *(gaps for gaps, _ in self._arrays)])
         times = np.concatenate([np.ones(len(once)), *(np.full(len(gaps), float(t)) for gaps, t in self._arrays)])
         return values, times
@@ -157,11 +173,11 @@ class GapHistogram:
         self.count += int(times.sum())
         # Not `values @ times`: BLAS's dot product rounds by its CPU kernel and thread count (the same run gave
         # another mean on another machine), and OpenBLAS's worker thread then spins on the other core for tens
-        # of milliseconds. fsum of the products is exactly rounded everywhere.
-        self.sum_s += math.fsum(values * times)
+        # of milliseconds. The exact sum of the products, rounded once, is the same everywhere.
+        self.sum_s += exact_sum(values * times)
         self.min_s = min(self.min_s, float(values.min()))
         self.max_s = max(self.max_s, float(values.max()))
-        self._once, self._arrays, self._num_pending = array("d"), [], 0
+        self._once, self._arrays, self._num_pending = [], [], 0
 
     def _bucket(self, gaps_s: np.ndarray) -> np.ndarray:
         index = np.log(np.maximum(gaps_s, self.MIN_S) / self.MIN_S) / np.log(self.RATIO)

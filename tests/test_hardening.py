@@ -5,6 +5,7 @@ sweep over the same classes is tests/test_fuzz.py."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from planner.cli import main
 from planner.scenario import load_scenario
 from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
-from sim.metrics import GapHistogram
+from sim.metrics import GapHistogram, exact_sum
 from sim.workload import WorkloadError, generate_workload, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -279,6 +280,21 @@ def test_gap_histogram_percentiles_within_the_documented_error():
     repeated = GapHistogram()
     repeated.add_many(np.array([0.01, 0.03]), times=3)
     assert len(repeated) == 6 and repeated.mean_s() == pytest.approx(0.02)
+
+
+def test_exact_sum_is_fsum():
+    rng = np.random.default_rng(0)
+    for trial in range(500):
+        n = int(rng.integers(0, 2000))
+        values = [
+            rng.random(n) * 0.05,
+            rng.exponential(0.01, n) * rng.integers(1, 300, n),  # gaps times their counts
+            np.exp(rng.uniform(-700, 700, n)),
+            rng.normal(0, 1, n) * 10.0 ** rng.integers(-300, 300, n),
+            np.round(rng.random(n), 3) * rng.integers(1, 5, n),  # ties
+        ][trial % 5]
+        assert exact_sum(values) == math.fsum(values)
+    assert exact_sum(np.array([1e308, 1e308, -1e308])) == 1e308 and exact_sum(np.array([5e-324, 5e-324])) == 1e-323
 
 
 def test_the_10k_benchmark_figures_match_exact_gaps_within_the_resolution(monkeypatch):
