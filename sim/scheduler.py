@@ -328,14 +328,20 @@ class ContinuousScheduler(Scheduler):
                 return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
             computed.append(c)
             num_held += len(r.block_ids)
-        # Blocks the window needs: what blocks_needed(r, steps) sums to over the running requests.
+        # Blocks the window needs: what blocks_needed(r, steps) sums to over the running requests. Short of
+        # them, the window halves until they fit: the halvings are counted at once (a nearly full pool).
         block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
         num_free = self.kv.pool.num_free_blocks
-        while (
-            steps >= 2 and sum(-(-max(c + steps, floor_tokens) // block_size) for c in computed) - num_held > num_free
-        ):
-            steps //= 2
-        return steps if steps >= 2 else 0
+        if sum(-(-max(c + steps, floor_tokens) // block_size) for c in computed) - num_held <= num_free:
+            return steps
+        halvings = []
+        while (steps := steps // 2) >= 2:
+            halvings.append(steps)
+        if not halvings:
+            return 0
+        tokens = np.maximum(np.array(computed)[:, None] + np.array(halvings), floor_tokens)
+        fits = np.flatnonzero((-(-tokens // block_size)).sum(axis=0) - num_held <= num_free)
+        return halvings[fits[0]] if len(fits) else 0
 
     def _waiting_head_blocked(self) -> bool:
         """The queue's head cannot be admitted after the running requests' decode tokens: what
