@@ -38,6 +38,7 @@ class KVCacheManager:
         # allocation, without hashing every block of every request. False: register every full block at
         # allocation, as vLLM does (the reference the property tests compare with).
         self.defer_private_blocks = defer_private_blocks
+        self._keys: dict[Request, list[tuple]] = {}  # _chain_keys' (by identity: Request compares by identity)
 
     def get_computed_blocks(self, request: Request) -> list[int]:
         """Leading full blocks of a new request already in the prefix cache.
@@ -51,15 +52,24 @@ class KVCacheManager:
         if shareable is not None and not request.num_preemptions:
             num_blocks = min(num_blocks, shareable)  # its own blocks were never cached: no need to look
         hits: list[int] = []
-        parent = ROOT_HASH
+        keys, lookup = self._chain_keys(request, num_blocks), self.pool.lookup
         for i in range(num_blocks):
-            key = (parent, request.block_content_key(i, self.block_size))
-            block_id = self.pool.lookup(key)
+            block_id = lookup(keys[i])
             if block_id is None:
                 break
             hits.append(block_id)
-            parent = hash(key)
         return hits
+
+    def _chain_keys(self, request: Request, num_blocks: int) -> list[tuple]:
+        """The chained prefix-cache keys of the request's first num_blocks blocks (at least). A full block's
+        tokens never change, nor do its key: they are kept until the request finishes, as the queue's head
+        is looked up again at every step while it waits (a preempted request: every block it had)."""
+        keys = self._keys.get(request)
+        if keys is None:
+            keys = self._keys[request] = []
+        for i in range(len(keys), num_blocks):
+            keys.append((hash(keys[-1]) if i else ROOT_HASH, request.block_content_key(i, self.block_size)))
+        return keys
 
     def blocks_needed(
         self, request: Request, num_new_tokens: int, num_hit_blocks: int = 0, reserve_tokens: int = 0
@@ -131,6 +141,8 @@ class KVCacheManager:
         self.free(request)
 
     def free(self, request: Request) -> None:
+        if request.is_finished:
+            self._keys.pop(request, None)
         self.pool.free_blocks(reversed(request.block_ids))
         request.block_ids = []
         request.block_hashes = []
