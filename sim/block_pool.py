@@ -9,6 +9,7 @@ recently freed), evicting whatever was cached there.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from operator import itemgetter
 
 NULL_BLOCK_ID = 0
 
@@ -81,17 +82,17 @@ class BlockPool:
             del free[:head]
             head = 0
         self._head = head
-        ref_cnt = self.ref_cnt
-        if self.cached_blocks:  # else no block has cached content to evict (block_key is all None)
-            block_key = self.block_key
+        ref_cnt, block_key = self.ref_cnt, self.block_key
+        for block_id in reused:
+            ref_cnt[block_id] = 1
+        # Evict what the reused blocks cached: nothing when the cache is empty, and mostly nothing otherwise
+        # (checked at C speed first: a key is a non-empty tuple, None when nothing is cached; the null block,
+        # never cached, makes itemgetter return a tuple even for one block).
+        if self.cached_blocks and reused and any(itemgetter(*reused, NULL_BLOCK_ID)(block_key)):
             for block_id in reused:
-                ref_cnt[block_id] = 1
                 if block_key[block_id] is not None:
                     del self.cached_blocks[block_key[block_id]]
                     block_key[block_id] = None
-        else:
-            for block_id in reused:
-                ref_cnt[block_id] = 1
         return ids + reused
 
     def touch(self, block_ids: Iterable[int]) -> None:

@@ -126,10 +126,10 @@ class KVCacheManager:
 
     def _register(self, request: Request, num_full: int) -> None:
         """Register the request's blocks [num_cached_blocks, num_full) under their chained keys."""
+        keys = self._chain_keys(request, num_full)
         for i in range(request.num_cached_blocks, num_full):
-            key = (request.block_hashes[i - 1] if i else ROOT_HASH, request.block_content_key(i, self.block_size))
-            request.block_hashes.append(hash(key))
-            self.pool.cache_block(request.block_ids[i], key)
+            request.block_hashes.append(hash(keys[i]))
+            self.pool.cache_block(request.block_ids[i], keys[i])
         request.num_cached_blocks = max(request.num_cached_blocks, num_full)
 
     def free_preempted(self, request: Request) -> None:

@@ -310,15 +310,15 @@ class ContinuousScheduler(Scheduler):
         if not self.fast_decode_rows or not self.running or len(self.running) > self.config.max_num_batched_tokens:
             return 0
         # The cheap tests first (each rules a window out; none changes anything): the latest admitted request
-        # is mid-prompt (a chunked prefill), the queue's head can be admitted (a busy engine's usual cases),
-        # someone finishes within two steps.
+        # is mid-prompt (a chunked prefill), someone finishes within two steps (a busy engine has one most
+        # steps), the queue's head can be admitted.
         last = self.running[-1]
         if last.num_prompt_tokens + last.num_output_tokens - last.num_computed_tokens != 1:
             return 0
-        if self.waiting and not self._waiting_head_blocked():
-            return 0
         steps = min([r.max_output_tokens - r.num_output_tokens for r in self.running]) - 1
         if steps < 2:
+            return 0
+        if self.waiting and not self._waiting_head_blocked():
             return 0
         computed = []
         num_held = 0
