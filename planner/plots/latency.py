@@ -8,10 +8,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from planner.plot_workers import CDF_POINTS
 from planner.plots.context import Context, finish
 from planner.plots.style import fmt_ms, note, tick_fmt
 
-CDF_POINTS = 200_000  # larger samples are subsampled for the drawn curve (percentiles stay exact)
 PERCENTILE_COLORS = {50: "#2ca02c", 90: "#ff7f0e", 99: "#d62728"}
 
 
