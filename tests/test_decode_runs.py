@@ -124,7 +124,9 @@ def test_simulate_out_writes_merged_rows_and_all_steps_every_step(tmp_path, caps
     }
     assert list(tables["all"].dtype.names) == [*STEP_COLUMNS, NUM_STEPS]
     assert len(tables["all"]) == summary["num_steps"] and set(tables["all"][NUM_STEPS]) == {1}
-    assert tables["merged"][NUM_STEPS].sum() == summary["num_steps"] and len(tables["merged"]) < summary["num_steps"] / 3
+    assert (
+        tables["merged"][NUM_STEPS].sum() == summary["num_steps"] and len(tables["merged"]) < summary["num_steps"] / 3
+    )
 
 
 def test_all_steps_without_out_is_refused(capsys):
