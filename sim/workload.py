@@ -24,6 +24,7 @@ import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -147,21 +148,37 @@ LENGTH_CEILING = 1 << 40  # 256 MiB: a trace is read whole; the shipped ones are
 
 
 def read_trace(path: str | Path, columns: Sequence[str], arrival_column: str | None = None) -> dict[str, np.ndarray]:
-    """The named columns of a trace file as float64 arrays, in file order.
+    """The named columns of a trace file as read-only float64 arrays, in file order.
 
     CSV with a header row, or JSON Lines (one object a line) when the name ends in .jsonl or .ndjson. Every
     value is checked (a number, finite, in range: token counts non-negative, `arrival_column` in seconds);
-    a bad one is a WorkloadError naming the file, the line and the column.
+    a bad one is a WorkloadError naming the file, the line and the column. A file is read once per process
+    while it is unchanged: `planner simulate` checks the workload before the run generates it again.
     """
     path = Path(path)
     if not path.is_file():  # also refuses a FIFO or a device before opening it: reading one would block
         raise WorkloadError(f"trace file {path} not found" if not path.exists() else f"{path}: not a regular file")
-    if path.stat().st_size > MAX_TRACE_BYTES:
+    stat = path.stat()
+    if stat.st_size > MAX_TRACE_BYTES:
         raise WorkloadError(f"trace file {path}: larger than {MAX_TRACE_BYTES:,} bytes")
+    version = (stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    return dict(_read_trace(path, tuple(columns), arrival_column, version))
+
+
+@lru_cache(maxsize=4)
+def _read_trace(
+    path: Path, columns: tuple[str, ...], arrival_column: str | None, version: tuple[int, ...]
+) -> dict[str, np.ndarray]:
+    """read_trace's work; `version` (the file's identity, mtime and size) only keys the cache."""
     text = _decode(path, path.read_bytes())
-    read = _read_jsonl if path.suffix in (".jsonl", ".ndjson") else _read_csv
-    values, lines, where = read(path, text, list(columns))
-    return {c: _check_values(path, c, values[c], lines, where[c], c == arrival_column) for c in columns}
+    is_csv = path.suffix not in (".jsonl", ".ndjson")
+    table = _read_plain_csv(text, list(columns), arrival_column) if is_csv else None
+    if table is None:  # not plain (or bad): read row by row, to name the line of the first bad value
+        values, lines, where = (_read_csv if is_csv else _read_jsonl)(path, text, list(columns))
+        table = {c: _check_values(path, c, values[c], lines, where[c], c == arrival_column) for c in columns}
+    for values in table.values():
+        values.setflags(write=False)  # shared by every caller of the cache
+    return table
 
 
 def _decode(path: Path, data: bytes) -> str:
@@ -174,6 +191,30 @@ def _decode(path: Path, data: bytes) -> str:
             f"trace file {path}: line {line}, column {column}: byte 0x{data[e.start]:02x} is not UTF-8 text"
             " (a binary or UTF-16 file?)"
         ) from None
+
+
+def _read_plain_csv(text: str, columns: list[str], arrival_column: str | None) -> dict[str, np.ndarray] | None:
+    """The columns of a CSV without a Python step per row: the same csv reader splits the rows, numpy converts
+    each column as float() does. None unless every row has the columns and every value is a number in range,
+    so that a blank line, a short row or a bad value goes to _read_csv, which skips it or names its line."""
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error:
+        return None
+    header = [name.strip() for name in rows[0]] if rows else []
+    table = {}
+    for c in columns:
+        if c not in header:
+            return None
+        i = header.index(c)
+        try:
+            values = np.array([row[i] for row in rows[1:]], dtype=np.float64)  # float()'s parsing of each text
+        except (IndexError, ValueError):
+            return None
+        if _out_of_range(values, c == arrival_column).any():
+            return None
+        table[c] = values
+    return table
 
 
 def _read_csv(path: Path, text: str, columns: list[str]) -> tuple[dict, list[int], dict[str, str]]:
@@ -254,15 +295,24 @@ def _check_values(path: Path, column: str, raw: list, lines: list[int], where: s
             f"trace file {path}: line {lines[k]}, {where}: {_show(value)} is not a number"
             f" ({'seconds' if is_time else 'a token count'})"
         )
-    lo, hi, unit = (-MAX_TRACE_SECONDS, MAX_TRACE_SECONDS, "seconds") if is_time else (0, MAX_TRACE_TOKENS, "tokens")
-    bad = ~np.isfinite(out) | (out < lo) | (out > hi)
+    bad = _out_of_range(out, is_time)
     if bad.any():
         k = int(np.argmax(bad))
+        lo, hi, unit = _bounds(is_time)
         raise WorkloadError(
             f"trace file {path}: line {lines[k]}, {where}: {_show(raw[k])}: must be a finite number of {unit}"
             f" in [{lo:g}, {hi:g}]"
         )
     return out
+
+
+def _bounds(is_time: bool) -> tuple[float, float, str]:
+    return (-MAX_TRACE_SECONDS, MAX_TRACE_SECONDS, "seconds") if is_time else (0, MAX_TRACE_TOKENS, "tokens")
+
+
+def _out_of_range(values: np.ndarray, is_time: bool) -> np.ndarray:
+    lo, hi, _ = _bounds(is_time)
+    return ~np.isfinite(values) | (values < lo) | (values > hi)
 
 
 def _show(value: object) -> str:

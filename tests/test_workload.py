@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.config import ArrivalConfig, Distribution, SharedPrefixConfig, TraceConfig, WorkloadConfig
-from sim.workload import WorkloadError, generate_workload, prompt_token_ids
+from sim.workload import WorkloadError, generate_workload, prompt_token_ids, read_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "scenarios" / "traces"
 CONV = TRACES / "azure_conv_2023.csv"
@@ -144,6 +144,32 @@ def test_jsonl_with_own_column_names_matches_csv(tmp_path):
     from_csv = generate_workload(trace_config(300), BIG)
     cols = {"prompt_column": "in", "output_column": "out", "arrival_column": "t"}
     assert same(from_csv, generate_workload(trace_config(300, path=path, **cols), BIG))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "t,p,o\n0,10,1\n1,20,1\n",
+        "t,p,o\r\n0,10,1\r\n\r\n1,20,1",  # CRLF, a blank line, no final newline
+        '"t","p","o"\n"0","10","1"\n1,"20",1\n',  # quoted names and values
+        "t , p ,o\n0, 10 ,1\n , , \n1,\t20,1\n",  # spaces around names and values; a row of blanks
+        "t,p,o,note\n0,1_0,1,a\n1,2e1,1\n",  # float()'s spellings; a row without the unused column
+    ],
+)
+def test_trace_csv_values_read_as_the_csv_module_splits_them(tmp_path, content):
+    path = tmp_path / "t.csv"
+    path.write_bytes(content.encode())
+    table = read_trace(path, ["t", "p", "o"], "t")
+    assert [table[c].tolist() for c in "tpo"] == [[0, 1], [10, 20], [1, 1]]
+
+
+def test_a_trace_is_read_once_until_it_changes(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("p\n1\n2\n")
+    first = read_trace(path, ["p"])
+    assert read_trace(path, ["p"])["p"] is first["p"] and not first["p"].flags.writeable  # shared, so read-only
+    path.write_text("p\n3\n4\n5\n")
+    assert read_trace(path, ["p"])["p"].tolist() == [3, 4, 5]
 
 
 @pytest.mark.parametrize("name", ["azure_conv_2023.csv", "azure_code_2023.csv", "arxiv_summarization.csv"])
