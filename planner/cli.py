@@ -48,6 +48,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="write summary.json, requests.csv, steps.csv and plots here")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument(
+        "--all-steps",
+        action="store_true",
+        help="steps.csv: a row per step (default: runs of identical decode steps merged, num_steps each)",
+    )
+    p.add_argument(
         "--calibration",
         metavar="FILE|auto",
         help="the cost model's calibration profile (default: the scenario's `calibration` key, auto)",
@@ -319,12 +324,12 @@ def _check_out(args) -> None:
         check_out_dir(args.out)
 
 
-def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = ()) -> None:
+def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = (), plot_workers=None) -> None:
     from planner.report import summary_lines
     from planner.results import summary_json, write_outputs
 
     if args.out:
-        written = write_outputs(args.out, summary, recorder, title)
+        written = write_outputs(args.out, summary, recorder, title, plot_workers)
     if args.json:
         sys.stdout.write(summary_json(summary))
     else:
@@ -335,17 +340,31 @@ def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = ()
 
 def cmd_simulate(args) -> int:
     from planner.calibration.profile import resolve_cost_model
-    from planner.results import StepsCsv, build_summary
-    from sim.driver import simulate
+    from planner.plot_workers import plot_workers_for
 
     scenario = _load(args)
     _refuse(scenario, _run_problems(scenario))
     if args.intervals is not None and args.intervals < 1:
         raise PlannerError(f"--intervals {args.intervals}: must be a number of runs >= 1")
+    if args.all_steps and args.out is None:
+        raise PlannerError("--all-steps: it says what steps.csv holds, and only --out DIR writes steps.csv")
     coefficients, provenance = resolve_cost_model(scenario, args.calibration)
     _check_out(args)
+    plot_workers = plot_workers_for(scenario.workload.num_requests, args.out)  # importing while we run
+    try:
+        _simulate(args, scenario, coefficients, provenance, plot_workers)
+    finally:
+        if plot_workers is not None:
+            plot_workers.close()  # a no-op once they have drawn; else (a failed run) they exit
+    return 0
+
+
+def _simulate(args, scenario, coefficients, provenance, plot_workers) -> None:
+    from planner.results import StepsCsv, build_summary
+    from sim.driver import simulate
+
     progress = Progress("simulating")
-    steps_csv = StepsCsv(args.out / "steps.csv") if args.out else None  # written as the run goes
+    steps_csv = StepsCsv(args.out / "steps.csv", args.all_steps) if args.out else None  # written as it runs
     result = simulate(
         scenario, coefficients, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv
     )
@@ -373,8 +392,8 @@ def cmd_simulate(args) -> int:
         summary["intervals"] = simulate_intervals(scenario, coefficients, provenance, args.intervals, progress)
         progress.close()
         extra_lines = interval_lines(summary["intervals"], provenance.label)
-    _emit(args, summary, result.recorder, f"{scenario.name} (simulated; cost model: {provenance.label})", extra_lines)
-    return 0
+    title = f"{scenario.name} (simulated; cost model: {provenance.label})"
+    _emit(args, summary, result.recorder, title, extra_lines, plot_workers)
 
 
 def cmd_run(args) -> int:

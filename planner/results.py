@@ -12,7 +12,9 @@ from typing import TextIO
 
 import numpy as np
 
+from planner.decode_runs import NUM_STEPS, DecodeRunMerger, with_num_steps
 from planner.errors import PlannerError, read_text_file
+from planner.plot_workers import CDF_POINTS, PlotWorkers
 from planner.scenario import scenario_to_dict
 from sim.config import Scenario
 from sim.metrics import STEP_COLUMNS, Recorder, summarize
@@ -125,54 +127,61 @@ def _write_rows(f: TextIO, columns: dict[str, np.ndarray]) -> None:
 class StepsCsv:
     """steps.csv written as the run goes: the recorder's `steps_sink` (sim.metrics.Recorder). Rows come in
     the order steps end; within each chunk they are sorted by start time, so with one replica the file is
-    in start order, and with several it is within each chunk of STEP_CHUNK_ROWS (sort by start_s for more)."""
+    in start order, and with several it is within each chunk of STEP_CHUNK_ROWS (sort by start_s for more).
+    Runs of identical decode steps are merged into one row each (planner.decode_runs), unless all_steps."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, all_steps: bool = False) -> None:
         self.path = path
+        self.merger = None if all_steps else DecodeRunMerger()
         self.file = path.open("w")
-        self.file.write(",".join(STEP_COLUMNS) + "\n")
+        self.file.write(",".join([*STEP_COLUMNS, NUM_STEPS]) + "\n")
 
     def __call__(self, rows: dict[str, np.ndarray]) -> None:
-        by_start = np.argsort(rows["start_s"], kind="stable")  # replicas' rows interleaved in time
-        _write_rows(self.file, {name: column[by_start] for name, column in rows.items()})
+        if self.merger is not None:
+            _write_rows(self.file, self.merger.feed(rows))
+        else:
+            by_start = np.argsort(rows["start_s"], kind="stable")  # replicas' rows interleaved in time
+            _write_rows(self.file, with_num_steps({name: column[by_start] for name, column in rows.items()}))
 
     def close(self) -> None:
+        if self.merger is not None:
+            _write_rows(self.file, self.merger.finish())
         self.file.close()
 
 
-def write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) -> list[Path]:
-    """Write every output; `check_out_dir` ran before the run, so only a full disk or a folder changed
-    meanwhile can fail here (a PlannerError too)."""
+def write_outputs(
+    out_dir: Path, summary: dict, recorder: Recorder, title: str, plot_workers: PlotWorkers | None = None
+) -> list[Path]:
+    """Write every output (the plots by plot_workers when given: planner.plot_workers); `check_out_dir` ran
+    before the run, so only a full disk or a folder changed meanwhile can fail here (a PlannerError too)."""
     try:
-        return _write_outputs(out_dir, summary, recorder, title)
+        return _write_outputs(out_dir, summary, recorder, title, plot_workers)
     except OSError as e:
         raise PlannerError(f"--out {out_dir}: cannot write the outputs: {e}") from None
 
 
-def _write_outputs(out_dir: Path, summary: dict, recorder: Recorder, title: str) -> list[Path]:
-    from planner.plots import write_plots  # matplotlib only loads when plots are asked for
-    from planner.plots.latency import CDF_POINTS
-
+def _write_outputs(
+    out_dir: Path, summary: dict, recorder: Recorder, title: str, plot_workers: PlotWorkers | None
+) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     requests = recorder.requests.view()
     order = np.argsort(requests["request_id"], kind="stable")
     requests = {name: column[order] for name, column in requests.items()}
+    steps = recorder.step_rows()  # with a StepsCsv sink: the rows left are written, the plots get a sample
+    plots = (requests, steps, summary, title)
+    plot_options = {"itl_ms": recorder.itl.sample_ms(CDF_POINTS), "num_gpu_blocks": recorder.num_gpu_blocks}
+    if plot_workers is not None:
+        plot_workers.send(out_dir, *plots, **plot_options)  # drawn while the files below are written
     written = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
     written[0].write_text(summary_json(summary))
     _write_csv(written[1], requests)
-    steps = recorder.step_rows()  # with a StepsCsv sink: the rows left are written, the plots get a sample
     if isinstance(recorder.steps_sink, StepsCsv):
         recorder.steps_sink.close()
     else:
-        steps = {name: column[np.argsort(steps["start_s"], kind="stable")] for name, column in steps.items()}
-        _write_csv(written[2], steps)
-    written += write_plots(
-        out_dir,
-        requests,
-        steps,
-        summary,
-        title,
-        itl_ms=recorder.itl.sample_ms(CDF_POINTS),
-        num_gpu_blocks=recorder.num_gpu_blocks,
-    )
-    return written
+        by_start = np.argsort(steps["start_s"], kind="stable")
+        _write_csv(written[2], with_num_steps({name: column[by_start] for name, column in steps.items()}))
+    if plot_workers is not None:
+        return written + plot_workers.collect()
+    from planner.plots import write_plots  # matplotlib only loads when plots are asked for
+
+    return written + write_plots(out_dir, *plots, **plot_options)

@@ -5,7 +5,6 @@ needs, and what every check reports a miss with: the file (`Ctx`) and a did-you-
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -171,6 +170,8 @@ SLO_KEYS = "mean or pNN with 0 < NN < 100 (p50, p90, p99, p99.9)"
 
 
 def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    import difflib  # late: only a mistake needs it, and every start-up would pay for its import
+
     by_lower = {str(c).lower(): str(c) for c in choices}
     close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1, cutoff=0.6)
     return f" (did you mean {by_lower[close[0]]}?)" if close else ""

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from planner.catalog import (
     CatalogError,
@@ -20,8 +22,10 @@ from planner.catalog import (
     load_model_config_path,
     model_spec_from_hf_config,
 )
+from planner.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec, ModelSpec
 
+ROOT = Path(__file__).resolve().parents[1]
 MODELS = load_model_catalog()
 GPUS = load_gpu_catalog()
 
@@ -289,3 +293,17 @@ def test_catalogs_are_cached_but_callers_get_their_own_dict() -> None:
     assert a == b and a is not b and a["a10"] is b["a10"]
     a.pop("a10")
     assert "a10" in load_gpu_catalog()
+
+
+# --- packaged YAML -------------------------------------------------------------------------------------------
+
+PACKAGED_YAML = sorted(
+    [*(ROOT / "planner" / "catalog").glob("*.yaml"), *(ROOT / "planner" / "calibrations").rglob("*.yaml")]
+)
+
+
+@pytest.mark.parametrize("path", PACKAGED_YAML, ids=lambda p: p.name)
+def test_packaged_yaml_reads_the_same_without_libyaml(path: Path) -> None:
+    # parse_packaged_yaml uses libyaml's C parser where PyYAML has one: a PyYAML without it must give the same data
+    text = path.read_text(encoding="utf-8")
+    assert parse_packaged_yaml(text) == yaml.safe_load(text)

@@ -151,3 +151,35 @@ def test_tokens_from_requests_conserves_total():
     per_bin = output_tokens_from_requests(requests, edges)
     assert per_bin.sum() == pytest.approx(float(requests["output_tokens"].sum()), rel=1e-9)
     assert (per_bin >= 0).all()
+
+
+def test_a_long_title_wraps_inside_the_figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from planner.plots.context import Context, finish
+    from planner.plots.style import FIGSIZE
+
+    requests, steps, summary, _ = synthetic_run(num_requests=20, num_steps=100)
+    title = "a100_llama2_7b_azure_10k (simulated; cost model: calibrated (public profile 5cb427046e34, a100-80gb))"
+    fig = Figure(figsize=FIGSIZE)
+    canvas = FigureCanvasAgg(fig)
+    fig.subplots()
+    finish(fig, f"Throughput and load over time — {title}", Context(requests, steps, summary, title), "")
+    box = fig._suptitle.get_window_extent(canvas.get_renderer())
+    assert "\n" in fig._suptitle.get_text()
+    assert 0 <= box.x0 and box.x1 <= fig.bbox.width  # one line would run off both edges
+
+
+def test_the_itl_panel_counts_every_gap_not_the_sample(tmp_path):
+    from matplotlib.figure import Figure
+
+    from planner.plots.context import Context
+    from planner.plots.latency import latency_figure
+
+    requests, steps, summary, _ = synthetic_run(num_requests=50, num_steps=100)
+    summary = {**summary, "total_output_tokens": 5_000_050, "completed": 50, "mean_itl_ms": 12.5}
+    fig = Figure()
+    latency_figure(fig, Context(requests, steps, summary, "t"), itl_ms=np.full(1000, 10.0))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "Inter-token latency: 5,000,000 gaps, mean 12.5 ms" in titles

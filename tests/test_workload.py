@@ -1,4 +1,5 @@
 import csv
+import io
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -9,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.config import ArrivalConfig, Distribution, SharedPrefixConfig, TraceConfig, WorkloadConfig
-from sim.workload import WorkloadError, generate_workload, prompt_token_ids
+from sim.workload import WorkloadError, generate_workload, prompt_token_ids, read_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "scenarios" / "traces"
 CONV = TRACES / "azure_conv_2023.csv"
@@ -144,6 +145,64 @@ def test_jsonl_with_own_column_names_matches_csv(tmp_path):
     from_csv = generate_workload(trace_config(300), BIG)
     cols = {"prompt_column": "in", "output_column": "out", "arrival_column": "t"}
     assert same(from_csv, generate_workload(trace_config(300, path=path, **cols), BIG))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "t,p,o\n0,10,1\n\n1,2e1,1,9",  # plain: a blank line, a longer row, no final newline
+        "t,p,o\r\n0,10,1\r\n\r\n1,20,1\r\n",  # CRLF
+        '"t","p","o"\n"0","10","1"\n1,"20",1\n',  # quoted names and values
+        "t , p ,o\n0, 10 ,1\n , , \n1,\t20,1\n",  # spaces around names and values; a row of blanks
+        "t,p,o,note\n0,1_0,1,a\n1,+20.0,1\n",  # float()'s spellings; a row without the unused column
+    ],
+)
+def test_trace_csv_values_read_as_the_csv_module_and_float_read_them(tmp_path, content):
+    path = tmp_path / "t.csv"
+    path.write_bytes(content.encode())
+    table = read_trace(path, ["t", "p", "o"], "t")
+    assert [table[c].tolist() for c in "tpo"] == [[0, 1], [10, 20], [1, 1]]
+
+
+def csv_and_float(text: str, columns: list[str]) -> list[list[float]]:
+    """What read_trace promises of a CSV: the csv module's rows, blank ones skipped, each value float() of its
+    text; a missing or bad value raises (ValueError, IndexError)."""
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if any(field.strip() for field in row)]
+    header = [name.strip() for name in rows[0]]
+    return [[float(row[header.index(c)].strip()) for row in rows[1:]] for c in columns]
+
+
+NUMBER = st.from_regex(r"[0-9]{1,6}(\.[0-9]{0,3})?([eE][-+]?[0-9]{1,2})?", fullmatch=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rows=st.lists(st.lists(NUMBER | st.sampled_from(["", " 7", "-1", "1e999", '"5"', "1_0"]), min_size=2, max_size=4)),
+    newlines=st.lists(st.sampled_from(["\n", "\n\n", "\r\n"]), min_size=1),
+)
+def test_trace_csv_values_are_what_csv_and_float_read(tmp_path_factory, rows, newlines):
+    text = "".join(",".join(row) + newlines[i % len(newlines)] for i, row in enumerate([["t", "p"], *rows]))
+    path = tmp_path_factory.mktemp("trace") / "t.csv"
+    path.write_text(text, newline="")
+    try:
+        expected = csv_and_float(text, ["t", "p"])
+        in_range = all(abs(v) <= 1e10 for v in expected[0]) and all(0 <= v <= 1 << 24 for v in expected[1])
+    except (ValueError, IndexError):
+        expected, in_range = None, False
+    if not in_range:
+        with pytest.raises(WorkloadError, match=f"trace file {path}: line"):
+            read_trace(path, ["t", "p"], "t")
+    else:
+        assert [read_trace(path, ["t", "p"], "t")[c].tolist() for c in "tp"] == expected
+
+
+def test_a_trace_is_read_once_until_it_changes(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("p\n1\n2\n")
+    first = read_trace(path, ["p"])
+    assert read_trace(path, ["p"])["p"] is first["p"] and not first["p"].flags.writeable  # shared, so read-only
+    path.write_text("p\n3\n4\n5\n")
+    assert read_trace(path, ["p"])["p"].tolist() == [3, 4, 5]
 
 
 @pytest.mark.parametrize("name", ["azure_conv_2023.csv", "azure_code_2023.csv", "arxiv_summarization.csv"])

@@ -34,6 +34,7 @@ from planner.calibration.public_data import (
     gpu_spec,
 )
 from planner.calibration.shipped import PROFILE_DIR, PROFILED_GPUS, TENSOR_PARALLEL_SIZES, profile_path
+from planner.yaml_loader import parse_packaged_yaml
 
 VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
 FORMAT = "planner-calibration/1"
@@ -190,9 +191,8 @@ def fit_all(ops_path: Path = OPERATORS_CSV) -> list[GpuFit]:
 
 @cache
 def shipped_profiles() -> list[dict]:
-    """Every shipped profile, parsed (one small YAML file each; the C loader where PyYAML has it)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [yaml.load(p.read_text(encoding="utf-8"), Loader=loader) for p in sorted(PROFILE_DIR.glob("*.yaml"))]
+    """Every shipped profile, parsed (one small YAML file each)."""
+    return [parse_packaged_yaml(p.read_text(encoding="utf-8")) for p in sorted(PROFILE_DIR.glob("*.yaml"))]
 
 
 def write_all() -> list[Path]:

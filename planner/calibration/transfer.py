@@ -24,6 +24,7 @@ import numpy as np
 import yaml
 
 from planner.calibration.shipped import DATA_DIR, PROFILED_GPUS, profile_path
+from planner.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec
 
 TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread
@@ -180,8 +181,7 @@ def relative_std(folds) -> dict[str, dict[str, float]]:
 
 
 def load_yaml(path) -> dict:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser where PyYAML has it
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+    return parse_packaged_yaml(path.read_text(encoding="utf-8"))
 
 
 @cache

@@ -15,8 +15,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from planner.catalog.architecture import (
     ArchitectureError,
     attention_fields,
@@ -25,6 +23,7 @@ from planner.catalog.architecture import (
     quantization_fields,
 )
 from planner.errors import PlannerError
+from planner.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec, ModelSpec
 
 __all__ = [
@@ -324,7 +323,7 @@ def gpu_spec_from_mapping(d: Mapping[str, Any], name: str) -> GpuSpec:
 
 def _read_catalog(filename: str) -> dict[str, Any]:
     text = resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = parse_packaged_yaml(text)
     if not isinstance(data, dict):
         raise CatalogError(f"planner/catalog/{filename}: expected a mapping of name -> entry")
     return data

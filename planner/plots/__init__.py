@@ -17,6 +17,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from planner.plot_workers import PLOT_NAMES
 from planner.plots.context import Context
 from planner.plots.kv_cache import kv_cache_figure
 from planner.plots.latency import latency_figure
@@ -32,8 +33,10 @@ def write_plots(
     title: str,
     itl_ms: np.ndarray | None = None,
     num_gpu_blocks: int | None = None,
+    names: tuple[str, ...] = PLOT_NAMES,
 ) -> list[Path]:
-    """Write latency_cdf.png, throughput.png and kv_cache.png into out_dir; return their paths.
+    """Write latency_cdf.png, throughput.png and kv_cache.png (or those of `names`) into out_dir; return
+    their paths.
 
     requests: REQUEST_COLUMNS of sim.metrics (one row per completed request); steps: STEP_COLUMNS (may be
     empty; unknown columns are ignored); summary: the run's summary (used for the scenario name, SLO bounds,
@@ -50,19 +53,15 @@ def write_plots(
         num_gpu_blocks = memory.get("num_gpu_blocks") if isinstance(memory, dict) else None
     ctx = Context(requests, steps, summary, title)
     written = []
-    for name, draw in (
-        ("latency_cdf.png", latency_figure),
-        ("throughput.png", throughput_figure),
-        ("kv_cache.png", kv_cache_figure),
-    ):
+    for name in names:
         fig = Figure(figsize=FIGSIZE, dpi=DPI)
         FigureCanvasAgg(fig)
         if name == "latency_cdf.png":
-            draw(fig, ctx, itl_ms)
+            latency_figure(fig, ctx, itl_ms)
         elif name == "kv_cache.png":
-            draw(fig, ctx, num_gpu_blocks)
+            kv_cache_figure(fig, ctx, num_gpu_blocks)
         else:
-            draw(fig, ctx)
+            throughput_figure(fig, ctx)
         path = out_dir / name
         fig.savefig(path, dpi=DPI)
         written.append(path)

@@ -4,6 +4,7 @@ footnote and frame that every figure shares."""
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -94,10 +95,15 @@ def _nice_width(raw: float) -> float:
     return 10.0 ** (exp + 1)
 
 
+SUPTITLE_CHARS_PER_INCH = 8.5  # 13 pt bold DejaVu Sans: a longer line is cut at the figure's edges
+
+
 def finish(fig: Figure, suptitle: str, ctx: Context, extra: str = "") -> None:
-    fig.suptitle(suptitle, fontsize=13, fontweight="bold")
+    width_in = fig.get_size_inches()[0]
+    lines = textwrap.wrap(suptitle, width=int(width_in * SUPTITLE_CHARS_PER_INCH), break_on_hyphens=False)
+    fig.suptitle("\n".join(lines), fontsize=13, fontweight="bold")
     ctx.footnote(fig, extra)
-    fig.tight_layout(rect=(0, 0.055, 1, 0.965))
+    fig.tight_layout(rect=(0, 0.055, 1, 0.965))  # tight_layout makes room for the suptitle's lines
 
 
 def time_axis(ax, ctx: Context) -> None:

@@ -8,10 +8,10 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from planner.plot_workers import CDF_POINTS
 from planner.plots.context import Context, finish
 from planner.plots.style import fmt_ms, note, tick_fmt
 
-CDF_POINTS = 200_000  # larger samples are subsampled for the drawn curve (percentiles stay exact)
 PERCENTILE_COLORS = {50: "#2ca02c", 90: "#ff7f0e", 99: "#d62728"}
 
 
@@ -65,8 +65,13 @@ def latency_figure(fig: Figure, ctx: Context, itl_ms: np.ndarray | None) -> None
         if values is None or len(values) == 0:
             note(ax, why_empty)
             continue
-        counted = unit if len(values) != 1 else unit.removesuffix("s")
-        ax.set_title(f"{name}: {len(values):,} {counted}, mean {fmt_ms(float(values.mean()))}", fontsize=10)
+        count, mean_ms = len(values), float(values.mean())
+        if metric == "itl_ms" and "mean_itl_ms" in ctx.summary:
+            # itl_ms is a sample of the gaps (GapHistogram.sample_ms): the count and mean of all of them
+            count = ctx.summary["total_output_tokens"] - ctx.summary["completed"]
+            mean_ms = ctx.summary["mean_itl_ms"]
+        counted = unit if count != 1 else unit.removesuffix("s")
+        ax.set_title(f"{name}: {count:,} {counted}, mean {fmt_ms(mean_ms)}", fontsize=10)
         _cdf_panel(ax, values, xlabel, unit, slo.get(metric, []))
     finish(
         fig,

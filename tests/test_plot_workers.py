@@ -1,0 +1,58 @@
+"""Plots drawn by child processes (planner.plot_workers): the same files as drawn in-process, errors come back,
+and processes never given a run exit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.plot_workers import BACKGROUND_MIN_REQUESTS, CDF_POINTS, PLOT_NAMES, PlotWorkers, plot_workers_for
+from planner.plots import write_plots
+from planner.scenario import load_scenario
+from sim.driver import simulate
+
+ROOT = Path(__file__).resolve().parent.parent
+A10 = ROOT / "scenarios" / "a10_qwen7b.yaml"
+
+
+@pytest.fixture(scope="module")
+def run():
+    recorder = simulate(load_scenario(A10)).recorder
+    summary = {"scenario_name": "a10_qwen7b", "mode": "simulated"}
+    options = {"itl_ms": recorder.itl.sample_ms(CDF_POINTS), "num_gpu_blocks": recorder.num_gpu_blocks}
+    return (recorder.requests.view(), recorder.step_rows(), summary, "a10_qwen7b (simulated)"), options
+
+
+def test_the_workers_draw_the_same_files_as_drawing_in_process(tmp_path, run):
+    plots, options = run
+    here = write_plots(tmp_path / "here", *plots, **options)
+    workers = PlotWorkers()
+    workers.send(tmp_path / "there", *plots, **options)
+    there = workers.collect()
+    assert [p.name for p in there] == [p.name for p in here] == list(PLOT_NAMES)
+    for a, b in zip(here, there):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_a_workers_failure_comes_back_to_the_parent(tmp_path, run):
+    plots, options = run
+    (tmp_path / "a_file").write_text("")
+    workers = PlotWorkers(names=("latency_cdf.png",))
+    workers.send(tmp_path / "a_file", *plots, **options)  # a file where the folder should be
+    with pytest.raises(OSError):
+        workers.collect()
+
+
+def test_workers_never_given_a_run_exit():
+    workers = PlotWorkers(names=("kv_cache.png",))
+    processes = [process for _, process in workers.workers]
+    workers.close()
+    assert all(process.exitcode is not None for process in processes)
+
+
+def test_only_long_runs_with_plots_get_workers(tmp_path, monkeypatch):
+    monkeypatch.setattr("planner.plot_workers.PlotWorkers", lambda: "workers")
+    assert plot_workers_for(BACKGROUND_MIN_REQUESTS, tmp_path) == "workers"
+    assert plot_workers_for(BACKGROUND_MIN_REQUESTS - 1, tmp_path) is None
+    assert plot_workers_for(10**6, None) is None  # no --out, no plots
