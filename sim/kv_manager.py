@@ -52,6 +52,8 @@ class KVCacheManager:
         if shareable is not None and not request.num_preemptions:
             num_blocks = min(num_blocks, shareable)  # its own blocks were never cached: no need to look
         hits: list[int] = []
+        if num_blocks <= 0:
+            return hits
         keys, lookup = self._chain_keys(request, num_blocks), self.pool.lookup
         for i in range(num_blocks):
             block_id = lookup(keys[i])
@@ -126,11 +128,13 @@ class KVCacheManager:
 
     def _register(self, request: Request, num_full: int) -> None:
         """Register the request's blocks [num_cached_blocks, num_full) under their chained keys."""
+        if num_full <= request.num_cached_blocks:
+            return  # most calls: a decode step fills no block, or registration is deferred
         keys = self._chain_keys(request, num_full)
         for i in range(request.num_cached_blocks, num_full):
             request.block_hashes.append(hash(keys[i]))
             self.pool.cache_block(request.block_ids[i], keys[i])
-        request.num_cached_blocks = max(request.num_cached_blocks, num_full)
+        request.num_cached_blocks = num_full
 
     def free_preempted(self, request: Request) -> None:
         """Free a preempted request's blocks. It will come back for them: the blocks whose registration was
