@@ -273,11 +273,12 @@ class CostModel:
 
     def device_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens):
         """The device's seconds for a step: the rooflines, the all-reduces and the launches it waits for."""
-        first, *rest = self._other_terms_s(num_tokens, num_seqs, num_sampled)
-        total = first + self._attention_s(num_tokens, num_seqs, attention_pairs, sum_context_tokens)
-        for term in rest:  # added in this order: float sums in another order differ in their last bits
-            total = total + term
-        return total
+        linear_and_lm_head, elementwise, allreduce, launches, rows = self._other_terms_s(
+            num_tokens, num_seqs, num_sampled
+        )
+        attention = self._attention_s(num_tokens, num_seqs, attention_pairs, sum_context_tokens)
+        # Added left to right in this order: float sums in another order differ in their last bits.
+        return linear_and_lm_head + attention + elementwise + allreduce + launches + rows
 
     def decode_window_s(self, num_rows: int, sum_context_tokens: np.ndarray, host_s: float):
         """(device seconds, step seconds) of steps of num_rows one-token rows whose contexts sum to
