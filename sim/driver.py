@@ -3,7 +3,8 @@
 The serving model (scheduler, block pool, metrics) is the live engine's; only a step's duration comes
 from the cost model, and SimPy's clock advances by it. A run of identical pure-decode steps between two
 events is priced and applied at once (numpy over the window) instead of one event per step: the result
-is the same as stepping them one by one, step rows included.
+is the same as stepping them one by one, step rows included. The step that ends a window (someone
+finishes in it) shares the window's timeout when nothing can happen before it ends.
 
 Async scheduling (vLLM v1's default, `AsyncScheduler` + `EngineCore.step_with_batch_queue`): step N+1 is
 scheduled while step N runs, so a request that arrives during step N is first scheduled in step N+2. The
