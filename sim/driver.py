@@ -225,6 +225,7 @@ class Replica:
     def _end_window(self, window: Window, ends: np.ndarray, blocks: np.ndarray, num_waiting: int) -> None:
         sched = self.scheduler
         sched.apply_decode_window(ends)
+        shared = sched.kv.shared_tokens()  # tokens held once for several requests: a window shares no new block
         self.recorder.decode_window(
             replica=sched.replica,
             end_s=ends,
@@ -236,7 +237,7 @@ class Replica:
             kv_blocks_used=blocks,
             host_s=window.host,
             device_s=window.device,
-            tokens_held=window.context - sched.kv.shared_tokens(),  # a decode window shares no new block
+            tokens_held=window.context - shared if shared else window.context,
             one_by_one=num_waiting > 0,
         )
 

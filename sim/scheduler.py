@@ -392,7 +392,9 @@ class ContinuousScheduler(Scheduler):
                 taken += n
         if not first_needed:
             return np.full(num_steps, used)
-        return used + np.cumsum(np.bincount(first_needed, minlength=num_steps + 1)[1:])
+        blocks = np.bincount(first_needed, minlength=num_steps + 1)[1:].cumsum()
+        blocks += used
+        return blocks
 
     def apply_decode_window(self, step_end_s: np.ndarray) -> None:
         """Advance every running request by len(step_end_s) decode steps ending at those times (their blocks
