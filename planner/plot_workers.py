@@ -2,18 +2,23 @@
 
 Drawing the three PNGs costs about 2 s of CPU whatever the run's length (matplotlib's import, text layout
 and Agg rendering; the data are binned to a few hundred points first), which is half again a 10,000-request
-simulation. `planner simulate --out` on a workload of BACKGROUND_MIN_REQUESTS or more therefore starts one
-process per figure before the run: each imports matplotlib while the parent simulates (on another core where
-there is one), then waits for the run's data and draws its figure while the parent writes the CSV files.
-The figures are the same files as drawn in-process (tests/test_plot_workers.py compares the bytes). Shorter
-runs draw in-process: there the processes' own start-up would cost more than it hides.
+simulation. `planner simulate --out` on a workload of BACKGROUND_MIN_REQUESTS or more therefore starts plotting processes
+before the run, one per CPU beyond the first (the run's), at most one per figure, the figures dealt out
+among them: each imports matplotlib while the parent simulates, then waits for the run's data and draws its
+figures while the parent writes the CSV files. On one CPU, or on a shorter run, the figures are drawn
+in-process: there the processes' own start-up would cost more than they hide. The figures are the same
+files as drawn in-process (tests/test_plot_workers.py compares the bytes).
 
-Processes are spawned, not forked, so a child starts from a clean interpreter on every platform.
+Processes are spawned, not forked: a child starts from a clean interpreter on every platform (forking a
+process with native threads, as numpy's BLAS has, can deadlock, and Python 3.12 warns of it). A child's
+start-up (~0.3 s of CPU) is the price; on a machine whose other cores are busy the figures then take that
+much longer than in-process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -25,25 +30,27 @@ CDF_POINTS = 200_000  # a CDF curve draws at most this many values (percentiles 
 
 
 class PlotWorkers:
-    """One spawned process per figure, importing matplotlib from the start; send() hands them the run."""
+    """One spawned process per group of figures, importing matplotlib from the start; send() hands them the
+    run."""
 
-    def __init__(self, names: tuple[str, ...] = PLOT_NAMES) -> None:
+    def __init__(self, groups: list[tuple[str, ...]]) -> None:
         context = multiprocessing.get_context("spawn")
         self.workers: list[tuple[Connection, multiprocessing.process.BaseProcess]] = []
-        for name in names:
+        for names in groups:
             ours, theirs = context.Pipe()
-            process = context.Process(target=_draw_when_told, args=(theirs, name), daemon=True)
+            process = context.Process(target=_draw_when_told, args=(theirs, names), daemon=True)
             process.start()
             theirs.close()
             self.workers.append((ours, process))
 
     def send(self, out_dir: Path, *args, **kwargs) -> None:
-        """Start write_plots(out_dir, *args, **kwargs), one figure per process."""
+        """Start write_plots(out_dir, *args, **kwargs), each process its figures."""
         for connection, _ in self.workers:
             connection.send((out_dir, args, kwargs))
 
     def collect(self) -> list[Path]:
         """The figures' paths once every process has drawn its own, in PLOT_NAMES order."""
+        order = {name: i for i, name in enumerate(PLOT_NAMES)}
         written, failures = [], []
         for connection, process in self.workers:
             try:
@@ -60,7 +67,7 @@ class PlotWorkers:
             if outcome == "oserror":  # a full disk or a folder changed meanwhile: write_outputs' PlannerError
                 raise OSError(value)
             raise RuntimeError(f"drawing the plots failed:\n{value}")
-        return written
+        return sorted(written, key=lambda path: order[path.name])
 
     def close(self) -> None:
         """End the processes that were never given a run (the run failed): their pipe closes, they exit."""
@@ -72,7 +79,7 @@ class PlotWorkers:
         self.workers = []
 
 
-def _draw_when_told(connection: Connection, name: str) -> None:
+def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
     from planner.plots import write_plots  # the slow import, done while the parent runs
 
     try:
@@ -80,7 +87,7 @@ def _draw_when_told(connection: Connection, name: str) -> None:
     except EOFError:
         return  # no run to draw
     try:
-        connection.send(("ok", write_plots(out_dir, *args, names=(name,), **kwargs)))
+        connection.send(("ok", write_plots(out_dir, *args, names=names, **kwargs)))
     except OSError as e:
         connection.send(("oserror", str(e)))
     except Exception:  # noqa: BLE001 -- any bug: the parent raises it with this traceback
@@ -88,10 +95,27 @@ def _draw_when_told(connection: Connection, name: str) -> None:
 
 
 def plot_workers_for(num_requests: int, out_dir: Path | None) -> PlotWorkers | None:
-    """PlotWorkers when a run of num_requests writes plots into out_dir and is long enough to gain."""
+    """PlotWorkers when a run of num_requests writes plots into out_dir, is long enough to gain and has a
+    CPU to spare."""
     if out_dir is None or num_requests < BACKGROUND_MIN_REQUESTS:
         return None
+    groups = figure_groups(usable_cpus() - 1)
+    if not groups:
+        return None
     try:
-        return PlotWorkers()
+        return PlotWorkers(groups)
     except OSError:  # no process to be had (a limit on them): the same figures, drawn in-process
         return None
+
+
+def figure_groups(num_workers: int) -> list[tuple[str, ...]]:
+    """PLOT_NAMES dealt out to at most num_workers processes (none: [])."""
+    num_workers = min(max(num_workers, 0), len(PLOT_NAMES))
+    return [PLOT_NAMES[i::num_workers] for i in range(num_workers)]
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS has one, as under a container's limit)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from planner.plot_workers import BACKGROUND_MIN_REQUESTS, CDF_POINTS, PLOT_NAMES, PlotWorkers, plot_workers_for
+from planner.plot_workers import (
+    BACKGROUND_MIN_REQUESTS,
+    CDF_POINTS,
+    PLOT_NAMES,
+    PlotWorkers,
+    figure_groups,
+    plot_workers_for,
+)
 from planner.plots import write_plots
 from planner.scenario import load_scenario
 from sim.driver import simulate
@@ -27,7 +34,7 @@ def run():
 def test_the_workers_draw_the_same_files_as_drawing_in_process(tmp_path, run):
     plots, options = run
     here = write_plots(tmp_path / "here", *plots, **options)
-    workers = PlotWorkers()
+    workers = PlotWorkers([("throughput.png",), ("latency_cdf.png", "kv_cache.png")])
     workers.send(tmp_path / "there", *plots, **options)
     there = workers.collect()
     assert [p.name for p in there] == [p.name for p in here] == list(PLOT_NAMES)
@@ -38,21 +45,32 @@ def test_the_workers_draw_the_same_files_as_drawing_in_process(tmp_path, run):
 def test_a_workers_failure_comes_back_to_the_parent(tmp_path, run):
     plots, options = run
     (tmp_path / "a_file").write_text("")
-    workers = PlotWorkers(names=("latency_cdf.png",))
+    workers = PlotWorkers([("latency_cdf.png",)])
     workers.send(tmp_path / "a_file", *plots, **options)  # a file where the folder should be
     with pytest.raises(OSError):
         workers.collect()
 
 
 def test_workers_never_given_a_run_exit():
-    workers = PlotWorkers(names=("kv_cache.png",))
+    workers = PlotWorkers([("kv_cache.png",)])
     processes = [process for _, process in workers.workers]
     workers.close()
     assert all(process.exitcode is not None for process in processes)
 
 
-def test_only_long_runs_with_plots_get_workers(tmp_path, monkeypatch):
-    monkeypatch.setattr("planner.plot_workers.PlotWorkers", lambda: "workers")
+def test_only_long_runs_with_plots_and_a_spare_cpu_get_workers(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr("planner.plot_workers.PlotWorkers", lambda groups: started.append(groups) or "workers")
+    monkeypatch.setattr("planner.plot_workers.usable_cpus", lambda: 2)
     assert plot_workers_for(BACKGROUND_MIN_REQUESTS, tmp_path) == "workers"
+    assert started == [[PLOT_NAMES]]  # two CPUs: the run's, and one process drawing every figure
     assert plot_workers_for(BACKGROUND_MIN_REQUESTS - 1, tmp_path) is None
     assert plot_workers_for(10**6, None) is None  # no --out, no plots
+    monkeypatch.setattr("planner.plot_workers.usable_cpus", lambda: 1)
+    assert plot_workers_for(10**6, tmp_path) is None  # no CPU to spare: drawn in-process
+
+
+def test_figures_are_dealt_out_to_at_most_one_process_each():
+    assert figure_groups(0) == [] and figure_groups(-1) == []
+    assert figure_groups(2) == [("latency_cdf.png", "kv_cache.png"), ("throughput.png",)]
+    assert figure_groups(16) == [(name,) for name in PLOT_NAMES]
