@@ -63,7 +63,7 @@ def test_only_long_runs_with_plots_and_a_spare_cpu_get_workers(tmp_path, monkeyp
     monkeypatch.setattr("planner.plot_workers.PlotWorkers", lambda groups: started.append(groups) or "workers")
     monkeypatch.setattr("planner.plot_workers.usable_cpus", lambda: 2)
     assert plot_workers_for(BACKGROUND_MIN_REQUESTS, tmp_path) == "workers"
-    assert started == [[PLOT_NAMES]]  # two CPUs: the run's, and one process drawing every figure
+    assert started == [figure_groups(2)]  # two CPUs: two processes
     assert plot_workers_for(BACKGROUND_MIN_REQUESTS - 1, tmp_path) is None
     assert plot_workers_for(10**6, None) is None  # no --out, no plots
     monkeypatch.setattr("planner.plot_workers.usable_cpus", lambda: 1)
