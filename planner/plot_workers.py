@@ -1,7 +1,7 @@
 """The plots of a long run, drawn by child processes that start with the run.
 
 Drawing the three PNGs costs about 2 s of CPU whatever the run's length (matplotlib's import, text layout
-and Agg rendering; the data are binned to a few hundred points first), which is half again a 10,000-request
+and Agg rendering; the data are binned to a few hundred points first), more than half of a 10,000-request
 simulation. `planner simulate --out` on a workload of BACKGROUND_MIN_REQUESTS or more therefore starts plotting processes
 before the run, one per CPU, at most one per figure, the figures dealt out among them: each imports
 matplotlib while the parent simulates, then waits for the run's data and draws its figures while the parent
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -82,6 +83,9 @@ class PlotWorkers:
 
 
 def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
+    # Ctrl-C reaches the whole process group: the parent handles it (exit 130, no traceback) and ends us by
+    # closing our pipe, so we print nothing of our own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from planner.plots import write_plots  # the slow import, done while the parent runs
 
     try:
