@@ -72,5 +72,6 @@ def test_only_long_runs_with_plots_and_a_spare_cpu_get_workers(tmp_path, monkeyp
 
 def test_figures_are_dealt_out_to_at_most_one_process_each():
     assert figure_groups(0) == [] and figure_groups(-1) == []
-    assert figure_groups(2) == [("latency_cdf.png", "kv_cache.png"), ("throughput.png",)]
+    assert figure_groups(1) == [PLOT_NAMES]
+    assert figure_groups(2) == [("latency_cdf.png",), ("throughput.png", "kv_cache.png")]  # ~1.2 s vs ~1.0 s
     assert figure_groups(16) == [(name,) for name in PLOT_NAMES]
