@@ -15,13 +15,13 @@ its own, num_steps = 1). A merged row's `start_s` is its first step's start, `du
 the per-step values every step shares, and `sum_context_tokens`, `attention_pairs` and `kv_blocks_used`, the
 columns that grow during such a run, are its last step's. So tokens computed in a row = num_tokens x
 num_steps, and the row's first step had sum_context_tokens - (num_steps - 1) x num_decode_requests tokens
-of context. On the 10k benchmark scenario this takes 403,126 rows to 36,401. `planner simulate --all-steps`
+of context. On the 10k benchmark scenario this takes 403,126 rows to 45,134. `planner simulate --all-steps`
 writes every step (num_steps = 1 throughout); `planner run` always does, since `planner calibrate --from`
 fits single steps.
 
 The rows arrive in chunks (sim.metrics.Recorder's steps_sink) and a run of steps can span chunks:
 `DecodeRunMerger` holds back each replica's last row while it can still grow, so the file does not depend
-on where the chunks were cut (tests/test_decode_runs.py checks that against merging the whole table).
+on where the chunks were cut (tests/test_decode_runs.py checks that against the whole table fed at once).
 """
 
 from __future__ import annotations
@@ -49,17 +49,10 @@ def with_num_steps(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {**rows, NUM_STEPS: np.ones(size, dtype=np.int64)}
 
 
-def merge_decode_runs(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The rows (steps, or rows already merged) with every run of mergeable rows merged (module docstring),
-    sorted by start_s (stable: with one replica, the order steps ran in)."""
-    merged, _ = _merge(with_num_steps(rows))
-    return _by_start(merged)
-
-
 class DecodeRunMerger:
-    """merge_decode_runs over a table that arrives in chunks: feed() returns the rows that can no longer
-    change, finish() the rest. Each replica's last row is held back while it is a mergeable run, since the
-    next chunk may continue it."""
+    """The merging (module docstring) of a table that arrives in chunks: feed() returns the rows that can no
+    longer change, sorted by start_s, finish() the rest. Each replica's last row is held back while it is a
+    mergeable run, since the next chunk may continue it."""
 
     def __init__(self) -> None:
         self.pending: dict[str, np.ndarray] | None = None  # at most one row per replica

@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         names = list(trees)
         header = f"{'':<20}" + "".join(f"{name + ' ' + kind:>20}" for name in names for kind in ("wall", "cpu"))
         print(header + ("  ratio wall   cpu" if args.baseline else "") + "  target (wall)")
-        out_args = ([*CASES["10k @ 2 req/s"][0][:-1], "--out", str(Path(tmp) / "out")], None)
+        out_args = (["simulate", SCENARIO, "--out", str(Path(tmp) / "out")], None)  # the first case, with --out
         rows = {} if args.check_only else {"import planner.cli": ([], TARGET_IMPORT_S)} | CASES | {OUT_CASE: out_args}
         wall_s = {}
         for label, (planner_args, target_s) in rows.items():

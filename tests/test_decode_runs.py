@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from planner.cli import main
-from planner.decode_runs import NUM_STEPS, DecodeRunMerger, merge_decode_runs
+from planner.decode_runs import NUM_STEPS, DecodeRunMerger
 from planner.scenario import load_scenario
 from sim.driver import simulate
 from sim.metrics import STEP_COLUMNS
@@ -24,6 +24,15 @@ def _table(*rows: dict) -> dict[str, np.ndarray]:
     return {
         name: np.array([{**base, **row}[name] for row in rows], dtype=dtype) for name, dtype in STEP_COLUMNS.items()
     }
+
+
+def merge_decode_runs(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The whole table fed at once: the reference the chunked merges are compared with."""
+    merger = DecodeRunMerger()
+    parts = [merger.feed(rows), merger.finish()]
+    merged = {name: np.concatenate([p[name] for p in parts if p]) for name in parts[0] or parts[1]}
+    order = np.argsort(merged["start_s"], kind="stable")
+    return {name: column[order] for name, column in merged.items()}
 
 
 def _decode(start_s, running, context, blocks, **rest):
