@@ -280,17 +280,27 @@ class CostModel:
         # Added left to right in this order: float sums in another order differ in their last bits.
         return linear_and_lm_head + attention + elementwise + allreduce + launches + rows
 
-    def decode_window_s(self, num_rows: int, sum_context_tokens: np.ndarray, host_s: float):
-        """(device seconds, step seconds) of steps of num_rows one-token rows whose contexts sum to
-        sum_context_tokens (one per step): what device_s and combine give (the same operations in the same
-        order, so the same bits), with the terms that depend on the rows alone computed once."""
-        terms = self._decode_terms.get(num_rows)
-        if terms is None:
-            terms = self._decode_terms[num_rows] = self._other_terms_s(num_rows, num_rows, num_rows)
+    def decode_window_s(self, num_rows: int | np.ndarray, sum_context_tokens: np.ndarray, host_s):
+        """(device seconds, step seconds) of steps of one-token rows, num_rows of them (one count for every step,
+        or each step's: a window in which requests finish), whose contexts sum to sum_context_tokens (one per
+        step): what device_s and combine give (the same operations in the same order, so the same bits), with
+        the terms that depend on the rows alone computed once per number of rows, as plain floats."""
+        if isinstance(num_rows, np.ndarray):
+            fewest = int(num_rows.min())
+            table = [self._decode_terms_s(n) for n in range(fewest, int(num_rows.max()) + 1)]
+            terms = np.array(table).T[:, num_rows - fewest]  # a row per term, a column per step
+        else:
+            terms = self._decode_terms_s(num_rows)
         device = self._attention_s(num_rows, num_rows, sum_context_tokens, sum_context_tokens)
         for term in terms:  # a + b == b + a exactly: the first term can be added to the attention in place
             device += term
         return device, self.combine(host_s, device)
+
+    def _decode_terms_s(self, num_rows: int) -> tuple:
+        terms = self._decode_terms.get(num_rows)
+        if terms is None:
+            terms = self._decode_terms[num_rows] = self._other_terms_s(num_rows, num_rows, num_rows)
+        return terms
 
     def _other_terms_s(self, num_tokens, num_seqs, num_sampled) -> tuple:
         """device_s's terms but the attention, in the order they are added: the linear layers and the LM head

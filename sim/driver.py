@@ -14,6 +14,7 @@ replica keeps such requests aside (`deferred`) until the next schedule() has bee
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -50,11 +51,15 @@ class Window(NamedTuple):
     """The steps of a decode window, one array element each."""
 
     durations: np.ndarray  # seconds
-    host: float  # seconds, every step's
+    host: np.ndarray | float  # seconds (one value: every step's)
     device: np.ndarray  # seconds
+    rows: np.ndarray  # requests decoding in the step
     context: np.ndarray  # context tokens after the step, summed over the rows
     elapsed: np.ndarray  # cumulative durations
     after: tuple[float, float] | None  # (seconds, device seconds) of the step after the window, if priced
+    # Async: the window's last step is the one after an arrival's (pure decode: the arrival misses its schedule)
+    arrival_step: bool
+    through_finishes: bool  # requests may sample their last tokens in the window
 
 
 class Replica:
@@ -69,9 +74,16 @@ class Replica:
         next_arrival_s: Callable[[], float],
         on_finished: Callable[[Request], None],
         fast_forward: bool = True,
+        through_finishes: bool = False,
     ) -> None:
         self.env, self.scheduler, self.cost, self.recorder = env, scheduler, cost, recorder
         self.fast_forward = fast_forward and isinstance(scheduler, ContinuousScheduler)
+        # Windows may run through requests' last tokens (the batch shrinks) when a finish changes nothing else:
+        # open loop (no user sends a request on a reply's end), nobody waiting (a finish would admit them), and
+        # no prefix block shared (its repeats leave the tokens held as the sharers finish).
+        self.through_finishes = through_finishes
+        # Times at which requests finish in the window in flight: they count as outstanding until then.
+        self.window_finishes_s: list[float] = []
         self.next_arrival_s = next_arrival_s
         self.on_finished = on_finished
         self.idle: simpy.Event | None = None
@@ -91,8 +103,10 @@ class Replica:
 
     @property
     def num_outstanding(self) -> int:
-        """Requests sent here and not finished, those not yet seen by the scheduler included."""
-        return self.scheduler.num_unfinished + len(self.deferred or ())
+        """Requests sent here and not finished, those not yet seen by the scheduler included (a window in
+        flight retires its finished requests only at its end: those finished by now do not count)."""
+        num_finished = bisect.bisect_right(self.window_finishes_s, self.env.now) if self.window_finishes_s else 0
+        return self.scheduler.num_unfinished + len(self.deferred or ()) - num_finished
 
     def _release_deferred(self) -> None:
         for request in self.deferred or ():
@@ -115,8 +129,12 @@ class Replica:
                     yield self.idle
                     continue
             # A window never starts right after idle: the request that woke the engine is still waiting.
-            if self.fast_forward and not self.deferred and (bound := sched.decode_window_bound()):
-                window = self._window(bound)
+            bound = 0
+            if self.fast_forward and not self.deferred:
+                through = self.through_finishes and not sched.waiting and not sched.kv.pool.num_shared_refs
+                bound = sched.decode_window_bound(through)
+            if bound:
+                window = self._window(bound, through)
                 if len(window.durations) >= 2:
                     if self.overlapped:
                         self.deferred = []
@@ -158,28 +176,52 @@ class Replica:
             # before this engine plans its next step, as they would between two real steps.
             yield self.env.timeout(0)
 
-    def _window(self, bound: int) -> Window:
+    def _window(self, bound: int, through_finishes: bool) -> Window:
         """The next steps of a decode window, cut before the first step that would start at or after the next
         arrival anywhere (it changes the batch), and the step after them if it was priced."""
-        rows = len(self.scheduler.running)
-        context_now = sum(r.num_computed_tokens for r in self.scheduler.running)
-        host = self.cost.host_s(rows)
         until_arrival_s = self.next_arrival_s() - self.env.now
-        # Most windows end at an arrival after a few dozen steps: price a short prefix first, all `bound` steps
-        # (and the one after) only if the arrival is not among them (a prefix of the same arrays: the same
-        # values). The step after the window is the pure-decode step that follows it when someone finishes in
-        # it or an arrival waits for it: priced here, with the same operations as one step alone.
-        num_priced = min(bound + 1, WINDOW_PREFIX_STEPS)
+        # Most windows end at an arrival after a few dozen steps: price a short prefix first, then 4x as many
+        # steps while the arrival is not among them, up to all `bound` steps and the one after (a prefix of the
+        # same arrays: the same values). The step after the window is the pure-decode step that follows it when someone finishes in
+        # it or an arrival waits for it: priced here, with the same operations as one step alone. A window
+        # that runs to the last request's last token has no step after it.
+        horizon = bound + 1
+        if through_finishes:
+            horizon = min(horizon, max(r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running))
+        num_priced = min(horizon, WINDOW_PREFIX_STEPS)
         while True:
-            context = np.arange(context_now + rows, context_now + rows * (num_priced + 1), rows)
-            device, durations = self.cost.decode_window_s(rows, context, host)
+            rows, context = self.scheduler.decode_window_steps(num_priced)
+            host, device, durations = self._price(rows, context)
             elapsed = durations.cumsum()
             num_steps = int((elapsed - durations).searchsorted(until_arrival_s, side="left"))
-            if num_steps < num_priced or num_priced == bound + 1:
+            if num_steps < num_priced or num_priced == horizon:
                 n = min(num_steps, bound)
-                after = (float(durations[n]), float(device[n])) if n < num_priced else None
-                return Window(durations[:n], host, device[:n], context[:n], elapsed[:n], after)
-            num_priced = bound + 1
+                # Async, an arrival during the step n - 1 is first scheduled in step n + 1: step n is still pure
+                # decode of the running requests (those that finished in step n - 1 gone) and joins the window.
+                arrival_step = self.overlapped and 1 <= num_steps < min(bound, num_priced)
+                if arrival_step:
+                    n += 1
+                after = (float(durations[n]), float(device[n])) if n < num_priced and not arrival_step else None
+                host = host if isinstance(host, float) else host[:n]
+                return Window(
+                    durations[:n],
+                    host,
+                    device[:n],
+                    rows[:n],
+                    context[:n],
+                    elapsed[:n],
+                    after,
+                    arrival_step,
+                    through_finishes,
+                )
+            num_priced = min(4 * num_priced, horizon)
+
+    def _price(self, rows: np.ndarray, context: np.ndarray) -> tuple[np.ndarray | float, np.ndarray, np.ndarray]:
+        """(host, device, step) seconds of decode steps of these rows and summed contexts; host is one value when
+        the rows do not change (nobody finishes)."""
+        num_rows = int(rows[0]) if rows[0] == rows[-1] else rows  # rows only shrink in a window
+        host = self.cost.host_s(num_rows)
+        return host, *self.cost.decode_window_s(num_rows, context, host)
 
     def _decode_window(self, window: Window):
         sched, env, now = self.scheduler, self.env, self.env.now
@@ -187,7 +229,9 @@ class Replica:
         num_steps = len(durations)
         # Someone finishes in the step after the window (it stops one step short): checked before the window
         # changes the counts.
-        finishing = min([r.max_output_tokens - r.num_output_tokens for r in sched.running]) - num_steps == 1
+        finishing = window.after is not None and any(
+            r.max_output_tokens - r.num_output_tokens == num_steps + 1 for r in sched.running
+        )
         blocks = sched.allocate_decode_window(num_steps)
         num_waiting = len(sched.waiting)  # requests blocked in the queue (a saturated engine), or none
         if not num_waiting:
@@ -197,7 +241,13 @@ class Replica:
             # last bit (still no per-request work).
             ends = np.cumsum(np.concatenate(([now], durations)))[1:]
         last_end = float(ends[-1])
-        if not num_waiting and finishing and window.after is not None:
+        if window.through_finishes:
+            self.window_finishes_s = sorted(
+                float(ends[left - 1])
+                for r in sched.running
+                if (left := r.max_output_tokens - r.num_output_tokens) <= num_steps
+            )
+        if not num_waiting and finishing:
             # The finishing step follows at once: when nothing else can happen before it ends (no arrival),
             # the window and that step take one timeout instead of two, landing where they would.
             clock = now + (last_end - now)  # where the window's timeout would land the clock
@@ -211,26 +261,52 @@ class Replica:
                 blocks_in_use = sched.kv.pool.num_used_blocks
                 yield env.timeout(step_end - now)
                 duration, device = window.after
-                yield from self._end_step(out, clock, duration, blocks_in_use, window.host, device)
+                host = self.cost.host_s(out.num_seqs)
+                yield from self._end_step(out, clock, duration, blocks_in_use, host, device)
                 return
         if now + (last_end - now) == last_end or not num_waiting:
             yield env.timeout(last_end - now)  # SimPy's clock lands on last_end exactly
         else:
             for duration in durations.tolist():
                 yield env.timeout(duration)
-        self._end_window(window, ends, blocks, num_waiting)
-        if self._steps_after_window(num_waiting) and (out := sched.decode_step()) is not None:
+        if window.arrival_step:
+            self._release_deferred_by(float(ends[-2]))
+        if self._end_window(window, ends, blocks, num_waiting):
+            yield env.timeout(0)  # as after a finishing step: the users whose replies completed go first
+        if (
+            window.after is not None
+            and self._steps_after_window(num_waiting)
+            and (out := sched.decode_step()) is not None
+        ):
             yield from self._step(out, after_idle=False, priced=window.after)  # a window never follows idle
 
-    def _end_window(self, window: Window, ends: np.ndarray, blocks: np.ndarray, num_waiting: int) -> None:
+    def _release_deferred_by(self, end_s: float) -> None:
+        """The arrivals kept aside that came by end_s (during the step that ended then) join the queue: the
+        step after it, scheduled without them, is over. Later ones stay aside until the next schedule()."""
+        pending = self.deferred or []
+        self.deferred = [r for r in pending if r.arrival_s > end_s]
+        for request in pending:
+            if request.arrival_s <= end_s:
+                self.scheduler.add_request(request)
+
+    def _end_window(self, window: Window, ends: np.ndarray, blocks: np.ndarray, num_waiting: int) -> bool:
+        """Apply the window to the requests and record its steps; True when someone finished in it."""
         sched = self.scheduler
-        sched.apply_decode_window(ends)
+        num_rows = len(sched.running)
+        finished = sched.apply_decode_window(ends)
+        self.window_finishes_s = []
         shared = sched.kv.shared_tokens()  # tokens held once for several requests: a window shares no new block
+        if finished:
+            rows = window.rows
+            num_running = np.append(rows[1:], len(sched.running))  # after each step
+        else:
+            rows = num_running = num_rows
         self.recorder.decode_window(
             replica=sched.replica,
             end_s=ends,
             duration_s=window.durations,
-            num_running=len(sched.running),
+            num_rows=rows,
+            num_running=num_running,
             num_waiting=num_waiting,
             num_waiting_after=len(sched.waiting),
             sum_context_tokens=window.context,
@@ -240,13 +316,19 @@ class Replica:
             tokens_held=window.context - shared if shared else window.context,
             one_by_one=num_waiting > 0,
         )
+        for request in finished:
+            self.on_finished(request)
+        return bool(finished)
 
     def _steps_after_window(self, num_waiting: int) -> bool:
         """The next step is stepped and pure decode, as run()'s loop would find: someone finishes in it (a window
         stops one step short), or (async) a request arrived during the window's last step and is kept aside
         until that step is scheduled. Serial, an arrival joins the queue at once and may be admitted: only
         without one."""
-        finishing = min([r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running]) == 1
+        running = self.scheduler.running
+        if not running:
+            return False
+        finishing = min([r.max_output_tokens - r.num_output_tokens for r in running]) == 1
         if self.overlapped:
             return finishing or bool(self.deferred)
         return finishing and len(self.scheduler.waiting) == num_waiting
@@ -291,6 +373,7 @@ class Simulation:
                 self.next_arrival_s,
                 self.on_finished,
                 fast_forward,
+                through_finishes=not closed_loop,
             )
             for index in range(scenario.hardware.replicas)
         ]

@@ -145,8 +145,9 @@ class GapHistogram:
     def add(self, gap_s: float) -> None:
         self.add_many([gap_s])
 
-    def add_many(self, gaps_s: np.ndarray | list[float], times: int = 1) -> None:
-        """Each of gaps_s, `times` times over (a decode window: each step's gap once per running request). A
+    def add_many(self, gaps_s: np.ndarray | list[float], times: int | np.ndarray = 1) -> None:
+        """Each of gaps_s, `times` times over, or times[i] times for gaps_s[i] (a decode window: each step's gap
+        once per request in the step). A
         list of floats is taken as it is: no array is built for a step's few gaps; an array is kept, not
         copied."""
         if isinstance(gaps_s, list) and times == 1:
@@ -161,7 +162,9 @@ class GapHistogram:
         """The gaps not binned yet, and how many times each counts."""
         once = np.array(self._once, dtype=np.float64)
         values = np.concatenate([once, *(gaps for gaps, _ in self._arrays)])
-        times = np.concatenate([np.ones(len(once)), *(np.full(len(gaps), float(t)) for gaps, t in self._arrays)])
+        times = np.concatenate(
+            [np.ones(len(once)), *(np.broadcast_to(np.float64(t), len(gaps)) for gaps, t in self._arrays)]
+        )
         return values, times
 
     def _flush(self) -> None:
@@ -331,17 +334,19 @@ class Recorder:
         replica: int,
         end_s: np.ndarray,
         duration_s: np.ndarray,
-        num_running: int,
+        num_rows: np.ndarray | int,
+        num_running: np.ndarray | int,
         num_waiting: int,
         num_waiting_after: int,
         sum_context_tokens: np.ndarray,
         kv_blocks_used: np.ndarray,
         tokens_held: np.ndarray,
-        host_s: float = 0.0,
+        host_s: np.ndarray | float = 0.0,
         device_s: np.ndarray | float = 0.0,
         one_by_one: bool = False,
     ) -> None:
-        """k pure-decode steps at once: every running request decodes one token in each. For a decode
+        """k pure-decode steps at once: each of a step's num_rows requests decodes one token; num_running are
+        left after it (fewer when some sampled their last). For a decode
         token the context it attends over is its whole context, so attention pairs = context tokens, and
         the tokens held are the context less shared prefix blocks' repeats. Only the last step can see an
         arrival (it ends the window), so the queue holds num_waiting requests after every step but the last
@@ -360,7 +365,7 @@ class Recorder:
             self.busy_s += float(total(duration_s))
             self.block_seconds += float(total(kv_blocks_used * duration_s))
             self.slot_seconds += float(total(slot_fraction * duration_s))
-        self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used[-1]))  # blocks in use only grow in a window
+        self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used.max()))
         if self.record_steps:
             num_waiting_rows = np.full(len(duration_s), num_waiting, dtype=np.int32)
             num_waiting_rows[-1] = num_waiting_after
@@ -371,14 +376,14 @@ class Recorder:
                 num_running=num_running,
                 num_waiting=num_waiting_rows,
                 num_prefill_tokens=0,
-                num_decode_requests=num_running,
-                num_sampled=num_running,
+                num_decode_requests=num_rows,
+                num_sampled=num_rows,
                 sum_context_tokens=sum_context_tokens,
                 attention_pairs=sum_context_tokens,
                 kv_blocks_used=kv_blocks_used,
                 num_preemptions=0,
-                num_tokens=num_running,
-                num_seqs=num_running,
+                num_tokens=num_rows,
+                num_seqs=num_rows,
                 host_s=host_s,
                 device_s=device_s,
             )
@@ -387,7 +392,7 @@ class Recorder:
     def token_gap(self, gap_s: float) -> None:
         self.itl.add(gap_s)
 
-    def token_gaps(self, gaps_s: np.ndarray | list[float], times: int = 1) -> None:
+    def token_gaps(self, gaps_s: np.ndarray | list[float], times: int | np.ndarray = 1) -> None:
         self.itl.add_many(gaps_s, times)
 
     def finished(self, request: Request) -> None:
