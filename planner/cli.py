@@ -325,7 +325,6 @@ def _check_out(args) -> None:
 
 
 def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = (), plot_workers=None) -> None:
-    from planner.report import summary_lines
     from planner.results import summary_json, write_outputs
 
     if args.out:
@@ -333,6 +332,8 @@ def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = ()
     if args.json:
         sys.stdout.write(summary_json(summary))
     else:
+        from planner.report import summary_lines  # here: --json prints none of the text report
+
         print("\n".join([*summary_lines(summary), *extra_lines]))
         if args.out:
             print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")

@@ -19,12 +19,13 @@ much longer than in-process.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import signal
-import traceback
-from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import multiprocessing.process
+    from multiprocessing.connection import Connection
 
 BACKGROUND_MIN_REQUESTS = 2000
 # Here, not in planner.plots, so the parent process needs no matplotlib to name the figures or sample the ITLs.
@@ -37,6 +38,8 @@ class PlotWorkers:
     run."""
 
     def __init__(self, groups: list[tuple[str, ...]]) -> None:
+        import multiprocessing  # here: only a long run with --out needs it (~13 ms to import, -X importtime)
+
         context = multiprocessing.get_context("spawn")
         self.workers: list[tuple[Connection, multiprocessing.process.BaseProcess]] = []
         for names in groups:
@@ -83,6 +86,9 @@ class PlotWorkers:
 
 
 def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
+    import signal  # this and traceback here, not at the top: only a plotting process needs them
+    import traceback
+
     # Ctrl-C reaches the whole process group: the parent handles it (exit 130, no traceback) and ends us by
     # closing our pipe, so we print nothing of our own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -65,19 +65,19 @@ class BlockPool:
 
     def get_new_blocks(self, n: int) -> list[int]:
         """Take n blocks from the front of the free queue (caller checks num_free_blocks first)."""
-        if n > self.num_free_blocks:
-            raise ValueError(f"asked for {n} blocks with {self.num_free_blocks} free")
-        num_fresh = min(n, self.num_blocks - self.num_touched)
-        ids = list(range(self.num_touched, self.num_touched + num_fresh))
-        if num_fresh:  # never used: nothing cached in them
-            self.num_touched += num_fresh
-            self.ref_cnt += [1] * num_fresh
-            self.block_key += [None] * num_fresh
-        if num_fresh == n:
-            return ids
+        first_fresh = self.num_touched
+        num_fresh = self.num_blocks - first_fresh  # never used, at the queue's front: nothing cached in them
+        if n <= num_fresh:  # every call until all the pool's blocks were used once
+            self.num_touched = first_fresh + n
+            self.ref_cnt += [1] * n
+            self.block_key += [None] * n
+            return list(range(first_fresh, first_fresh + n))
         free, head = self._free, self._head
-        reused = free[head : head + n - num_fresh]
-        head += len(reused)
+        num_reused = n - num_fresh
+        if num_reused > len(free) - head:
+            raise ValueError(f"asked for {n} blocks with {self.num_free_blocks} free")
+        reused = free[head : head + num_reused]
+        head += num_reused
         if head > 1024 and 2 * head > len(free):
             del free[:head]
             head = 0
@@ -88,12 +88,17 @@ class BlockPool:
         # Evict what the reused blocks cached: nothing when the cache is empty, and mostly nothing otherwise
         # (checked at C speed first: a key is a non-empty tuple, None when nothing is cached; the null block,
         # never cached, makes itemgetter return a tuple even for one block).
-        if self.cached_blocks and reused and any(itemgetter(*reused, NULL_BLOCK_ID)(block_key)):
+        if self.cached_blocks and any(itemgetter(*reused, NULL_BLOCK_ID)(block_key)):
             for block_id in reused:
                 if block_key[block_id] is not None:
                     del self.cached_blocks[block_key[block_id]]
                     block_key[block_id] = None
-        return ids + reused
+        if not num_fresh:
+            return reused
+        self.num_touched = self.num_blocks
+        ref_cnt += [1] * num_fresh
+        block_key += [None] * num_fresh
+        return [*range(first_fresh, self.num_blocks), *reused]
 
     def touch(self, block_ids: Iterable[int]) -> None:
         """Take a reference on cached blocks found by a prefix hit."""
@@ -106,7 +111,19 @@ class BlockPool:
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
-        ref_cnt, freed = self.ref_cnt, []
+        ref_cnt = self.ref_cnt
+        if not self.num_shared_refs:
+            # No block is held twice (num_shared_refs counts the references beyond a block's first), so each of
+            # these has ref count 1 and all of them are freed, in the order given: the loop below's outcome
+            # without its per-block branches and appends. A count of 0 is a block freed twice, here or before.
+            block_ids = list(block_ids)
+            for block_id in block_ids:
+                if ref_cnt[block_id] != 1:
+                    raise _freed_too_often(block_id)
+                ref_cnt[block_id] = 0
+            self._free += block_ids
+            return
+        freed = []
         for block_id in block_ids:
             count = ref_cnt[block_id] = ref_cnt[block_id] - 1
             if count == 0:
@@ -114,7 +131,7 @@ class BlockPool:
             elif count > 0:
                 self.num_shared_refs -= 1
             else:
-                raise AssertionError(f"block {block_id} freed more often than allocated")
+                raise _freed_too_often(block_id)
         self._free += freed
 
     def lookup(self, key: tuple[int, Hashable]) -> int | None:
@@ -125,3 +142,7 @@ class BlockPool:
         if self.block_key[block_id] is None and key not in self.cached_blocks:
             self.cached_blocks[key] = block_id
             self.block_key[block_id] = key
+
+
+def _freed_too_often(block_id: int) -> AssertionError:
+    return AssertionError(f"block {block_id} freed more often than allocated")
