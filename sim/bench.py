@@ -8,17 +8,24 @@ the CLI. Targets (issue 14): <= 0.5 s at 2 req/s, <= 1 s at 8 req/s, `--out` add
 <= 150 ms.
 
 The machine is shared and timings are noisy: each figure is the minimum of --runs runs (the least
-disturbed one), in wall seconds and in CPU seconds (user + system, which a busy machine inflates less). With --baseline REV the same commands run from an export of REV (`git archive`, in a temp
-dir) alternately with this tree's, so both see the same load, and the ratio of the minima is printed. It
-also checks that both trees print the same summary JSON for every shipped scenario (the trees' own paths
-aside): a speed-up must not change a simulated result. This is a benchmark, not a test: it prints
-figures and verdicts and fails only when the results differ.
+disturbed one), in wall seconds and in CPU seconds (user + system, which a busy machine inflates less). With
+--baseline REV the same commands run from an export of REV (`git archive`, in a temp dir) alternately with
+this tree's, so both see the same load, and the ratio of the minima is printed. Both trees' modules are
+compiled to bytecode first, as an install or a first run leaves them: where PYTHONDONTWRITEBYTECODE is set
+(as on this repository's machines) every run would otherwise compile them again, ~0.1 s.
+
+It also checks that both trees print the same summary JSON for every shipped scenario (the trees' own paths
+aside): a speed-up must not change a simulated result beyond float rounding, a relative SAME_REL (what the
+fast paths' property tests allow against stepping one by one: sums taken in another order differ in their
+last bits). This is a benchmark, not a test: it prints figures and verdicts and fails only when the results
+differ.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -35,6 +42,7 @@ CASES = {  # name -> (planner arguments, target whole-process seconds)
 TARGET_IMPORT_S = 0.150
 # --out (summary.json, requests.csv, steps.csv and the three plots) on the first case: what it adds to that run.
 OUT_CASE, TARGET_OUT_ADDS = "10k @ 2 req/s --out", 0.30
+SAME_REL = 1e-9  # two summaries' floats that differ by less are the same result
 
 
 def _run_s(command: list[str], tree: Path) -> tuple[float, float]:
@@ -66,11 +74,29 @@ def export(rev: str, into: Path) -> Path:
     return into
 
 
-def summary_differences(trees: list[Path], scenario: str, extra: list[str]) -> list[str]:
-    """What differs between the two trees' answers for scenario: nothing ([]) when both print the same summary
-    JSON or the same refusal (a sizing file in scenarios/ is not a simulate scenario), each tree's own path
-    written as <tree>; else the summary keys whose values differ, or "the run" when one tree cannot run what
-    the other runs (e.g. a baseline older than the scenario file)."""
+def compile_bytecode(tree: Path) -> None:
+    """Compile the tree's packages to bytecode (__pycache__, ignored by git), as an install does."""
+    packages = [name for name in ("planner", "sim") if (tree / name).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], cwd=tree, check=True)
+
+
+def _differs(a, b) -> bool:
+    """Two summary values are different results: floats beyond SAME_REL (NaN equals NaN), anything else unequal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() != b.keys() or any(_differs(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) != len(b) or any(_differs(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return not (math.isclose(a, b, rel_tol=SAME_REL, abs_tol=0.0) or (math.isnan(a) and math.isnan(b)))
+    return a != b
+
+
+def summary_differences(trees: list[Path], scenario: str, extra: list[str]) -> tuple[list[str], bool]:
+    """What differs between the two trees' answers for scenario, and whether they are identical: nothing ([])
+    when both print the same summary JSON but for float rounding (_differs), or the same refusal (a sizing
+    file in scenarios/ is not a simulate scenario), each tree's own path written as <tree>; else the summary
+    keys whose values differ, or "the run" when one tree cannot run what the other runs (e.g. a baseline
+    older than the scenario file)."""
     answers = []
     for tree in trees:
         done = subprocess.run(
@@ -79,11 +105,12 @@ def summary_differences(trees: list[Path], scenario: str, extra: list[str]) -> l
         printed = (done.stdout.decode(), done.stderr.decode() if done.returncode else "")
         answers.append((done.returncode, *(text.replace(str(tree), "<tree>") for text in printed)))
     if answers[0] == answers[1]:
-        return []
+        return [], True
     if answers[0][0] or answers[1][0]:
-        return ["the run"]
+        return ["the run"], False
     a, b = json.loads(answers[0][1]), json.loads(answers[1][1])
-    return [key for key in a.keys() | b.keys() if a.get(key) != b.get(key)] or ["the printing"]
+    differ = [key for key in a.keys() | b.keys() if key not in a or key not in b or _differs(a[key], b[key])]
+    return differ, False
 
 
 def peak_rss_bytes(tree: Path, num_requests: int) -> int:
@@ -109,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"this tree": ROOT}
         if args.baseline:
             trees[args.baseline] = export(args.baseline, Path(tmp))
+        for tree in trees.values():
+            compile_bytecode(tree)
         print(f"whole process, min of {args.runs} runs (shared machine: noisy; runs alternate between trees)")
         names = list(trees)
         header = f"{'':<20}" + "".join(f"{name + ' ' + kind:>20}" for name in names for kind in ("wall", "cpu"))
@@ -146,11 +175,17 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         scenarios = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "scenarios").glob("*.yaml"))
         checks = [(s, []) for s in scenarios] + [(SCENARIO, ["--set", "workload.arrival.rate=8"])]
-        differ = []
+        differ, num_identical = [], 0
         for scenario, extra in checks:
-            if keys := summary_differences(list(trees.values()), scenario, extra):
+            keys, identical = summary_differences(list(trees.values()), scenario, extra)
+            num_identical += identical
+            if keys:
                 differ.append(f"{scenario} {' '.join(extra)}: {', '.join(sorted(keys))}")
-        print(f"summary JSON identical to {args.baseline} on {len(checks) - len(differ)}/{len(checks)} runs")
+        num_same = len(checks) - len(differ)
+        print(
+            f"summary JSON the same as {args.baseline} on {num_same}/{len(checks)} runs "
+            f"({num_identical} byte for byte, {num_same - num_identical} within a relative {SAME_REL:g})"
+        )
         for case in differ:
             print(f"  DIFFERS: {case}")
         return 1 if differ else 0

@@ -1,15 +1,18 @@
 """The SimPy driver: arrivals, closed-loop users, a router and one engine process per replica.
 
 The serving model (scheduler, block pool, metrics) is the live engine's; only a step's duration comes
-from the cost model, and SimPy's clock advances by it. A run of identical pure-decode steps between two
-events is priced and applied at once (numpy over the window) instead of one event per step: the result
-is the same as stepping them one by one, step rows included. The step that ends a window (someone
-finishes in it) shares the window's timeout when nothing can happen before it ends.
+from the cost model, and SimPy's clock advances by it. A decode window, a run of pure-decode steps of the
+running requests up to the next arrival, is priced and applied at once (numpy over the window) instead of
+one event per step: the result is stepping's, step rows included, but for float sums taken in another order
+(a relative 1e-9 at most, property-tested). In an open loop with nobody waiting, a window runs through
+requests' last tokens, the batch shrinking as they finish; otherwise it stops one step short of the first,
+and that step shares the window's timeout when nothing can happen before it ends.
 
 Async scheduling (vLLM v1's default, `AsyncScheduler` + `EngineCore.step_with_batch_queue`): step N+1 is
 scheduled while step N runs, so a request that arrives during step N is first scheduled in step N+2. The
-replica keeps such requests aside (`deferred`) until the next schedule() has been made without them.
-`engine.enforce_eager: true` (and the `cpu` device) is serial: it joins step N+1.
+replica keeps such requests aside (`deferred`) until the next schedule() has been made without them, and
+step N+1 (pure decode) ends the window the arrival came in. `engine.enforce_eager: true` (and the `cpu`
+device) is serial: it joins step N+1.
 """
 
 from __future__ import annotations
@@ -182,9 +185,9 @@ class Replica:
         until_arrival_s = self.next_arrival_s() - self.env.now
         # Most windows end at an arrival after a few dozen steps: price a short prefix first, then 4x as many
         # steps while the arrival is not among them, up to all `bound` steps and the one after (a prefix of the
-        # same arrays: the same values). The step after the window is the pure-decode step that follows it when someone finishes in
-        # it or an arrival waits for it: priced here, with the same operations as one step alone. A window
-        # that runs to the last request's last token has no step after it.
+        # same arrays: the same values). The step after the window is the pure-decode step that follows it when
+        # someone finishes in it or an arrival waits for it: priced here, with the same operations as one step
+        # alone. A window that runs to the last request's last token has no step after it.
         horizon = bound + 1
         if through_finishes:
             horizon = min(horizon, max(r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running))

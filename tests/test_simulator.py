@@ -127,6 +127,59 @@ def test_fast_forward_matches_stepping_over_random_scenarios(
     assert_same_run(simulate(scenario), simulate(scenario, fast_forward=False), scenario)
 
 
+def _spy_windows(monkeypatch) -> list:
+    """Record every decode window the driver takes (a white-box check that the fast path is taken at all)."""
+    from sim import driver
+
+    windows, take = [], driver.Replica._window
+
+    def spy(self, *args):
+        window = take(self, *args)
+        windows.append(window)
+        return window
+
+    monkeypatch.setattr(driver.Replica, "_window", spy)
+    return windows
+
+
+def test_a_window_runs_through_requests_last_tokens(monkeypatch):
+    """Open loop and nobody waiting: the batch shrinks inside one window as requests sample their last tokens,
+    the window's step rows say so, and the run is stepping's."""
+    scenario = make_scenario(
+        workload={"num_requests": 6, "arrival": {"process": "poisson", "rate": 1e6},
+                  "output_tokens": {"dist": "uniform", "low": 40, "high": 400}},
+    )  # fmt: skip
+    windows = _spy_windows(monkeypatch)
+    fast = simulate(scenario)
+    assert any(w.rows[-1] < w.rows[0] for w in windows)  # some window went through a finish
+    steps = fast.recorder.steps.view()
+    shrinking = np.flatnonzero(np.diff(steps["num_seqs"]) < 0)
+    assert len(shrinking) >= 5  # six requests leave the batch one by one (some may share a last step)
+    assert_same_run(fast, simulate(scenario, fast_forward=False), scenario)
+
+
+def test_async_window_takes_the_step_after_an_arrivals(monkeypatch):
+    """Async scheduling: the step after the one an arrival came in is still pure decode and joins the window;
+    the arrival is first scheduled in the step after that (vLLM v1's N+2), as when stepping."""
+    scenario = make_scenario(workload={"num_requests": 40, "arrival": {"process": "poisson", "rate": 2.0}})
+    assert not scenario.engine.enforce_eager
+    windows = _spy_windows(monkeypatch)
+    fast = simulate(scenario)
+    assert sum(w.arrival_step for w in windows) >= 20
+    assert_same_run(fast, simulate(scenario, fast_forward=False), scenario)
+
+
+def test_least_outstanding_router_counts_requests_finished_inside_a_window():
+    """Two replicas: an arrival is routed while a window is in flight on the other replica; requests that
+    finished in its steps before the arrival no longer count as outstanding there, as when stepping."""
+    scenario = make_scenario(
+        hardware={"replicas": 2, "router": "least_outstanding"},
+        workload={"num_requests": 150, "arrival": {"process": "poisson", "rate": 12.0},
+                  "output_tokens": {"dist": "uniform", "low": 8, "high": 300}},
+    )  # fmt: skip
+    assert_same_run(simulate(scenario), simulate(scenario, fast_forward=False), scenario)
+
+
 def test_same_seed_gives_identical_results_and_another_seed_does_not():
     _, a = run(make_scenario())
     _, b = run(make_scenario())
