@@ -47,7 +47,7 @@ class SimResult:
     cost_model: CostModel
 
 
-WINDOW_PREFIX_STEPS = 64  # steps of a decode window priced first (most windows end sooner, at an arrival)
+WINDOW_PREFIX_STEPS = 64  # steps of a first decode window priced first (most windows end sooner, at an arrival)
 
 
 class Window(NamedTuple):
@@ -87,6 +87,7 @@ class Replica:
         self.through_finishes = through_finishes
         # Times at which requests finish in the window in flight: they count as outstanding until then.
         self.window_finishes_s: list[float] = []
+        self.window_step_s = 0.0  # the last window's last step: how many steps the next arrival leaves, roughly
         self.next_arrival_s = next_arrival_s
         self.on_finished = on_finished
         self.idle: simpy.Event | None = None
@@ -119,6 +120,9 @@ class Replica:
     def run(self):
         env, sched = self.env, self.scheduler
         after_idle = True  # async: the first step after idle has no step to hide its host side behind
+        # A window ended with arrivals joining the queue: the next step admits them, almost always, so no window
+        # is looked for (one stepped step where the queue's head is blocked: stepping is always exact).
+        admitting = False
         while True:
             if not sched.num_unfinished:
                 # The last step finished every request: nothing was scheduled ahead of the requests that
@@ -133,7 +137,7 @@ class Replica:
                     continue
             # A window never starts right after idle: the request that woke the engine is still waiting.
             bound = 0
-            if self.fast_forward and not self.deferred:
+            if self.fast_forward and not self.deferred and not admitting:
                 through = self.through_finishes and not sched.waiting and not sched.kv.pool.num_shared_refs
                 bound = sched.decode_window_bound(through)
             if bound:
@@ -142,7 +146,9 @@ class Replica:
                     if self.overlapped:
                         self.deferred = []
                     yield from self._decode_window(window)
+                    admitting = window.arrival_step
                     continue
+            admitting = False
             out = sched.schedule()
             if not out.scheduled:
                 raise RuntimeError(
@@ -183,15 +189,18 @@ class Replica:
         """The next steps of a decode window, cut before the first step that would start at or after the next
         arrival anywhere (it changes the batch), and the step after them if it was priced."""
         until_arrival_s = self.next_arrival_s() - self.env.now
-        # Most windows end at an arrival after a few dozen steps: price a short prefix first, then 4x as many
-        # steps while the arrival is not among them, up to all `bound` steps and the one after (a prefix of the
-        # same arrays: the same values). The step after the window is the pure-decode step that follows it when
-        # someone finishes in it or an arrival waits for it: priced here, with the same operations as one step
-        # alone. A window that runs to the last request's last token has no step after it.
+        # Most windows end at an arrival after a few dozen steps: price the steps up to it at the last window's
+        # pace (with a margin: a shrinking batch steps faster), then 4x as many while the arrival is not among
+        # them, up to all `bound` steps and the one after (a prefix of the same arrays: the same values). The
+        # step after the window is the pure-decode step that follows it when someone finishes in it or an
+        # arrival waits for it: priced here, with the same operations as one step alone. A window that runs to
+        # the last request's last token has no step after it.
         horizon = bound + 1
         if through_finishes:
             horizon = min(horizon, max(r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running))
         num_priced = min(horizon, WINDOW_PREFIX_STEPS)
+        if self.window_step_s and until_arrival_s < math.inf:
+            num_priced = min(horizon, int(until_arrival_s / self.window_step_s * 1.25) + 4)
         while True:
             rows, context = self.scheduler.decode_window_steps(num_priced)
             host, device, durations = self._price(rows, context)
@@ -206,6 +215,7 @@ class Replica:
                     n += 1
                 after = (float(durations[n]), float(device[n])) if n < num_priced and not arrival_step else None
                 host = host if isinstance(host, float) else host[:n]
+                self.window_step_s = float(durations[n - 1]) if n else self.window_step_s
                 return Window(
                     durations[:n],
                     host,

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planner.cli import main
 from planner.scenario import load_scenario
 from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
-from sim.metrics import GapHistogram, exact_sum
+from sim.metrics import GapHistogram, exact_sum, percentile
 from sim.workload import WorkloadError, generate_workload, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -295,6 +297,33 @@ def test_exact_sum_is_fsum():
         ][trial % 5]
         assert exact_sum(values) == math.fsum(values)
     assert exact_sum(np.array([1e308, 1e308, -1e308])) == 1e308 and exact_sum(np.array([5e-324, 5e-324])) == 1e-323
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
+            st.sampled_from([0.0, -0.0, 1.0, 12.5, math.inf, -math.inf, math.nan, 5e-324]),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    percent=st.one_of(st.sampled_from([0.0, 50.0, 90.0, 99.0, 100.0]), st.floats(0.0, 100.0)),
+)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's own, on inf - inf
+def test_percentile_is_numpys_to_the_last_bit(values, percent):
+    ours, numpys = percentile(np.array(values), percent), float(np.percentile(np.array(values), percent))
+    assert ours == numpys or (math.isnan(ours) and math.isnan(numpys))
+    assert math.copysign(1.0, ours) == math.copysign(1.0, numpys) or math.isnan(ours)
+
+
+def test_percentile_of_request_latencies_is_numpys():
+    rng = np.random.default_rng(1)
+    for n in (1, 2, 3, 10, 1000, 10001):
+        values = rng.lognormal(5, 1.5, n)
+        for percent in (50, 90, 99, 99.9):
+            assert percentile(values, percent) == float(np.percentile(values, percent))
 
 
 def test_the_10k_benchmark_figures_match_exact_gaps_within_the_resolution(monkeypatch):
