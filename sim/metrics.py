@@ -164,7 +164,10 @@ class GapHistogram:
         once = np.array(self._once, dtype=np.float64)
         values = np.concatenate([once, *(gaps for gaps, _ in self._arrays)])
         times = np.concatenate(
-            [np.ones(len(once)), *(np.broadcast_to(np.float64(t), len(gaps)) for gaps, t in self._arrays)]
+            [
+                np.ones(len(once)),
+                *(t if isinstance(t, np.ndarray) else np.full(len(gaps), float(t)) for gaps, t in self._arrays),
+            ]
         )
         return values, times
 

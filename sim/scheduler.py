@@ -359,19 +359,31 @@ class ContinuousScheduler(Scheduler):
         """(rows, context tokens after the step summed over them) of each of the next num_steps pure-decode
         steps: step k's rows are the running requests with at least k tokens left to sample, each at its
         computed tokens + k (a decode token attends over its whole context)."""
-        remaining = [r.max_output_tokens - r.num_output_tokens for r in self.running]
-        computed = [r.num_computed_tokens for r in self.running]
+        running = self.running
+        computed = [r.num_computed_tokens for r in running]
         k = np.arange(1, num_steps + 1)
-        if min(remaining) > num_steps:  # nobody finishes: the same rows every step
+        if min(r.max_output_tokens - r.num_output_tokens for r in running) > num_steps:  # nobody finishes
             num_rows = len(computed)
             return np.full(num_steps, num_rows), sum(computed) + num_rows * k
-        order = np.argsort(remaining, kind="stable")
-        left_sorted = np.array(remaining)[order]
-        # computed tokens summed over the requests from the i-th fewest tokens left on (0 past the last)
-        suffix = np.append(np.cumsum(np.array(computed)[order][::-1])[::-1], 0)
-        num_done = left_sorted.searchsorted(k, side="left")  # requests whose last token came before step k
-        rows = len(computed) - num_done
-        return rows, suffix[num_done] + rows * k
+        # Runs of steps with the same rows, cut where requests sample their last tokens (fewest left first).
+        rows_of_run, computed_of_run, run_ends = [], [], []
+        num_rows, sum_computed, done = len(computed), sum(computed), 0
+        for left, c in sorted(zip([r.max_output_tokens - r.num_output_tokens for r in running], computed)):
+            if left >= num_steps:
+                break
+            if left > done:  # steps done + 1 .. left have num_rows rows
+                rows_of_run.append(num_rows)
+                computed_of_run.append(sum_computed)
+                run_ends.append(left)
+                done = left
+            num_rows -= 1
+            sum_computed -= c
+        rows_of_run.append(num_rows)
+        computed_of_run.append(sum_computed)
+        run_ends.append(num_steps)
+        lengths = [end - start for start, end in zip([0, *run_ends], run_ends)]
+        rows = np.repeat(rows_of_run, lengths)
+        return rows, np.repeat(computed_of_run, lengths) + rows * k
 
     def _waiting_head_blocked(self) -> bool:
         """The queue's head cannot be admitted after the running requests' decode tokens: what
