@@ -148,9 +148,8 @@ class GapHistogram:
 
     def add_many(self, gaps_s: np.ndarray | list[float], times: int | np.ndarray = 1) -> None:
         """Each of gaps_s, `times` times over, or times[i] times for gaps_s[i] (a decode window: each step's gap
-        once per request in the step). A
-        list of floats is taken as it is: no array is built for a step's few gaps; an array is kept, not
-        copied."""
+        once per request in the step). A list of floats is taken as it is: no array is built for a step's few
+        gaps; an array is kept, not copied."""
         if isinstance(gaps_s, list) and times == 1:
             self._once.extend(gaps_s)
         else:
@@ -350,13 +349,13 @@ class Recorder:
         one_by_one: bool = False,
     ) -> None:
         """k pure-decode steps at once: each of a step's num_rows requests decodes one token; num_running are
-        left after it (fewer when some sampled their last). For a decode
-        token the context it attends over is its whole context, so attention pairs = context tokens, and
-        the tokens held are the context less shared prefix blocks' repeats. Only the last step can see an
-        arrival (it ends the window), so the queue holds num_waiting requests after every step but the last
-        (none, or those blocked at its head), num_waiting_after after the last. The running totals add the
-        steps as a whole, or with one_by_one (a window while the queue is blocked) step after step, as
-        stepping does: float sums in another order differ in their last bits."""
+        left after it (fewer when some sampled their last). For a decode token the context it attends over is
+        its whole context, so attention pairs = context tokens, and the tokens held are the context less shared
+        prefix blocks' repeats. Only after the last step can an arrival be in the queue (it ends the window),
+        so the queue holds num_waiting requests after every step but the last (none, or those blocked at its
+        head), num_waiting_after after the last. The running totals add the steps as a whole, or with
+        one_by_one (a window while the queue is blocked) step after step, as stepping does: float sums in
+        another order differ in their last bits."""
         self.num_steps += len(duration_s)
         slot_fraction = tokens_held / (kv_blocks_used * self.block_size)
         if one_by_one:
