@@ -129,16 +129,16 @@ def test_fast_forward_matches_stepping_over_random_scenarios(
 
 def _spy_windows(monkeypatch) -> list:
     """Record every decode window the driver takes (a white-box check that the fast path is taken at all)."""
-    from sim import driver
+    from sim import replica
 
-    windows, take = [], driver.Replica._window
+    windows, take = [], replica.Replica._window
 
     def spy(self, *args):
         window = take(self, *args)
         windows.append(window)
         return window
 
-    monkeypatch.setattr(driver.Replica, "_window", spy)
+    monkeypatch.setattr(replica.Replica, "_window", spy)
     return windows
 
 
