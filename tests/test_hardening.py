@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from planner.cli import main
 from planner.scenario import load_scenario
 from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
-from sim.metrics import GapHistogram, exact_sum, percentile
+from sim.statistics import GapHistogram, exact_sum, percentile
 from sim.workload import WorkloadError, generate_workload, read_trace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,6 +15,7 @@ SHARED = [
     "sim.scheduler",
     "sim.workload",
     "sim.metrics",
+    "sim.statistics",
     "sim.memory",
     "sim.cost_model",
 ]
