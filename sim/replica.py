@@ -30,7 +30,9 @@ from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import ContinuousScheduler, Scheduler, SchedulerOutput
 
-WINDOW_PREFIX_STEPS = 64  # steps of a first decode window priced first (most windows end sooner, at an arrival)
+# Steps of a decode window priced first when no window before it gives a pace to guess from (most windows
+# end sooner, at an arrival).
+WINDOW_PREFIX_STEPS = 64
 
 
 class Window(NamedTuple):
@@ -65,8 +67,9 @@ class Replica:
         self.env, self.scheduler, self.cost, self.recorder = env, scheduler, cost, recorder
         self.fast_forward = fast_forward and isinstance(scheduler, ContinuousScheduler)
         # Windows may run through requests' last tokens (the batch shrinks) when a finish changes nothing else:
-        # open loop (no user sends a request on a reply's end), nobody waiting (a finish would admit them), and
-        # no prefix block shared (its repeats leave the tokens held as the sharers finish).
+        # an open loop (this flag: no user sends a request on a reply's end), and, checked at each window,
+        # nobody waiting (a finish would admit them) and no prefix block shared (its repeats leave the tokens
+        # held as the sharers finish).
         self.through_finishes = through_finishes
         # Times at which requests finish in the window in flight: they count as outstanding until then.
         self.window_finishes_s: list[float] = []
