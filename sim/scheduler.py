@@ -2,8 +2,9 @@
 
 There is no prefill or decode phase: each running request has `num_computed_tokens`, which catches up
 with `num_tokens` (prompt + outputs so far) a chunk at a time within the token budget. The scheduler
-changes request state only in schedule() (admission, blocks, preemption) and update() (after the step).
-Both the simulator and the live engine call exactly this code.
+changes request state only in schedule() (admission, blocks, preemption) and update() (after the step),
+or, in the simulator, in a decode window that does what a run of them would (sim/decode_windows.py). Both
+the simulator and the live engine call exactly this code.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from sim.config import EngineConfig, Scenario
+from sim.decode_windows import DecodeWindows
 from sim.kv_groups import HybridKVCacheManager, kv_groups
 from sim.kv_manager import KVCacheManager, cdiv
 from sim.metrics import Recorder
@@ -169,7 +169,7 @@ class Scheduler(ABC):
         request.status = Status.RUNNING
 
 
-class ContinuousScheduler(Scheduler):
+class ContinuousScheduler(DecodeWindows, Scheduler):
     """Iteration-level scheduling (Orca / vLLM): requests join and leave the batch at every step."""
 
     def schedule(self) -> SchedulerOutput:
@@ -302,198 +302,6 @@ class ContinuousScheduler(Scheduler):
             self._admit(request)
             out.add(request, num_new)
             budget -= num_new
-
-    def decode_window_bound(self, through_finishes: bool = False) -> int:
-        """How many next steps are certain to be pure-decode steps of the running requests: none mid-prompt,
-        every block they need free, and no request waiting that could be admitted. Without through_finishes,
-        none finishing either (the same batch every step); with it, the batch shrinks as requests sample their
-        last tokens, up to the last one's (for an open loop with nobody waiting, where a finish changes nothing
-        but the batch: the driver's choice). 0 or 1: step. Off with the fast paths (sliding windows:
-        sim/kv_groups.py)."""
-        if not self.fast_decode_rows or not self.running or len(self.running) > self.config.max_num_batched_tokens:
-            return 0
-        # The cheap tests first (each rules a window out; none changes anything): the latest admitted request
-        # is mid-prompt (a chunked prefill), someone finishes within two steps (a busy engine has one most
-        # steps), the queue's head can be admitted.
-        last = self.running[-1]
-        if last.num_prompt_tokens + last.num_output_tokens - last.num_computed_tokens != 1:
-            return 0
-        remaining = [r.max_output_tokens - r.num_output_tokens for r in self.running]
-        steps = max(remaining) if through_finishes else min(remaining) - 1
-        if steps < 2:
-            return 0
-        if self.waiting and not self._waiting_head_blocked():
-            return 0
-        computed = []
-        num_held = 0
-        for r in self.running:
-            c = r.num_computed_tokens
-            if r.num_prompt_tokens + r.num_output_tokens - c != 1 or c < r.num_prompt_tokens:
-                return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
-            computed.append(c)
-            num_held += len(r.block_ids)
-        # Blocks the window needs: what blocks_needed(r, its steps) sums to over the running requests, a request
-        # decoding until its last token at most. Short of them, the window halves until they fit: the halvings
-        # are counted at once (a nearly full pool). Blocks that requests finishing in the window free are not
-        # counted on: the window's blocks all come from those free before it (which keeps the free queue's
-        # order that of stepping one by one: allocations take from its front, frees join its back).
-        block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
-        num_free = self.kv.pool.num_free_blocks
-        if through_finishes:  # steps is the most any request has left: each decodes to its last token
-            needed = sum(-(-max(c + left, floor_tokens) // block_size) for c, left in zip(computed, remaining))
-        else:
-            needed = sum(-(-max(c + steps, floor_tokens) // block_size) for c in computed)
-        if needed - num_held <= num_free:
-            return steps
-        halvings = []
-        while (steps := steps // 2) >= 2:
-            halvings.append(steps)
-        if not halvings:
-            return 0
-        steps_each = np.minimum(np.array(halvings), np.array(remaining)[:, None])
-        tokens = np.maximum(np.array(computed)[:, None] + steps_each, floor_tokens)
-        fits = np.flatnonzero((-(-tokens // block_size)).sum(axis=0) - num_held <= num_free)
-        return halvings[fits[0]] if len(fits) else 0
-
-    def decode_window_steps(self, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, context tokens after the step summed over them) of each of the next num_steps pure-decode
-        steps: step k's rows are the running requests with at least k tokens left to sample, each at its
-        computed tokens + k (a decode token attends over its whole context)."""
-        running = self.running
-        computed = [r.num_computed_tokens for r in running]
-        k = np.arange(1, num_steps + 1)
-        if min(r.max_output_tokens - r.num_output_tokens for r in running) > num_steps:  # nobody finishes
-            num_rows = len(computed)
-            return np.full(num_steps, num_rows), sum(computed) + num_rows * k
-        # Runs of steps with the same rows, cut where requests sample their last tokens (fewest left first).
-        rows_of_run, computed_of_run, run_ends = [], [], []
-        num_rows, sum_computed, done = len(computed), sum(computed), 0
-        for left, c in sorted(zip([r.max_output_tokens - r.num_output_tokens for r in running], computed)):
-            if left >= num_steps:
-                break
-            if left > done:  # steps done + 1 .. left have num_rows rows
-                rows_of_run.append(num_rows)
-                computed_of_run.append(sum_computed)
-                run_ends.append(left)
-                done = left
-            num_rows -= 1
-            sum_computed -= c
-        rows_of_run.append(num_rows)
-        computed_of_run.append(sum_computed)
-        run_ends.append(num_steps)
-        lengths = [end - start for start, end in zip([0, *run_ends], run_ends)]
-        rows = np.repeat(rows_of_run, lengths)
-        return rows, np.repeat(computed_of_run, lengths) + rows * k
-
-    def _waiting_head_blocked(self) -> bool:
-        """The queue's head cannot be admitted after the running requests' decode tokens: what
-        _schedule_waiting would find, without its side effects. It stays blocked through a decode window
-        (so do those behind it: first come, first served): the rows and so the budget are the same each
-        step, free blocks only get fewer, and its prefix hits only fewer, which needs more blocks."""
-        if len(self.running) >= self.config.max_num_seqs:
-            return True
-        budget = self.config.max_num_batched_tokens - len(self.running)
-        if budget <= 0:
-            return True
-        kv, request = self.kv, self.waiting[0]
-        hits = kv.get_computed_blocks(request) if request.num_computed_tokens == 0 else []
-        num_new = request.num_tokens - request.num_computed_tokens - len(hits) * kv.block_size
-        if not self.config.enable_chunked_prefill and num_new > budget:
-            return True
-        needed = kv.blocks_needed(request, min(num_new, budget), len(hits))
-        free = kv.pool.num_free_blocks - sum(1 for b in hits if kv.pool.ref_cnt[b] == 0)
-        return needed > free  # allocate_slots would fail
-
-    def allocate_decode_window(self, num_steps: int) -> np.ndarray:
-        """Take the blocks the next num_steps decode steps need, each request's up to its last token (room
-        checked by decode_window_bound); returns the blocks in use during each of those steps, as stepping one
-        by one would have them: a finished request's blocks are free from the step after its last."""
-        kv, running = self.kv, self.running
-        block_size = kv.block_size
-        used = kv.pool.num_used_blocks
-        # The step k (1-based) at which each new block is first needed: block b (tokens [b*bs, (b+1)*bs)) once
-        # computed + k passes b*bs. A running request holds the blocks of its computed tokens and of its floor
-        # (a contiguous reservation), so its new blocks b >= held are needed at steps b*bs + 1 - computed >= 1,
-        # one every block_size steps. A window adds a block per request every block_size steps at most, so this
-        # list is short where a (requests x steps) table would not be.
-        first_needed, growing = [], []  # growing: (request, blocks it takes)
-        freed_after, freed = [], []  # a finishing request's last step, and the blocks it then frees
-        for r in running:
-            c, held = r.num_computed_tokens, len(r.block_ids)
-            steps = min(num_steps, r.max_output_tokens - r.num_output_tokens)
-            num_blocks = held
-            if c + steps > held * block_size:  # else its blocks hold the window's tokens
-                num_blocks = -(-(c + steps) // block_size)
-                growing.append((r, num_blocks - held))
-                first_needed += range(held * block_size + 1 - c, num_blocks * block_size + 1 - c, block_size)
-            if steps < num_steps:
-                freed_after.append(steps)
-                freed.append(num_blocks)
-        if kv.pool.enable_caching and not kv.defer_private_blocks:
-            self._allocate_window_one_by_one(num_steps)
-        elif growing:
-            # What allocate_slots(request, its steps) would take, request after request, in one draw from the
-            # free queue; nothing to register (decode blocks are private: deferred, or no prefix cache).
-            new_ids = kv.pool.get_new_blocks(len(first_needed))
-            taken = 0
-            for request, n in growing:
-                request.block_ids += new_ids[taken : taken + n]
-                taken += n
-        if not first_needed and not freed:
-            return np.full(num_steps, used)
-        blocks = np.bincount(first_needed, minlength=num_steps + 1)[1:]
-        if freed:  # free from the step after the last (a request finishing in the window's last step: none)
-            blocks -= np.bincount(np.array(freed_after), weights=freed, minlength=num_steps).astype(np.int64)
-        blocks = blocks.cumsum()
-        blocks += used
-        return blocks
-
-    def apply_decode_window(self, step_end_s: np.ndarray) -> list[Request]:
-        """Advance every running request by len(step_end_s) decode steps ending at those times, or until its
-        last token (their blocks taken by allocate_decode_window); returns those that finished, retired in the
-        order stepping one by one retires them (by step, then running order)."""
-        num_steps = len(step_end_s)
-        first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
-        kv, running = self.kv, self.running
-        first_gaps, finishing = [], []  # finishing: (steps to its last token, running order, request)
-        for i, request in enumerate(running):
-            first_gaps.append(first_end - request.last_token_s)
-            steps = request.max_output_tokens - request.num_output_tokens
-            if steps > num_steps:
-                request.num_computed_tokens += num_steps
-                request.num_output_tokens += num_steps
-                request.last_token_s = last_end
-            else:
-                request.num_computed_tokens += steps
-                request.num_output_tokens += steps
-                request.last_token_s = float(step_end_s[steps - 1])
-                finishing.append((steps, i, request))
-        if kv.pool.enable_caching:
-            for request in running:
-                # A simulated request's decode blocks are its own: under deferred registration they enter the
-                # prefix cache only on preemption, and its shared-prefix blocks were registered at its prefill,
-                # so there is nothing to register here (cache_full_blocks would find nothing to do).
-                if not kv.defer_private_blocks or request.prompt_token_ids is not None:
-                    kv.cache_full_blocks(request)
-        self.recorder.token_gaps(first_gaps)
-        # Each step's gap, once per request in it (what np.diff computes, without its overhead).
-        step_gaps = step_end_s[1:] - step_end_s[:-1]
-        if not finishing:
-            self.recorder.token_gaps(step_gaps, times=len(running))
-            return []
-        finishing.sort()
-        last_steps = np.array([steps for steps, _, _ in finishing])
-        rows = len(running) - last_steps.searchsorted(np.arange(2, num_steps + 1), side="left")
-        self.recorder.token_gaps(step_gaps, times=rows)
-        done = [request for _, _, request in finishing]
-        for request in done:
-            self._finish(request, request.last_token_s)
-        self.running = [r for r in running if not r.is_finished]
-        return done
-
-    def _allocate_window_one_by_one(self, num_steps: int) -> None:
-        for request in self.running:
-            self.kv.allocate_slots(request, num_steps)  # room checked by decode_window_bound
 
 
 class StaticScheduler(Scheduler):

@@ -13,6 +13,7 @@ SHARED = [
     "sim.kv_manager",
     "sim.kv_groups",
     "sim.scheduler",
+    "sim.decode_windows",
     "sim.workload",
     "sim.metrics",
     "sim.statistics",
