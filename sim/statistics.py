@@ -153,6 +153,8 @@ def percentile(values: np.ndarray, percent: float) -> float:
         low = math.floor(virtual)
         high = low + 1
         gamma = virtual - low
-    below, above = np.partition(values, [low, high])[[low, high]].tolist()
+    # numpy's partition points (the ends, to find NaNs, and both neighbours): with the same points the same
+    # element lands at each, down to the sign of a zero among equal ones
+    below, above = np.partition(values, sorted({0, last, low, high}))[[low, high]].tolist()
     difference = above - below
     return above - difference * (1 - gamma) if gamma >= 0.5 else below + difference * gamma

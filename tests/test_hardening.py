@@ -318,6 +318,11 @@ def test_percentile_is_numpys_to_the_last_bit(values, percent):
     assert math.copysign(1.0, ours) == math.copysign(1.0, numpys) or math.isnan(ours)
 
 
+def test_percentile_picks_numpys_zero_among_equal_ones():
+    values = np.array([0.0, 0.0, 0.0, 1.0, 1.0, -0.0, -0.0, 0.0])  # hypothesis found it: the sign of the median
+    assert math.copysign(1.0, percentile(values, 50.0)) == math.copysign(1.0, float(np.percentile(values, 50.0)))
+
+
 def test_percentile_of_request_latencies_is_numpys():
     rng = np.random.default_rng(1)
     for n in (1, 2, 3, 10, 1000, 10001):
