@@ -95,8 +95,8 @@ def summary_differences(trees: list[Path], scenario: str, extra: list[str]) -> t
     """What differs between the two trees' answers for scenario, and whether they are identical: nothing ([])
     when both print the same summary JSON but for float rounding (_differs), or the same refusal (a sizing
     file in scenarios/ is not a simulate scenario), each tree's own path written as <tree>; else the summary
-    keys whose values differ, or "the run" when one tree cannot run what the other runs (e.g. a baseline
-    older than the scenario file)."""
+    keys whose values differ, "the printing" when the same values print differently, or "the run" when one
+    tree cannot run what the other runs (e.g. a baseline older than the scenario file)."""
     answers = []
     for tree in trees:
         done = subprocess.run(
@@ -110,6 +110,8 @@ def summary_differences(trees: list[Path], scenario: str, extra: list[str]) -> t
         return ["the run"], False
     a, b = json.loads(answers[0][1]), json.loads(answers[1][1])
     differ = [key for key in a.keys() | b.keys() if key not in a or key not in b or _differs(a[key], b[key])]
+    if not differ and a == b:  # the same values printed differently
+        differ = ["the printing"]
     return differ, False
 
 

@@ -179,10 +179,11 @@ class DecodeWindows:
         blocks += used
         return blocks
 
-    def apply_decode_window(self, step_end_s: np.ndarray) -> list[Request]:
+    def apply_decode_window(self, step_end_s: np.ndarray, rows: np.ndarray) -> list[Request]:
         """Advance every running request by len(step_end_s) decode steps ending at those times, or until its
-        last token (their blocks taken by allocate_decode_window); returns those that finished, retired in the
-        order stepping one by one retires them (by step, then running order)."""
+        last token (their blocks taken by allocate_decode_window); `rows`: each step's, as decode_window_steps
+        gave them. Returns those that finished, retired in the order stepping one by one retires them (by step,
+        then running order)."""
         num_steps = len(step_end_s)
         first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
         kv, running = self.kv, self.running
@@ -212,10 +213,8 @@ class DecodeWindows:
         if not finishing:
             self.recorder.token_gaps(step_gaps, times=len(running))
             return []
+        self.recorder.token_gaps(step_gaps, times=rows[1:])
         finishing.sort()
-        last_steps = np.array([steps for steps, _, _ in finishing])
-        rows = len(running) - last_steps.searchsorted(np.arange(2, num_steps + 1), side="left")
-        self.recorder.token_gaps(step_gaps, times=rows)
         done = [request for _, _, request in finishing]
         for request in done:
             self._finish(request, request.last_token_s)

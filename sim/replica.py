@@ -292,7 +292,7 @@ class Replica:
         """Apply the window to the requests and record its steps; True when someone finished in it."""
         sched = self.scheduler
         num_rows = len(sched.running)
-        finished = sched.apply_decode_window(ends)
+        finished = sched.apply_decode_window(ends, window.rows)
         self.window_finishes_s = []
         shared = sched.kv.shared_tokens()  # tokens held once for several requests: a window shares no new block
         if finished:
