@@ -183,3 +183,69 @@ def test_the_itl_panel_counts_every_gap_not_the_sample(tmp_path):
     latency_figure(fig, Context(requests, steps, summary, "t"), itl_ms=np.full(1000, 10.0))
     titles = [ax.get_title() for ax in fig.axes]
     assert "Inter-token latency: 5,000,000 gaps, mean 12.5 ms" in titles
+
+
+def _layout_boxes(fig, renderer) -> list[tuple[str, object]]:
+    """(owner, window extent) of every panel and of every text the layout makes room for: each panel's title,
+    axis labels and visible tick labels, the suptitle and the footnote."""
+    boxes = []
+    for i, ax in enumerate(fig.axes):
+        owner = f"panel {i}"
+        boxes.append((owner, ax.get_window_extent(renderer)))
+        texts = [ax.title, ax.xaxis.label, ax.yaxis.label]
+        for labels, limits, coordinate in (
+            (ax.get_xticklabels(), ax.get_xlim(), 0),
+            (ax.get_yticklabels(), ax.get_ylim(), 1),
+        ):
+            low, high = sorted(limits)
+            span = (high - low) * 1e-9  # a tick on the limit is drawn; those beyond are not
+            texts += [
+                t for t in labels if t.get_visible() and low - span <= t.get_position()[coordinate] <= high + span
+            ]
+        for text in texts:
+            if text.get_text():
+                boxes.append((owner, text.get_window_extent(renderer)))
+    boxes.append(("suptitle", fig._suptitle.get_window_extent(renderer)))
+    boxes += [("footnote", t.get_window_extent(renderer)) for t in fig.texts if t.get_text() and t is not fig._suptitle]
+    return boxes
+
+
+@pytest.mark.parametrize("case", ["synthetic", "huge_numbers", "no_steps", "long_title"])
+def test_the_panels_labels_fit_inside_the_figure_and_clear_of_each_other(tmp_path, case):
+    """planner.plots.layout sets the margins from estimates instead of measuring (tight_layout): drawn, no text
+    leaves the figure, and no text of one panel (or the suptitle or footnote) overlaps another panel or its
+    texts; checked on tick labels far wider than usual too."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from planner.plots.context import Context
+    from planner.plots.kv_cache import kv_cache_figure
+    from planner.plots.latency import latency_figure
+    from planner.plots.style import FIGSIZE
+    from planner.plots.throughput import throughput_figure
+
+    requests, steps, summary, itl_ms = synthetic_run(300, 3_000)
+    title = "t (simulated)"
+    if case == "huge_numbers":  # rates in the millions: 9-character tick labels on the y axes
+        requests["output_tokens"] = requests["output_tokens"] * 100_000
+        steps = {**steps, "num_sampled": steps["num_sampled"] * 100_000, "num_running": steps["num_running"] * 1000}
+        itl_ms = itl_ms * 1e6
+    elif case == "no_steps":
+        steps = empty_columns(STEP_COLUMNS)
+    elif case == "long_title":
+        title = "a100_llama2_7b_azure_10k (simulated; cost model: calibrated (public profile 5cb427046e34, a100-80gb))"
+    ctx = Context(requests, steps, summary, title)
+    for draw in (lambda f: latency_figure(f, ctx, itl_ms), throughput_figure, lambda f: kv_cache_figure(f, ctx, 4096)):
+        fig = Figure(figsize=FIGSIZE)
+        canvas = FigureCanvasAgg(fig)
+        draw(fig) if draw is not throughput_figure else draw(fig, ctx)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        boxes = _layout_boxes(fig, renderer)
+        for owner, box in boxes:
+            assert box.x0 >= 0 and box.y0 >= 0, (case, owner, box)
+            assert box.x1 <= fig.bbox.width and box.y1 <= fig.bbox.height, (case, owner, box)
+        for i, (owner_a, a) in enumerate(boxes):
+            for owner_b, b in boxes[i + 1 :]:
+                if owner_a != owner_b:
+                    assert not a.overlaps(b), (case, owner_a, a, owner_b, b)

@@ -8,8 +8,10 @@ import textwrap
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from planner.plots.binning import bin_steps
+from planner.plots.layout import fit_panels
 from planner.plots.style import fmt_s
 
 RATE_BINS = 100  # bins over the run for per-second rates
@@ -58,7 +60,7 @@ class Context:
             )
         return self._state
 
-    def footnote(self, fig: Figure, extra: str = "") -> None:
+    def footnote(self, fig: Figure, extra: str = "") -> Text:
         parts = [f"Scenario: {self.scenario_name}"]
         if self.mode:
             parts.append(f"mode: {self.mode}")
@@ -70,7 +72,7 @@ class Context:
         text = "   |   ".join(parts) + "      (made by planner)"
         if extra:
             text += "\n" + extra
-        fig.text(0.01, 0.008, text, fontsize=8, color="#444444", ha="left", va="bottom", linespacing=1.5)
+        return fig.text(0.01, 0.008, text, fontsize=8, color="#444444", ha="left", va="bottom", linespacing=1.5)
 
 
 def _len(a) -> int:
@@ -101,9 +103,8 @@ SUPTITLE_CHARS_PER_INCH = 8.5  # 13 pt bold DejaVu Sans: a longer line is cut at
 def finish(fig: Figure, suptitle: str, ctx: Context, extra: str = "") -> None:
     width_in = fig.get_size_inches()[0]
     lines = textwrap.wrap(suptitle, width=int(width_in * SUPTITLE_CHARS_PER_INCH), break_on_hyphens=False)
-    fig.suptitle("\n".join(lines), fontsize=13, fontweight="bold")
-    ctx.footnote(fig, extra)
-    fig.tight_layout(rect=(0, 0.055, 1, 0.965))  # tight_layout makes room for the suptitle's lines
+    suptitle_text = fig.suptitle("\n".join(lines), fontsize=13, fontweight="bold")
+    fit_panels(fig, suptitle_text, ctx.footnote(fig, extra))
 
 
 def time_axis(ax, ctx: Context) -> None:
