@@ -14,7 +14,7 @@ import numpy as np
 
 from planner.decode_runs import NUM_STEPS, DecodeRunMerger, with_num_steps
 from planner.errors import PlannerError, read_text_file
-from planner.plot_workers import CDF_POINTS, PlotWorkers
+from planner.plot_workers import CDF_POINTS, PLOT_STEP_COLUMNS, PlotWorkers
 from planner.scenario import scenario_to_dict
 from sim.config import Scenario
 from sim.metrics import STEP_COLUMNS, Recorder, summarize
@@ -168,7 +168,8 @@ def _write_outputs(
     order = np.argsort(requests["request_id"], kind="stable")
     requests = {name: column[order] for name, column in requests.items()}
     steps = recorder.step_rows()  # with a StepsCsv sink: the rows left are written, the plots get a sample
-    plots = (requests, steps, summary, title)
+    plot_steps = {name: steps[name] for name in PLOT_STEP_COLUMNS if name in steps}  # what a process is sent
+    plots = (requests, plot_steps, summary, title)
     plot_options = {"itl_ms": recorder.itl.sample_ms(CDF_POINTS), "num_gpu_blocks": recorder.num_gpu_blocks}
     if plot_workers is not None:
         plot_workers.send(out_dir, *plots, **plot_options)  # drawn while the files below are written

@@ -249,3 +249,19 @@ def test_the_panels_labels_fit_inside_the_figure_and_clear_of_each_other(tmp_pat
             for owner_b, b in boxes[i + 1 :]:
                 if owner_a != owner_b:
                     assert not a.overlaps(b), (case, owner_a, a, owner_b, b)
+
+
+def test_the_figures_read_only_the_step_columns_a_plotting_process_is_sent(tmp_path):
+    """planner.results sends a plotting process only PLOT_STEP_COLUMNS of the step rows: the figures drawn
+    from those alone are the figures drawn from every column, byte for byte."""
+    from planner.plot_workers import PLOT_STEP_COLUMNS
+
+    requests, steps, summary, itl_ms = synthetic_run(200, 2_000)
+    steps = {
+        **steps,
+        **{name: np.zeros(len(steps["start_s"]), dtype) for name, dtype in STEP_COLUMNS.items() if name not in steps},
+    }
+    sent = {name: steps[name] for name in PLOT_STEP_COLUMNS}
+    every = write_plots(tmp_path / "every", requests, steps, summary, "t (simulated)", itl_ms=itl_ms)
+    only = write_plots(tmp_path / "sent", requests, sent, summary, "t (simulated)", itl_ms=itl_ms)
+    assert [path.read_bytes() for path in every] == [path.read_bytes() for path in only]
