@@ -1,7 +1,7 @@
 """docs/fidelity.md is exactly what `python -m planner.fidelity` prints (as test_seed_claims does for the
 seeds' page): no figure on the page that the command does not produce."""
 
-from planner.fidelity import DOC_PATH, render
+from planner.fidelity.page import DOC_PATH, render
 
 
 def test_fidelity_page_matches_the_command():

@@ -1,0 +1,59 @@
+"""docs/fidelity.md: its header and its sections in order. `render` computes the whole page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.fidelity.allreduce import section_allreduce
+from planner.fidelity.form import form_note, section_form
+from planner.fidelity.profiles import section_models, section_profiles
+from planner.fidelity.public_figures import section_public
+from planner.fidelity.streaming import section_streaming, streaming_note
+from planner.fidelity.transfer import section_leave_gpu_out, section_leave_models_out, section_transfer
+
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "fidelity.md"
+COMMAND = "python -m planner.fidelity"
+
+HEADER = f"""# Fidelity of the shipped calibrations
+
+Produced by `{COMMAND}` (this page is its output; tests/test_fidelity.py keeps them equal). Data: Vidur's
+public per-operator timings (microsoft/vidur, MIT licence; compact copy in `planner/calibrations/vidur/`),
+fitted by `python -m planner.calibration.public_profiles`. Times are GPU time of the operators Vidur measured,
+in float16. **Attention is not in the data**: the cost model prices it from the fitted bandwidth and flops
+efficiencies (the kernels' bandwidth). Nor are the LM head, the sampler or the CPU side of a step: those keep
+the cost model's defaults until `planner calibrate` measures them.
+"""
+
+
+def _data():
+    from planner.calibration.public_data import load_all_reduce, load_operators
+
+    return load_operators(), load_all_reduce()
+
+
+def render() -> str:
+    ops, ar = _data()
+    form_table, figures = section_form(ops, ar)
+    form_section = [form_note(ar, figures), *form_table]
+    parts = [
+        HEADER,
+        *section_profiles(ops, ar),
+        "",
+        *form_section,
+        "",
+        *section_streaming(ops),
+        "",
+        streaming_note(ops),
+        *section_allreduce(ar),
+        "",
+        *section_models(ops, ar),
+        "",
+        *section_leave_gpu_out(ops, ar),
+        "",
+        *section_leave_models_out(ops, ar),
+        "",
+        *section_transfer(),
+        "",
+        *section_public(),
+    ]
+    return "\n".join(parts).rstrip() + "\n"
