@@ -8,7 +8,9 @@ from planner.fidelity.page import DOC_PATH, render
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Print docs/fidelity.md (the shipped calibrations' evidence).")
+    parser = argparse.ArgumentParser(
+        prog="python -m planner.fidelity", description="Print docs/fidelity.md (the shipped calibrations' evidence)."
+    )
     parser.add_argument("--write", action="store_true", help=f"rewrite {DOC_PATH.name} instead of printing")
     args = parser.parse_args(argv)
     text = render()
