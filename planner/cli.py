@@ -340,7 +340,7 @@ def _emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = ()
 
 
 def cmd_simulate(args) -> int:
-    from planner.calibration.profile import resolve_cost_model
+    from planner.calibration.resolve import resolve_cost_model
     from planner.plot_workers import plot_workers_for
 
     scenario = _load(args)

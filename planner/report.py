@@ -173,5 +173,5 @@ def _uncertainty(s: dict) -> str:
         if name in std and values.get(name) and std[name] / values[name] < 10
     ]
     out = f"; efficiencies {', '.join(spread)} (1 std)" if spread else ""
-    residual = std.get("step_time_rel")  # planner.calibration.profile.STEP_TIME_SPREAD (not imported: no yaml here)
+    residual = std.get("step_time_rel")  # planner.calibration.provenance.STEP_TIME_SPREAD (not imported here)
     return out + (f"; step time ±{residual:.0%} unexplained by the fit (1 std)" if residual else "")

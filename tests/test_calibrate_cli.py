@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from planner.calibration.profile import load_profile
+from planner.calibration.profile_loader import load_profile
 from planner.cli import main
 from planner.errors import PlannerError
 from sim.metrics import STEP_COLUMNS
@@ -145,24 +145,24 @@ def test_without_torch_calibrate_says_to_install_the_engine_extra():
 def test_the_cuda_device_is_found_in_the_gpu_catalog(monkeypatch, device_name, entry):
     import torch
 
-    from planner.calibration import command
+    from planner.calibration import defaults
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: device_name)
-    assert command.catalog_gpu_for_device() == entry
+    assert defaults.catalog_gpu_for_device() == entry
 
 
 def test_the_cuda_default_is_the_largest_catalog_model_that_fits(monkeypatch):
-    from planner.calibration import command
+    from planner.calibration import defaults
     from planner.catalog import load_model_catalog
     from sim.memory import fit_problems, memory_breakdown
 
-    monkeypatch.setattr(command, "catalog_gpu_for_device", lambda: "a10")
-    scenario = command.default_scenario("cuda", None)
+    monkeypatch.setattr(defaults, "catalog_gpu_for_device", lambda: "a10")
+    scenario = defaults.default_scenario("cuda", None)
     assert not fit_problems(scenario, memory_breakdown(scenario))
-    assert scenario.dtype == "bfloat16" and scenario.max_model_len <= command.CUDA_MAX_MODEL_LEN
+    assert scenario.dtype == "bfloat16" and scenario.max_model_len <= defaults.CUDA_MAX_MODEL_LEN
     larger = [m for m in load_model_catalog().values() if m.num_params > scenario.model.num_params]
     assert larger
     for model in larger:  # none of them fits one A10
         with pytest.raises(PlannerError, match=f"--model {model.name}"):
-            command.default_scenario("cuda", model.name)
-    assert command.default_scenario("cuda", "tiny-llama").model.name == "tiny-llama"
+            defaults.default_scenario("cuda", model.name)
+    assert defaults.default_scenario("cuda", "tiny-llama").model.name == "tiny-llama"

@@ -12,15 +12,10 @@ import pytest
 import yaml
 
 from planner.calibration.fitting import fit_from_runs, fit_steps, predict_rows
-from planner.calibration.profile import (
-    ProfileError,
-    default_profile_dir,
-    load_profile,
-    profile_from_fit,
-    residual_spread,
-    resolve_cost_model,
-    save_profile,
-)
+from planner.calibration.profile import ProfileError, default_profile_dir, profile_from_fit, save_profile
+from planner.calibration.profile_loader import load_profile
+from planner.calibration.provenance import residual_spread
+from planner.calibration.resolve import resolve_cost_model
 from planner.cli import main
 from planner.errors import PlannerError
 from sim.cost_model import CostCoefficients, CostModel
@@ -347,7 +342,7 @@ def test_intervals_give_90_percent_ranges_and_slo_probabilities(tmp_path, capsys
 
 def test_the_residual_spread_scales_every_step_of_a_run_by_one_factor():
     from planner.calibration.intervals import draw_coefficients
-    from planner.calibration.profile import STEP_TIME_SPREAD, residual_spread
+    from planner.calibration.provenance import STEP_TIME_SPREAD, residual_spread
 
     assert residual_spread({"median_abs_error": 0.03}) == {STEP_TIME_SPREAD: pytest.approx(1.4826 * 0.03)}
     assert residual_spread({}) == {} and residual_spread(None) == {}

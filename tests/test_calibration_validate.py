@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 
 from planner.calibration import validate
-from planner.calibration.command import default_scenario
+from planner.calibration.defaults import default_scenario
+from planner.calibration.machine_check import MachineCheck, machine_check
+from planner.calibration.validation_report import METRICS, calibration_markdown, error_rows, report_lines, target_lines
 from planner.plots.calibration import latency_cdfs, step_scatter
 
 
 def summary(scale: float, blocks: int = 64) -> dict:
-    s = {key: 10.0 * scale for key, _ in validate.METRICS if key.endswith("_ms")}
+    s = {key: 10.0 * scale for key, _ in METRICS if key.endswith("_ms")}
     s |= {"request_throughput": 2.0 / scale, "output_throughput": 100.0 / scale}
     s["memory"] = {
         "num_gpu_blocks": blocks,
@@ -41,7 +43,7 @@ def held_out(name: str, measured: float, calibrated: float, uncalibrated: float,
 
 
 def test_error_rows_are_predicted_minus_measured_over_measured():
-    rows = {r["metric"]: r for r in validate.error_rows(held_out("light", 1.0, 1.05, 2.0))}
+    rows = {r["metric"]: r for r in error_rows(held_out("light", 1.0, 1.05, 2.0))}
     assert rows["mean_tpot_ms"]["calibrated_error"] == pytest.approx(0.05)
     assert rows["mean_tpot_ms"]["uncalibrated_error"] == pytest.approx(1.0)
     assert rows["output_throughput"]["calibrated_error"] == pytest.approx(1 / 1.05 - 1)
@@ -57,13 +59,13 @@ def test_report_and_markdown_show_both_ways_and_the_targets():
         held_out("saturated", 1.0, 0.98, 1.5, {"measured": True, "calibrated": True, "uncalibrated": False}),
         held_out("closed", 1.0, 1.02, 1.7, {"measured": None, "calibrated": None, "uncalibrated": None}),
     ]
-    lines = validate.report_lines(runs, "cpu")
+    lines = report_lines(runs, "cpu")
     text = "\n".join(lines)
     assert "+5.0% (+100.0%)" in text and "SATURATED (measured, calibrated)" in text and "closed loop" in text
     tpot = next(line for line in lines if line.strip().startswith("mean_tpot_ms"))
     assert "mean |error|   3.0%" in tpot and "worst   5.0%" in tpot and "met" in tpot and "MISSED" not in tpot
     assert "inside in 3 of 6 (scenario, statistic) pairs (50%)" in text
-    markdown = validate.calibration_markdown(runs, "cpu", ["header"], [])
+    markdown = calibration_markdown(runs, "cpu", ["header"], [])
     assert "| TPOT p99 | 10 | 10.5 | +5.0% | 20 | +100.0% |" in markdown
     assert markdown.count("### ") == 3
 
@@ -108,20 +110,18 @@ def test_coverage_is_measured_inside_the_interval():
 
 
 def test_machine_check_tells_a_busy_machine():
-    assert validate.machine_check({"reference_step_s": [0.0101, 0.0104], "cpu_share": 0.97}, 0.01, 1).clean
-    slow = validate.machine_check({"reference_step_s": [0.010, 0.014], "cpu_share": 0.97}, 0.01, 1)
+    assert machine_check({"reference_step_s": [0.0101, 0.0104], "cpu_share": 0.97}, 0.01, 1).clean
+    slow = machine_check({"reference_step_s": [0.010, 0.014], "cpu_share": 0.97}, 0.01, 1)
     assert not slow.clean and slow.slowdown == pytest.approx(0.4) and "BUSY MACHINE" in slow.describe()
-    descheduled = validate.machine_check({"reference_step_s": [0.010, 0.010], "cpu_share": 0.5}, 0.01, 2)
+    descheduled = machine_check({"reference_step_s": [0.010, 0.010], "cpu_share": 0.5}, 0.01, 2)
     assert not descheduled.clean and "50%" in descheduled.describe() and "best of 2" in descheduled.describe()
     assert descheduled.badness > slow.badness
-    on_cuda = validate.machine_check({"reference_step_s": [0.02, 0.02], "cpu_share": None}, 0.02, 1)
+    on_cuda = machine_check({"reference_step_s": [0.02, 0.02], "cpu_share": None}, 0.02, 1)
     assert on_cuda.clean and on_cuda.cpu_share is None
-    assert validate.machine_check({}, None, 1).clean  # nothing measured: nothing to flag
-    crowded = validate.machine_check(
-        {"reference_step_s": [0.01, 0.01], "cpu_share": 1.0, "other_cpu_load": 0.8}, 0.01, 1
-    )
+    assert machine_check({}, None, 1).clean  # nothing measured: nothing to flag
+    crowded = machine_check({"reference_step_s": [0.01, 0.01], "cpu_share": 1.0, "other_cpu_load": 0.8}, 0.01, 1)
     assert not crowded.clean and "other processes kept 0.80 CPUs busy" in crowded.describe()
-    assert validate.machine_check({"reference_step_s": [0.01], "cpu_share": 1.0, "other_cpu_load": 0.05}, 0.01, 1).clean
+    assert machine_check({"reference_step_s": [0.01], "cpu_share": 1.0, "other_cpu_load": 0.05}, 0.01, 1).clean
 
 
 def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch):
@@ -158,31 +158,31 @@ def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch)
     assert light.machine.clean and light.machine.attempts == 3
     assert not last.machine.clean and last.machine.attempts == validate.MAX_ATTEMPTS
     assert last.machine.slowdown == pytest.approx(0.4)
-    text = "\n".join(validate.report_lines(runs, "cpu"))
+    text = "\n".join(report_lines(runs, "cpu"))
     assert "BUSY MACHINE" in text and "Machine check: 5 of 6 live runs ran as fast as the sweep" in text
 
 
 def test_the_probes_during_a_run_count_in_the_machine_check():
     quiet_around = {"reference_step_s": [0.010, 0.010], "cpu_share": 1.0, "other_cpu_load": 0.0}
-    assert validate.machine_check(quiet_around | {"reference_during_s": [0.010, 0.011, 0.0105]}, 0.01, 1).clean
-    slow_inside = validate.machine_check(quiet_around | {"reference_during_s": [0.013, 0.014, 0.010]}, 0.01, 1)
+    assert machine_check(quiet_around | {"reference_during_s": [0.010, 0.011, 0.0105]}, 0.01, 1).clean
+    slow_inside = machine_check(quiet_around | {"reference_during_s": [0.013, 0.014, 0.010]}, 0.01, 1)
     assert not slow_inside.clean and slow_inside.slowdown == pytest.approx(0.3)  # the median of the probes
 
 
 def test_targets_are_judged_on_the_runs_as_fast_as_the_sweep():
-    busy = validate.MachineCheck(0.3, 1.0, 3, 0.0)
-    quiet = validate.MachineCheck(0.02, 1.0, 1, 0.0)
+    busy = MachineCheck(0.3, 1.0, 3, 0.0)
+    quiet = MachineCheck(0.02, 1.0, 1, 0.0)
     runs = [held_out("a", 1.0, 1.05, 2.0), held_out("b", 1.0, 0.97, 2.0), held_out("c", 1.0, 0.6, 2.0)]
     for run, machine in zip(runs, (quiet, quiet, busy)):
         run.machine = machine
-    line = next(x for x in validate.target_lines(runs, "cpu") if "mean_tpot_ms" in x)
+    line = next(x for x in target_lines(runs, "cpu") if "mean_tpot_ms" in x)
     assert "over the 2 runs as fast as the sweep" in line and "(worst   5.0%)" in line and line.endswith("met")
     assert "all 3: mean" in line and "worst 40.0%" in line  # every run's figure beside
     runs[1].machine = busy  # one clean run of three: too few to judge
-    lines = validate.target_lines(runs, "cpu")
+    lines = target_lines(runs, "cpu")
     assert "over the 1 runs as fast as the sweep" in lines[0] and lines[0].endswith("NOT JUDGED")
     assert "only 1 of 3 runs ran as fast as the sweep" in lines[-1]
     for run in runs:
         run.machine = busy
-    lines = validate.target_lines(runs, "cpu")
+    lines = target_lines(runs, "cpu")
     assert "over all 3 runs" in lines[0] and lines[0].endswith("NOT JUDGED") and "only 0 of 3" in lines[-1]

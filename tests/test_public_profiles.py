@@ -135,7 +135,7 @@ def test_profiled_gpu_is_calibrated():
     p = next(p for p in shipped_profiles() if p["device"]["gpu"] == "h100-sxm" and p["tensor_parallel_size"] == 4)
     assert label == f"calibrated (public profile {p['id']}, h100-sxm)"
     assert coefficients == p["coefficients"]
-    # the fit's stds, and its residual spread as the step time's (planner.calibration.profile.residual_spread)
+    # the fit's stds, and its residual spread as the step time's (planner.calibration.provenance.residual_spread)
     assert uncertainty == p["uncertainty"] | {"step_time_rel": pytest.approx(1.4826 * p["fit"]["median_abs_error"])}
 
 
@@ -353,7 +353,7 @@ def test_every_gpus_uncertainty_can_be_drawn_for_intervals(tp):
     each must have bounds, for shipped and transferred coefficients alike."""
     from planner.calibration.fitting import BOUNDS
     from planner.calibration.intervals import draw_coefficients
-    from planner.calibration.profile import STEP_TIME_SPREAD
+    from planner.calibration.provenance import STEP_TIME_SPREAD
     from sim.cost_model import CostCoefficients
 
     rng = np.random.default_rng(0)

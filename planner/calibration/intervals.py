@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.calibration.fitting import BOUNDS
-from planner.calibration.profile import STEP_TIME_SPREAD, Provenance
+from planner.calibration.provenance import STEP_TIME_SPREAD, Provenance
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 from sim.metrics import summarize

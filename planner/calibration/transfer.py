@@ -221,7 +221,7 @@ def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tu
     tp = profiled_tp(tensor_parallel_size)
     own = load_profile(gpu.name, tp)
     if own is not None and tp == tensor_parallel_size and dtype in CALIBRATED_DTYPES:
-        from planner.calibration.profile import residual_spread
+        from planner.calibration.provenance import residual_spread
 
         return (
             dict(own["coefficients"]),

@@ -8,7 +8,8 @@ carries the provenance label it returns: `spec-sheet` (the defaults of `sim.cost
 
 from __future__ import annotations
 
-from planner.calibration.profile import Provenance, resolve_cost_model
+from planner.calibration.provenance import Provenance
+from planner.calibration.resolve import resolve_cost_model
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 

@@ -1,0 +1,260 @@
+"""One scenario's calibration on the live engine (`calibrate_scenario`): memory probe -> step sweep -> fit
+-> profile -> held-out validation (`validate_profile`), its report printed as it goes (`say`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import PlannerError
+from sim.config import Scenario
+
+
+class Bar:
+    """A one-line progress bar on stderr (only on a terminal) for the sweep's budget."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self.shown = label, False
+
+    def __call__(self, done_s: float, budget_s: float) -> None:
+        if not sys.stderr.isatty():
+            return
+        self.shown = True
+        filled = int(30 * done_s / max(budget_s, 1e-9))
+        bar = "#" * filled + "." * (30 - filled)
+        print(f"\r{self.label} [{bar}] {done_s:.0f}/{budget_s:.0f} s", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
+
+
+def engine_modules():
+    try:
+        import torch
+
+        from gpu_engine import sweep
+        from gpu_engine.runner import ModelRunner
+    except ImportError as e:
+        raise PlannerError(
+            f"calibrate --device needs the live engine: install the engine extra (pip install 'planner[engine]'): {e}"
+        ) from e
+    return torch, sweep, ModelRunner
+
+
+class RoundMeter:
+    """For the CPU sweep's rounds (gpu_engine.sweep.measure): started as a round starts, says at its end
+    whether other processes kept the machine busy meanwhile (planner/calibration/busy.py) and the reference
+    step's seconds (the slower of its timings at the round's start and end; a round starts with the last
+    round's end timing, rounds following each other). Keeps every timing: their minimum is the machine's
+    undisturbed speed, the one held-out runs are checked against."""
+
+    def __init__(self, probe) -> None:  # a gpu_engine.sweep.ReferenceProbe
+        self.probe, self.times_s = probe, []
+
+    def _time(self) -> float:
+        self.times_s.append(self.probe.time(repeats=3, warmup=1))
+        return self.times_s[-1]
+
+    def __call__(self) -> Callable[[], tuple[bool, float]]:
+        from gpu_engine.host_load import OtherCpuMeter
+        from planner.calibration.busy import busy_reasons
+
+        meter, first_s = OtherCpuMeter(), self.times_s[-1] if self.times_s else self._time()
+        return lambda: (bool(busy_reasons(None, meter.load())), max(first_s, self._time()))
+
+
+def calibrate_scenario(
+    scenario: Scenario, device: str, budget_s: float, out: Path | None, held_out_requests: int
+) -> tuple[Path, list[str]]:
+    """The whole flow for one scenario; returns the profile's path and the report's lines (also printed)."""
+    torch, sweep, ModelRunner = engine_modules()
+    from planner.calibration import fitting, profile
+    from planner.calibration.probe import probe_lines, probe_memory
+
+    if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
+        raise PlannerError(f"{scenario.source}: calibrate runs one GPU: tensor_parallel_size and replicas must be 1")
+    e = scenario.engine
+    started = time.perf_counter()
+    say(f"calibrating {scenario.model.name} ({scenario.dtype}) on {device}: {scenario.source}")
+
+    runner = ModelRunner(scenario.model, scenario.dtype, device, None, e.block_size, seed=scenario.workload.seed)
+    probe = probe_memory(scenario, runner)
+    say(*probe_lines(probe))
+    limit = probe["measured"]["num_gpu_blocks"] if e.num_gpu_blocks_override is None else e.num_gpu_blocks_override
+    num_blocks = sweep.blocks_for_grid(
+        e.max_num_seqs, e.max_num_batched_tokens, scenario.max_model_len, e.block_size, limit
+    )
+    runner.allocate(num_blocks)
+
+    # The machine-speed reference (sweep.reference_shape), timed around the sweep, at every sweep round on
+    # CPU (RoundMeter), and around and during every held-out run: it tells a held-out error from a machine
+    # that got slower than it was when the sweep measured it.
+    shape = sweep.reference_shape(e.max_num_seqs, scenario.max_model_len, e.block_size, num_blocks - 1)
+    reference = sweep.ReferenceProbe(runner, shape)
+    reference_before = reference.time()
+    from gpu_engine.host_load import OtherCpuMeter
+    from planner.calibration.busy import busy_reasons
+
+    meter = RoundMeter(reference) if device == "cpu" else None
+    others = OtherCpuMeter()
+    bar, sweep_started = Bar(f"sweeping step shapes on {device}"), time.perf_counter()
+    try:
+        rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar, round_meter=meter)
+    finally:
+        bar.close()
+    other_load = others.load()
+    reference_after = reference.time()
+    # the machine's undisturbed speed: a busy spell only ever adds time
+    round_times_s = meter.times_s if meter else []
+    reference_s = min([reference_before, reference_after, *round_times_s])
+    # On CUDA the runner replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py): fit that form.
+    cuda_graphs = runner.decode_graphs is not None
+    del runner, reference, meter  # the held-out runs build their own engines: free this one's weights and KV first
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    stable = rows["stable"]
+    classes = ", ".join(f"{int((rows['step_class'] == c).sum())} {c}" for c in ("decode", "prefill", "mixed"))
+    sweep_lines = [
+        (
+            f"Step sweep: {len(stable)} shapes in {time.perf_counter() - sweep_started:.0f} s ({classes});"
+            f" {int(rows['num_outliers'].sum())} outlier samples re-measured; {int((~stable).sum())} shapes still"
+            f" noisy (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit"
+        ),
+        f"reference step ({shape.num_decode} decodes after {shape.decode_context} tokens): {reference_before * 1e3:.3g} ms"
+        f" before the sweep, {reference_after * 1e3:.3g} ms after"
+        + (
+            f", {min(round_times_s) * 1e3:.3g}-{max(round_times_s) * 1e3:.3g} ms over its rounds"
+            if round_times_s
+            else ""
+        )
+        + ("" if other_load is None else f"; other processes kept {other_load:.2f} CPUs busy during it on average"),
+    ]
+    if device == "cpu" and busy_reasons(None, other_load):
+        sweep_lines.append(
+            "warning: the sweep ran beside other busy processes; its rounds during which they ran were measured"
+            " again, but a load that never let up is in the fit (calibrate on a quiet machine)"
+        )
+    say("", *sweep_lines)
+    fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
+    fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=cuda_graphs)
+    say("", *fit.lines())
+
+    path = out or profile.default_profile_dir() / f"{scenario.model.name}-{scenario.dtype}-{device}.yaml"
+    rows_path = path.with_suffix(".rows.csv")
+    from gpu_engine.engine import CPU_THREADS
+
+    engine = dataclasses.asdict(e) | ({"cpu_threads": CPU_THREADS} if device == "cpu" else {})
+    command = "planner calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else "planner calibrate"
+    prof = profile.profile_from_fit(
+        scenario, fit, "live-sweep", engine, rows_path.name, f"step sweep on the live engine: {command}"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_rows_csv(rows_path, rows)
+    saved = profile.save_profile(prof, path)
+    say("", f"wrote the profile {saved} (id {prof.id}) and its {len(stable)} sweep rows {rows_path}")
+
+    report_dir = path.with_name(path.stem + "-validation")
+    held_out = scenario
+    if device == "cpu" and e.num_gpu_blocks_override is None:
+        # The CPU "device" is host RAM: the memory model would give the held-out engines millions of blocks
+        # (GiBs). The sweep's pool is enough for every shape the limits allow.
+        held_out = dataclasses.replace(scenario, engine=dataclasses.replace(e, num_gpu_blocks_override=num_blocks))
+        say(f"held-out runs on CPU use the sweep's pool of {num_blocks:,} KV blocks (engine.num_gpu_blocks_override)")
+    validation_lines = validate_profile(
+        held_out,
+        device,
+        held_out_requests,
+        report_dir,
+        rows,
+        fit,
+        prof,
+        [*probe_lines(probe), "", *sweep_lines],
+        (shape, reference_s),
+    )
+    say("", *validation_lines, "", f"calibration took {time.perf_counter() - started:.0f} s")
+    return saved, validation_lines
+
+
+def validate_profile(
+    scenario: Scenario,
+    device: str,
+    num_requests: int,
+    report_dir: Path,
+    rows: dict[str, np.ndarray],
+    fit,  # fitting.StepFit
+    prof,  # profile.Profile
+    header_lines: list[str],  # the memory probe's and the sweep's, for calibration.md
+    reference: tuple | None = None,  # (sweep.Shape, its seconds at the sweep): validate.run_held_out's check
+) -> list[str]:
+    """Held-out runs, the terminal report, and calibration.md + figures in report_dir."""
+    from gpu_engine.engine import EngineError
+    from planner.calibration import fitting
+    from planner.calibration.validate import run_held_out
+    from planner.calibration.validation_report import calibration_markdown, report_lines
+    from planner.plots.calibration import latency_cdfs, step_scatter
+
+    coefficients = fit.coefficients
+    try:
+        runs = run_held_out(
+            scenario,
+            coefficients,
+            device,
+            num_requests,
+            lambda name: say(f"held-out run: {name}"),
+            fit.uncertainty,
+            reference=reference,
+        )
+    except EngineError as e:
+        raise PlannerError(f"held-out validation: {e}") from e
+    report_dir.mkdir(parents=True, exist_ok=True)
+    figures = [latency_cdfs(report_dir / "latency_cdfs.png", [(r.name, r.latencies_ms) for r in runs])]
+    groups = []
+    for step_class in ("decode", "prefill", "mixed"):
+        pick = rows["step_class"] == step_class
+        sub = {k: v[pick] for k, v in rows.items()}
+        groups.append(
+            (f"sweep {step_class}", sub["duration_s"], fitting.predict_rows(scenario, coefficients, sub, serial=True))
+        )
+    measured = np.concatenate([r.measured_steps["duration_s"] for r in runs])
+    predicted = np.concatenate(
+        [fitting.predict_rows(r.scenario, coefficients, r.measured_steps, serial=True) for r in runs]
+    )
+    groups.append(("held-out live steps", measured, predicted))
+    figures.append(step_scatter(report_dir / "step_scatter.png", groups, f"{scenario.model.name} on {device}"))
+    what = f"{scenario.model.name} ({scenario.dtype}) on {device}, from {len(rows['duration_s'])} swept step shapes"
+    header = [
+        f"Profile `{prof.id}`: {what}; {len(runs)} held-out scenarios of {num_requests} requests each.",
+        "",
+        "```",
+        *header_lines,
+        "",
+        *fit.lines(),
+        "```",
+    ]
+    (report_dir / "calibration.md").write_text(calibration_markdown(runs, device, header, figures))
+    lines = report_lines(runs, device)
+    return [*lines, f"wrote {report_dir / 'calibration.md'} and {', '.join(p.name for p in figures)}"]
+
+
+def write_rows_csv(path: Path, rows: dict[str, np.ndarray]) -> None:
+    names = list(rows)
+    lines = [",".join(_cell(rows[n][i]) for n in names) for i in range(len(rows[names[0]]))]
+    path.write_text("\n".join([",".join(names), *lines]) + "\n")
+
+
+def _cell(v) -> str:
+    if isinstance(v, float | np.floating):
+        return f"{float(v):.9g}"
+    if isinstance(v, bool | np.bool_):
+        return str(int(v))
+    return str(v)
+
+
+def say(*lines: str) -> None:
+    print("\n".join(lines), flush=True)
