@@ -250,6 +250,7 @@ class CostModel:
             self.allreduce_fixed_s = calls * c.allreduce_latency_s
             self.launch_s += calls * c.allreduce_launch_wait_s  # paid where launches are, gone under graphs
         self._decode_terms: dict[int, tuple] = {}  # decode_window_s's terms by number of rows
+        self._decode_terms_table = np.empty((0, 5))  # the same, a row per number of rows from 0: for arrays of rows
 
     def linear_step_bytes(self, num_tokens):
         """Weight bytes a step of num_tokens tokens reads (one GPU): the dense part, and for a mixture of
@@ -286,9 +287,12 @@ class CostModel:
         step): what device_s and combine give (the same operations in the same order, so the same bits), with
         the terms that depend on the rows alone computed once per number of rows, as plain floats."""
         if isinstance(num_rows, np.ndarray):
-            fewest = int(num_rows.min())
-            table = [self._decode_terms_s(n) for n in range(fewest, int(num_rows.max()) + 1)]
-            terms = np.array(table).T[:, num_rows - fewest]  # a row per term, a column per step
+            most = int(num_rows.max())
+            table = self._decode_terms_table
+            if most >= len(table):
+                grown = [self._decode_terms_s(n) for n in range(len(table), most + 1)]
+                table = self._decode_terms_table = np.concatenate((table, np.array(grown, ndmin=2)))
+            terms = table[num_rows].T  # a row per term, a column per step
         else:
             terms = self._decode_terms_s(num_rows)
         device = self._attention_s(num_rows, num_rows, sum_context_tokens, sum_context_tokens)

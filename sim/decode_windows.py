@@ -113,8 +113,8 @@ class DecodeWindows:
         computed_of_run.append(sum_computed)
         run_ends.append(num_steps)
         lengths = [end - start for start, end in zip([0, *run_ends], run_ends)]
-        rows = np.repeat(rows_of_run, lengths)
-        return rows, np.repeat(computed_of_run, lengths) + rows * k
+        rows = np.array(rows_of_run).repeat(lengths)  # the method: np.repeat of a list takes a slow path
+        return rows, np.array(computed_of_run).repeat(lengths) + rows * k
 
     def _waiting_head_blocked(self) -> bool:
         """The queue's head cannot be admitted after the running requests' decode tokens: what

@@ -297,7 +297,9 @@ class Replica:
         shared = sched.kv.shared_tokens()  # tokens held once for several requests: a window shares no new block
         if finished:
             rows = window.rows
-            num_running = np.append(rows[1:], len(sched.running))  # after each step
+            num_running = np.empty_like(rows)  # after each step: the next step's rows, the last's what is left
+            num_running[:-1] = rows[1:]
+            num_running[-1] = len(sched.running)
         else:
             rows = num_running = num_rows
         self.recorder.decode_window(
