@@ -29,7 +29,7 @@ from sim.cost_model import CostCoefficients
 from sim.kv_manager import cdiv
 
 if TYPE_CHECKING:
-    from gpu_engine.sweep import Shape
+    from gpu_engine.sweep_grid import Shape
 
 METRICS = (
     ("request_throughput", "requests/s"),
