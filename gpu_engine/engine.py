@@ -22,8 +22,9 @@ import torch
 
 from gpu_engine.host_load import OtherCpuMeter
 from gpu_engine.profiling import profile_num_blocks
+from gpu_engine.reference_step import ReferenceProbe
 from gpu_engine.runner import ModelRunner, SamplingParams
-from gpu_engine.sweep import ReferenceProbe, Shape
+from gpu_engine.sweep_grid import Shape
 from gpu_engine.weights import WeightLoadError
 from sim.config import Scenario
 from sim.memory import memory_breakdown
@@ -148,8 +149,8 @@ def run_scenario(
     reference: Shape | None = None,
 ) -> LiveResult:
     """Run the scenario for real (greedy unless `sampling` says otherwise); `progress(done, total)` is
-    called as requests finish. With a `reference` step shape (gpu_engine.sweep.reference_shape), its time
-    before and after the run goes into extra["reference_step_s"] and, on CPU, every PROBE_EVERY_S during it
+    called as requests finish. With a `reference` step shape (gpu_engine.reference_step.reference_shape), its
+    time before and after the run goes into extra["reference_step_s"] and, on CPU, every PROBE_EVERY_S during it
     into extra["reference_during_s"]: calibration's check that the machine ran this run as fast as it ran
     the sweep."""
     sampling = sampling or SamplingParams()

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import torch
 
-from gpu_engine.compile_check import _StandInDriver
+from gpu_engine.compile_recording import _StandInDriver
 
 
 class _StubKernel:

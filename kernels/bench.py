@@ -7,7 +7,7 @@ Bandwidth = bytes the kernel must move / time, shown as a share of the device's 
 device-to-device copy bandwidth (read + write of a large tensor copy).
 
 `--sweep` also times the decode attention kernel under each launch config (TILE_N x num_stages x
-num_warps) and prints the best, to be copied into paged_attention.DECODE_CONFIG. `--tiny` uses the CPU's
+num_warps) and prints the best, to be copied into paged_attention_config.DECODE_CONFIG. `--tiny` uses the CPU's
 tiny shapes on any device (the tests check the plumbing with it, in seconds on a GPU too); `--json PATH`
 writes the figures (gpu_engine.gpu_check reads them).
 """
@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from kernels.paged_attention import DECODE_CONFIG, LaunchConfig, _choose_num_splits, _launch, paged_attention
+from kernels.paged_attention import _launch, paged_attention
+from kernels.paged_attention_config import DECODE_CONFIG, LaunchConfig, _choose_num_splits
 from kernels.reference import paged_attention_ref, rms_norm_ref, store_kv_ref
 from kernels.rms_norm import rms_norm
 from kernels.store_kv import store_kv

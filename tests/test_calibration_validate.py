@@ -148,7 +148,7 @@ def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch)
     monkeypatch.setattr(engine, "run_scenario", run_scenario)
     base = default_scenario("cpu", None)
     base = dataclasses.replace(base, engine=dataclasses.replace(base.engine, num_gpu_blocks_override=64))
-    from gpu_engine.sweep import reference_shape
+    from gpu_engine.reference_step import reference_shape
     from sim.cost_model import CostCoefficients
 
     shape = reference_shape(base.engine.max_num_seqs, base.max_model_len, base.engine.block_size, 63)

@@ -48,13 +48,13 @@ def engine_modules():
 
 
 class RoundMeter:
-    """For the CPU sweep's rounds (gpu_engine.sweep.measure): started as a round starts, says at its end
+    """For the CPU sweep's rounds (gpu_engine.sweep_timing.measure): started as a round starts, says at its end
     whether other processes kept the machine busy meanwhile (planner/calibration/busy.py) and the reference
     step's seconds (the slower of its timings at the round's start and end; a round starts with the last
     round's end timing, rounds following each other). Keeps every timing: their minimum is the machine's
     undisturbed speed, the one held-out runs are checked against."""
 
-    def __init__(self, probe) -> None:  # a gpu_engine.sweep.ReferenceProbe
+    def __init__(self, probe) -> None:  # a gpu_engine.reference_step.ReferenceProbe
         self.probe, self.times_s = probe, []
 
     def _time(self) -> float:
@@ -74,6 +74,9 @@ def calibrate_scenario(
 ) -> tuple[Path, list[str]]:
     """The whole flow for one scenario; returns the profile's path and the report's lines (also printed)."""
     torch, sweep, ModelRunner = engine_modules()
+    from gpu_engine.reference_step import ReferenceProbe, reference_shape
+    from gpu_engine.sweep_grid import blocks_for_grid
+    from gpu_engine.sweep_timing import UNSTABLE_CI
     from planner.calibration import fitting, profile
     from planner.calibration.probe import probe_lines, probe_memory
 
@@ -87,16 +90,14 @@ def calibrate_scenario(
     probe = probe_memory(scenario, runner)
     say(*probe_lines(probe))
     limit = probe["measured"]["num_gpu_blocks"] if e.num_gpu_blocks_override is None else e.num_gpu_blocks_override
-    num_blocks = sweep.blocks_for_grid(
-        e.max_num_seqs, e.max_num_batched_tokens, scenario.max_model_len, e.block_size, limit
-    )
+    num_blocks = blocks_for_grid(e.max_num_seqs, e.max_num_batched_tokens, scenario.max_model_len, e.block_size, limit)
     runner.allocate(num_blocks)
 
-    # The machine-speed reference (sweep.reference_shape), timed around the sweep, at every sweep round on
+    # The machine-speed reference (reference_shape), timed around the sweep, at every sweep round on
     # CPU (RoundMeter), and around and during every held-out run: it tells a held-out error from a machine
     # that got slower than it was when the sweep measured it.
-    shape = sweep.reference_shape(e.max_num_seqs, scenario.max_model_len, e.block_size, num_blocks - 1)
-    reference = sweep.ReferenceProbe(runner, shape)
+    shape = reference_shape(e.max_num_seqs, scenario.max_model_len, e.block_size, num_blocks - 1)
+    reference = ReferenceProbe(runner, shape)
     reference_before = reference.time()
     from gpu_engine.host_load import OtherCpuMeter
     from planner.calibration.busy import busy_reasons
@@ -124,7 +125,7 @@ def calibrate_scenario(
         (
             f"Step sweep: {len(stable)} shapes in {time.perf_counter() - sweep_started:.0f} s ({classes});"
             f" {int(rows['num_outliers'].sum())} outlier samples re-measured; {int((~stable).sum())} shapes still"
-            f" noisy (median's 95% interval wider than {sweep.UNSTABLE_CI:.0%}), left out of the fit"
+            f" noisy (median's 95% interval wider than {UNSTABLE_CI:.0%}), left out of the fit"
         ),
         f"reference step ({shape.num_decode} decodes after {shape.decode_context} tokens): {reference_before * 1e3:.3g} ms"
         f" before the sweep, {reference_after * 1e3:.3g} ms after"
@@ -190,7 +191,7 @@ def validate_profile(
     fit,  # fitting.StepFit
     prof,  # profile.Profile
     header_lines: list[str],  # the memory probe's and the sweep's, for calibration.md
-    reference: tuple | None = None,  # (sweep.Shape, its seconds at the sweep): validate.run_held_out's check
+    reference: tuple | None = None,  # (sweep_grid.Shape, its seconds at the sweep): validate.run_held_out's check
 ) -> list[str]:
     """Held-out runs, the terminal report, and calibration.md + figures in report_dir."""
     from gpu_engine.engine import EngineError

@@ -28,7 +28,7 @@ from sim.cost_model import CostCoefficients
 from sim.kv_manager import cdiv
 
 if TYPE_CHECKING:
-    from gpu_engine.sweep import Shape
+    from gpu_engine.sweep_grid import Shape
 
 
 MAX_ATTEMPTS = 5  # live runs of one held-out scenario while the machine is not as it was during the sweep

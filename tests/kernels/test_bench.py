@@ -11,7 +11,7 @@ from pathlib import Path
 from kernels_testutil import require_triton
 
 require_triton()
-from kernels.paged_attention import MAX_SPLITS
+from kernels.paged_attention_config import MAX_SPLITS
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,8 @@ import torch
 from kernels_testutil import DEVICE, FULL, make_case, require_triton
 
 require_triton()
-from kernels.paged_attention import MAX_SPLITS, LaunchConfig, _launch, paged_attention
+from kernels.paged_attention import _launch, paged_attention
+from kernels.paged_attention_config import MAX_SPLITS, LaunchConfig
 from kernels.reference import paged_attention_ref
 
 pa = importlib.import_module("kernels.paged_attention")  # the package exports a function of that name

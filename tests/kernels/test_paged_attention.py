@@ -7,16 +7,14 @@ import torch
 from kernels_testutil import DEVICE, FULL, free_blocks_before_window, make_case, require_triton
 
 require_triton()
-from kernels.paged_attention import (
+from kernels.paged_attention import _launch, compile_split_path, paged_attention
+from kernels.paged_attention_config import (
     DECODE_CONFIG,
     MAX_SPLITS,
     PREFILL_CONFIG,
     LaunchConfig,
-    _launch,
     choose_num_splits,
-    compile_split_path,
     launch_config,
-    paged_attention,
 )
 from kernels.reference import paged_attention_ref
 
