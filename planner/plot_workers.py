@@ -1,15 +1,18 @@
 """The plots of a long run, drawn by child processes that start with the run.
 
-Drawing the three PNGs costs about 2 s of CPU whatever the run's length (matplotlib's import, text layout
-and Agg rendering; the data are binned to a few hundred points first), more than half of a 10,000-request
-simulation. `planner simulate --out` on a workload of BACKGROUND_MIN_REQUESTS or more therefore starts plotting processes
-before the run, one per CPU, at most one per figure, the figures dealt out among them: each imports
-matplotlib while the parent simulates, then waits for the run's data and draws its figures while the parent
-writes the CSV files. (One per CPU, not one per CPU beyond the run's: their imports fit beside the run on
-the spare CPUs, and then every CPU draws; on 2 CPUs, 2 processes took 0.91x the wall time of 1, median of
-5 paired runs on the 10k benchmark.) On one CPU, or on a shorter run, the figures are drawn in-process:
-there the processes' own start-up would cost more than they hide. The figures are the same
-files as drawn in-process (tests/test_plot_workers.py compares the bytes).
+Drawing the three PNGs costs about 1.4 s of CPU whatever the run's length (text layout and Agg rendering;
+the data are binned to a few hundred points first), after 0.7 s to import matplotlib: as much as a
+10,000-request simulation. `planner simulate --out` on a workload of BACKGROUND_MIN_REQUESTS or more therefore
+starts plotting processes before the run, one per CPU, at most one per figure, the figures dealt out among
+them: each imports matplotlib while the parent simulates, then waits for the run's data and draws its
+figures while the parent writes the CSV files. (One per CPU, not one per CPU beyond the run's: their imports
+fit beside the run on the spare CPUs, and then every CPU draws; on 2 CPUs, 2 processes took 0.91x the wall
+time of 1, median of 5 paired runs on the 10k benchmark.) On one CPU, or on a shorter run, the figures are
+drawn in-process: there the processes' own start-up would cost more than they hide. The processes run at a
+lower priority than the parent (NICENESS): with fewer spare CPUs than processes, their imports would
+otherwise slow the simulation they wait for (8 alternating runs of `simulate --out` on the 10k benchmark, 2
+CPUs: median 4.21 s against 4.92 s at the parent's priority). The figures are the same files as drawn
+in-process (tests/test_plot_workers.py compares the bytes).
 
 Processes are spawned, not forked: a child starts from a clean interpreter on every platform (forking a
 process with native threads, as numpy's BLAS has, can deadlock, and Python 3.12 warns of it). A child's
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
 
 BACKGROUND_MIN_REQUESTS = 2000
+NICENESS = 10  # a plotting process's, added to the parent's (Unix; ignored elsewhere)
 # Here, not in planner.plots, so the parent process needs no matplotlib to name the figures or sample the ITLs.
 PLOT_NAMES = ("latency_cdf.png", "throughput.png", "kv_cache.png")
 CDF_POINTS = 200_000  # a CDF curve draws at most this many values (percentiles stay exact)
@@ -103,6 +107,10 @@ def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
     # Ctrl-C reaches the whole process group: the parent handles it (exit 130, no traceback) and ends us by
     # closing our pipe, so we print nothing of our own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Below the parent's priority: on a machine with fewer spare CPUs than plotting processes, their imports
+    # would otherwise take CPU from the simulation they wait for.
+    if hasattr(os, "nice"):
+        os.nice(NICENESS)
     from planner.plots import write_plots  # the slow import, done while the parent runs
 
     try:
