@@ -1,8 +1,9 @@
 """The GPU and model catalogs, and HF config.json normalisation.
 
 The parameter formula in `ModelSpec.num_params` is checked two ways: against the published counts (1%), and
-exactly against transformers' own model classes built from the same fields (tiny models for real, full-size
-ones on the meta device, which allocates nothing).
+exactly against transformers' own models built from the same catalog entries (tiny models for real, full-size
+ones on the meta device, which allocates nothing), mixtures of experts, latent attention and sliding windows
+included.
 """
 
 from __future__ import annotations
@@ -91,60 +92,47 @@ def test_architecture_flags() -> None:
 
 
 # --- transformers agrees with the parameter formula --------------------------------------------------------
+# Each model is built by transformers from its catalog entry as it stands, the config.json fields themselves
+# (the checkpoint's quantisation and the card's count aside), so the check covers the entry's normalisation
+# (model_spec_from_hf_config) as well as the formula. First-generation Qwen is remote code only.
+RAW_MODELS = parse_packaged_yaml((ROOT / "planner" / "catalog" / "models.yaml").read_text(encoding="utf-8"))
+NOT_CONFIG_FIELDS = ("published_params", "quantization_config")
 
 
-def _hf_model(spec: ModelSpec):
-    """transformers' model class for `spec`, built from the spec's fields (CPU tensors or meta, per caller)."""
+def _hf_model(key: str):
+    """transformers' model for catalog entry `key` (CPU tensors or meta, per the caller's device)."""
     transformers = pytest.importorskip("transformers")
-    common = {
-        "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size,
-        "num_hidden_layers": spec.num_hidden_layers,
-        "num_attention_heads": spec.num_attention_heads,
-        "num_key_value_heads": spec.num_key_value_heads,
-        "head_dim": spec.head_dim,
-        "vocab_size": spec.vocab_size,
-        "max_position_embeddings": spec.max_position_embeddings,
-        "tie_word_embeddings": spec.tie_word_embeddings,
-        "rms_norm_eps": spec.rms_norm_eps,
-    }
-    # Qwen2 has no attention_bias switch (the bias is part of the class); Mistral has none either (never biased).
-    if spec.model_type == "llama":
-        config = transformers.LlamaConfig(attention_bias=spec.attention_bias, **common)
-        cls = transformers.LlamaForCausalLM
-    elif spec.model_type == "mistral":
-        config, cls = transformers.MistralConfig(**common), transformers.MistralForCausalLM
-    elif spec.model_type == "qwen2":
-        config, cls = transformers.Qwen2Config(**common), transformers.Qwen2ForCausalLM
-    elif spec.model_type == "qwen3":
-        config = transformers.Qwen3Config(attention_bias=spec.attention_bias, **common)
-        cls = transformers.Qwen3ForCausalLM
-    else:
-        pytest.skip(f"transformers has no built-in class for model_type {spec.model_type}")
-    return cls(config)
+    fields = {name: value for name, value in RAW_MODELS[key].items() if name not in NOT_CONFIG_FIELDS}
+    return transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**fields))
 
 
-def _numel(model) -> int:
-    # parameters() yields a tied lm_head/embedding weight once, as the formula counts it.
-    return sum(p.numel() for p in model.parameters())
+def _stored_numel(model) -> int:
+    """What a checkpoint of the model stores: its parameters (a tied lm_head/embedding weight once, as the
+    formula counts it) and its persistent buffers (DeepSeek-V3's router score-correction bias is one in
+    transformers, a parameter loaded from the checkpoint in vLLM)."""
+    buffers = sum(
+        buffer.numel()
+        for module in model.modules()
+        for name, buffer in module.named_buffers(recurse=False)
+        if name not in module._non_persistent_buffers_set
+    )
+    return sum(p.numel() for p in model.parameters()) + buffers
 
 
 @pytest.mark.parametrize("key", ["tiny-llama", "tiny-qwen2"])
 def test_tiny_models_match_transformers_exactly(key: str) -> None:
     pytest.importorskip("torch")
-    spec = MODELS[key]
-    assert _numel(_hf_model(spec)) == spec.num_params
+    assert _stored_numel(_hf_model(key)) == MODELS[key].num_params
 
 
-# Every catalog model transformers has a built-in class for (first-generation Qwen is remote code only):
-# about 0.05 s each on the meta device.
+# Every other catalog model, dense, mixture of experts, latent attention and sliding window alike: about 0.2 s
+# each on the meta device (mixtral-8x7b, the first to build, pays transformers' lazy imports).
 @pytest.mark.parametrize("key", sorted(k for k, s in MODELS.items() if s.model_type != "qwen"))
 def test_models_match_transformers_on_meta_device(key: str) -> None:
     torch = pytest.importorskip("torch")
-    spec = MODELS[key]
     with torch.device("meta"):  # shapes only: no memory, no init cost
-        model = _hf_model(spec)
-    assert _numel(model) == spec.num_params
+        model = _hf_model(key)
+    assert _stored_numel(model) == MODELS[key].num_params
 
 
 # --- config.json normalisation -----------------------------------------------------------------------------

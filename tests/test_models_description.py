@@ -1,7 +1,7 @@
 """Mixture-of-experts, sliding-window, latent-attention and quantised models read from HF config.json.
 
-Parameter counts are checked exactly against transformers' own classes built from the same catalog keys (on
-the meta device: no memory), and against the model cards (1%) by tests/test_catalog.py.
+Their parameter counts are checked exactly against transformers' own models built from the same catalog
+entries (on the meta device: no memory), and against the model cards (1%), by tests/test_catalog.py.
 """
 
 from __future__ import annotations
@@ -24,22 +24,6 @@ def _raw_catalog() -> dict:
     from importlib import resources
 
     return yaml.safe_load(resources.files("planner.catalog").joinpath("models.yaml").read_text())
-
-
-@pytest.mark.parametrize(
-    "key", ["qwen3-30b-a3b", "mixtral-8x7b", "gpt-oss-20b", "gemma-3-27b", "deepseek-v3", "deepseek-v2-lite"]
-)
-def test_param_count_equals_transformers(key: str) -> None:
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    entry = {k: v for k, v in _raw_catalog()[key].items() if k not in ("published_params", "quantization_config")}
-    config = transformers.AutoConfig.for_model(**entry)
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(config)
-    count = sum(p.numel() for p in model.parameters())
-    # DeepSeek-V3's router score-correction bias is a buffer in transformers, a parameter in the checkpoint
-    count += sum(b.numel() for name, b in model.named_buffers() if name.endswith("e_score_correction_bias"))
-    assert count == MODELS[key].num_params
 
 
 def test_moe_fields() -> None:
