@@ -10,6 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+EXIT_USAGE = 2  # the exit status of a user error (argparse's, for a bad command line, too)
+
 
 class PlannerError(Exception):
     """A user-facing error; `str(err)` is the whole message."""

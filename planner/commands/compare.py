@@ -1,0 +1,17 @@
+"""`planner compare`: two runs' summaries side by side."""
+
+from __future__ import annotations
+
+import json
+
+
+def cmd_compare(args) -> int:
+    from planner.report import compare_lines, compare_rows
+    from planner.results import read_summary
+
+    a, b = read_summary(args.a), read_summary(args.b)
+    if args.json:
+        print(json.dumps({"a": str(args.a), "b": str(args.b), "rows": compare_rows(a, b)}, indent=2))
+    else:
+        print("\n".join(compare_lines(a, b, args.a.name or str(args.a), args.b.name or str(args.b))))
+    return 0

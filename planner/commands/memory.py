@@ -1,0 +1,54 @@
+"""`planner memory`: the memory model's breakdown (weights, activations, KV blocks) and whether it fits."""
+
+from __future__ import annotations
+
+import json
+
+from planner.commands.catalog import params_text
+from planner.commands.scenario_checks import load_scenario_args
+from planner.errors import EXIT_USAGE
+
+
+def _mean_request_tokens(scenario) -> float:
+    from sim.workload import generate_workload
+
+    wl = generate_workload(scenario.workload, scenario.max_model_len)
+    return float((wl.prompt_tokens + wl.output_tokens).mean()) if len(wl) else 0.0
+
+
+def cmd_memory(args) -> int:
+    from planner.report import memory_lines
+    from sim.memory import fit_problems, memory_breakdown
+
+    scenario = load_scenario_args(args)
+    mem = memory_breakdown(scenario)
+    mean_tokens = _mean_request_tokens(scenario)
+    problems = fit_problems(scenario, mem)
+    if args.json:
+        print(
+            json.dumps(
+                mem.to_dict()
+                | {
+                    # the resolved limits the activation and CUDA-graph terms were sized with
+                    "max_num_batched_tokens": scenario.engine.max_num_batched_tokens,
+                    "max_num_seqs": scenario.engine.max_num_seqs,
+                    # What is left for KV, never negative; a deployment that does not fit says by how much.
+                    "kv_cache_bytes": max(mem.kv_cache_bytes, 0),
+                    "kv_cache_shortfall_bytes": max(-mem.kv_cache_bytes, 0),
+                    "mean_request_tokens": mean_tokens,
+                    "requests_at_mean_length": mem.requests_that_fit(mean_tokens) if mean_tokens else None,
+                    "fits": not problems,
+                    "problems": problems,
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(
+            f"{scenario.name}: {scenario.model.name} ({params_text(scenario.model.num_params)} params, "
+            f"{scenario.dtype}) on {scenario.hardware.tensor_parallel_size}x {scenario.hardware.gpu.name}"
+        )
+        print("\n".join(memory_lines(mem, scenario.hardware.tensor_parallel_size, mean_tokens)))
+        for problem in problems:
+            print(f"cannot run: {problem}")
+    return EXIT_USAGE if problems else 0

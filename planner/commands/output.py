@@ -1,0 +1,57 @@
+"""What `simulate` and `run` show and write: a progress bar, the --out folder (checked before the run) and
+the summary, as text or JSON."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    """A one-line progress bar on stderr, shown only once a run has taken a couple of seconds."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.start = time.perf_counter()
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.start
+        if elapsed < 2.0 or not sys.stderr.isatty():
+            return
+        self.shown = True
+        width = 30
+        filled = int(width * done / max(total, 1))
+        print(
+            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} requests {elapsed:.0f}s",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
+
+
+def check_out(args) -> None:
+    """--out must be writable before the run starts, not found unwritable after it."""
+    from planner.results import check_out_dir
+
+    if args.out is not None:
+        check_out_dir(args.out)
+
+
+def emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = (), plot_workers=None) -> None:
+    from planner.results import summary_json, write_outputs
+
+    if args.out:
+        written = write_outputs(args.out, summary, recorder, title, plot_workers)
+    if args.json:
+        sys.stdout.write(summary_json(summary))
+    else:
+        from planner.report import summary_lines  # here: --json prints none of the text report
+
+        print("\n".join([*summary_lines(summary), *extra_lines]))
+        if args.out:
+            print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")

@@ -1,0 +1,49 @@
+"""`planner run`: the scenario on the live engine (the engine extra), measured and summarised like a simulation."""
+
+from __future__ import annotations
+
+import sys
+
+from planner.commands.output import Progress, check_out, emit
+from planner.commands.scenario_checks import load_scenario_args, refuse, workload_problems
+from planner.errors import PlannerError
+
+
+def cmd_run(args) -> int:
+    try:
+        from gpu_engine.engine import EngineError, run_scenario
+        from gpu_engine.runner import SamplingParams
+    except ImportError as e:
+        raise PlannerError(f"the live engine needs the engine extra (pip install 'planner[engine]'): {e}") from e
+    from planner.results import build_summary
+
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise PlannerError(
+            f"--temperature {args.temperature} --top-p {args.top_p}: temperature must be >= 0 and top-p in (0, 1]"
+        )
+    scenario = load_scenario_args(args)
+    refuse(scenario, workload_problems(scenario))  # the fit is measured by the engine itself
+    check_out(args)
+    progress = Progress(f"running on {args.device}")
+    try:
+        sampling = SamplingParams(args.temperature, args.top_p)
+        result = run_scenario(scenario, args.device, args.model_path, sampling, progress)
+    except EngineError as e:
+        raise PlannerError(str(e)) from e
+    finally:
+        progress.close()
+    wl = result.workload
+    summary = build_summary(
+        "measured", scenario, result.recorder, result.memory, wl.num_rejected, wl.num_truncated, result.extra
+    )
+    emit(args, summary, result.recorder, f"{scenario.name} (measured on {result.extra['device_name']})")
+    from planner.calibration.busy import busy_reasons
+
+    reasons = busy_reasons(result.extra.get("cpu_share"), result.extra.get("other_cpu_load"))
+    if reasons:
+        print(
+            f"planner: warning: a busy machine ({'; '.join(reasons)}): a CPU engine's steps slow down then, so"
+            " these latencies measure the load too (run it again on a quieter machine to measure the engine)",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,65 @@
+"""`planner simulate`: the simulator's prediction of throughput and latency, with optional 90% intervals."""
+
+from __future__ import annotations
+
+from planner.commands.output import Progress, check_out, emit
+from planner.commands.scenario_checks import load_scenario_args, refuse, run_problems
+from planner.errors import PlannerError
+
+
+def cmd_simulate(args) -> int:
+    from planner.calibration.resolve import resolve_cost_model
+    from planner.plot_workers import plot_workers_for
+
+    scenario = load_scenario_args(args)
+    refuse(scenario, run_problems(scenario))
+    if args.intervals is not None and args.intervals < 1:
+        raise PlannerError(f"--intervals {args.intervals}: must be a number of runs >= 1")
+    if args.all_steps and args.out is None:
+        raise PlannerError("--all-steps: it says what steps.csv holds, and only --out DIR writes steps.csv")
+    coefficients, provenance = resolve_cost_model(scenario, args.calibration)
+    check_out(args)
+    plot_workers = plot_workers_for(scenario.workload.num_requests, args.out)  # importing while we run
+    try:
+        _simulate(args, scenario, coefficients, provenance, plot_workers)
+    finally:
+        if plot_workers is not None:
+            plot_workers.close()  # a no-op once they have drawn; else (a failed run) they exit
+    return 0
+
+
+def _simulate(args, scenario, coefficients, provenance, plot_workers) -> None:
+    from planner.results import StepsCsv, build_summary
+    from sim.driver import simulate
+
+    progress = Progress("simulating")
+    steps_csv = StepsCsv(args.out / "steps.csv", args.all_steps) if args.out else None  # written as it runs
+    result = simulate(
+        scenario, coefficients, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv
+    )
+    progress.close()
+    wl = result.workload
+    mean_prompt = float(wl.prompt_tokens.mean()) if len(wl) else 0.0
+    summary = build_summary(
+        "simulated",
+        scenario,
+        result.recorder,
+        result.memory.to_dict(),
+        wl.num_rejected,
+        wl.num_truncated,
+        {
+            "floors": result.cost_model.floors(scenario, mean_prompt),
+            "cost_model": result.cost_model.coefficients.to_dict(),
+            "cost_model_provenance": provenance.to_dict(),
+        },
+    )
+    extra_lines = []
+    if args.intervals:
+        from planner.calibration.intervals import interval_lines, simulate_intervals
+
+        progress = Progress(f"{args.intervals} interval runs")
+        summary["intervals"] = simulate_intervals(scenario, coefficients, provenance, args.intervals, progress)
+        progress.close()
+        extra_lines = interval_lines(summary["intervals"], provenance.label)
+    title = f"{scenario.name} (simulated; cost model: {provenance.label})"
+    emit(args, summary, result.recorder, title, extra_lines, plot_workers)
