@@ -227,7 +227,8 @@ def _params(n: int) -> str:
 
 def cmd_memory(args) -> int:
     from planner.report import memory_lines
-    from sim.memory import fit_problems, memory_breakdown
+    from sim.memory import memory_breakdown
+    from sim.memory_fit import fit_problems
 
     scenario = _load(args)
     mem = memory_breakdown(scenario)
@@ -306,7 +307,8 @@ def _workload_problems(scenario) -> list[str]:
 
 def _run_problems(scenario) -> list[str]:
     """Why the simulated deployment cannot run: it does not fit, or its workload keeps no request."""
-    from sim.memory import fit_problems, memory_breakdown
+    from sim.memory import memory_breakdown
+    from sim.memory_fit import fit_problems
 
     return fit_problems(scenario, memory_breakdown(scenario)) + _workload_problems(scenario)
 
