@@ -306,7 +306,7 @@ FOLLOWED = [  # (vLLM function, file, what we follow, our module)
     ("FusedMoEParallelConfig.make, determine_expert_map", "vllm/model_executor/layers/fused_moe/",
      ("expert parallel: experts whole on the tensor-parallel ranks (the first experts % tp get one more), the"
       " MoE output all-reduced as without it (all-to-all kernels need data parallel)"),
-     "sim/memory.py, sim/cost_model.py"),
+     "sim/weights.py, sim/cost_model.py"),
 ]  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from planner.errors import NO_VALUE, ScenarioError
 from planner.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
 from sim.config import Distribution, Scenario, WorkloadConfig
 from sim.defaults import resolve_batch_limits
-from sim.memory import tensor_parallel_sizes
+from sim.memory_fit import tensor_parallel_sizes
 
 
 def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
@@ -131,7 +131,7 @@ def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
         return  # another format: the workload reader checks it
     try:
         with open(t.path, newline="", encoding="utf-8") as f:
-            header = [name.strip() for name in next(csv.reader(f), [])]  # as sim/workload.py reads it
+            header = [name.strip() for name in next(csv.reader(f), [])]  # as sim/trace_file.py reads it
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ScenarioError(ctx.file, "workload.trace.path", t.path, f"cannot read its header: {e}") from None
     for key, is_used in used.items():

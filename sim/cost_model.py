@@ -48,12 +48,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sim.config import DTYPE_BYTES, Scenario
-from sim.memory import (
-    expert_parallel_size,
-    expert_tensor_parallel_size,
-    kv_bytes_per_token_per_layer,
-    max_local_experts,
-)
+from sim.kv_sizing import kv_bytes_per_token_per_layer
+from sim.weights import expert_parallel_size, expert_tensor_parallel_size, max_local_experts
 
 HOST_DEVICES = ("cpu",)  # catalog GPUs that are the host itself: no CUDA graphs, nothing overlaps
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vLLM's cap on the default capture sizes (VllmConfig._set_cudagraph_sizes)
@@ -187,7 +183,7 @@ class CostModel:
         self.linear_bytes = (dense_bytes - outside * dtype_bytes) / tp  # read by every step
         self.linear_flops_per_token = 2 * (m.active_params - outside) / tp
         # Routed experts: a step reads the distinct experts its tokens go to, in every MoE layer. Without
-        # expert parallel each rank holds a 1/tp slice of all num_experts; with it (`sim.memory.
+        # expert parallel each rank holds a 1/tp slice of all num_experts; with it (`sim.weights.
         # max_local_experts`) the busiest rank holds local_experts whole ones and computes the tokens routed to
         # them: on average local_experts / num_experts of every token's top-k (the same as 1/tp when tp
         # divides num_experts, more on the rank with the extra expert when not).

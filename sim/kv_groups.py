@@ -2,7 +2,7 @@
 leaves the window, all groups drawing from one block pool.
 
 vLLM v1 splits a model's attention layers into KV cache groups (`_get_kv_cache_groups_uniform_page_size`,
-vllm/v1/core/kv_cache_utils.py; sim/memory.py's `kv_cache_groups`). Every group holds its own block table
+vllm/v1/core/kv_cache_utils.py; sim/kv_sizing.py's `kv_cache_groups`). Every group holds its own block table
 per request, drawn from one `BlockPool` of `kv_cache_config.num_blocks` blocks, each the page of one layer
 slot (`KVCacheCoordinator.__init__`, vllm/v1/core/kv_cache_coordinator.py). A full-attention group holds
 ceil(tokens / block_size) blocks (`FullAttentionManager`); a sliding-window group replaces the blocks that
@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from sim.block_pool import NULL_BLOCK_ID
 from sim.config import Scenario
 from sim.kv_manager import ROOT_HASH, KVCacheManager, cdiv
-from sim.memory import MemoryBreakdown, kv_cache_groups
+from sim.kv_sizing import kv_cache_groups
+from sim.memory import MemoryBreakdown
 from sim.request import Request
 
 

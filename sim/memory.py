@@ -12,14 +12,18 @@ sliding-window layers, the layers are grouped as vLLM's hybrid allocator does: k
 block (block 0, never given to a request: sim/block_pool.py), as vLLM's "GPU KV cache size" does.
 The live engine is eager (it captures no graphs): its own profiling (gpu_engine/profiling.py) has no graph
 term, the same as this model with enforce_eager true.
+The KV page sizes come from sim/kv_sizing.py, the weights from sim/weights.py; whether the breakdown leaves
+room for a request is sim/memory_fit.py's.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from math import ceil
 
 from sim.config import DTYPE_BYTES, Scenario
+from sim.kv_sizing import kv_bytes_per_token, kv_cache_groups, sliding_window_blocks
+from sim.weights import expert_tensor_parallel_size, weights_bytes
 
 GIB = 1 << 30
 
@@ -92,98 +96,6 @@ class MemoryBreakdown:
 
     def to_dict(self) -> dict:
         return asdict(self) | {"max_concurrency_at_max_len": self.max_concurrency_at_max_len}
-
-
-def kv_heads_per_gpu(num_kv_heads: int, tensor_parallel_size: int) -> int:
-    """KV heads are split across ranks, and replicated when there are fewer heads than ranks (vLLM)."""
-    return max(1, num_kv_heads // tensor_parallel_size)
-
-
-def kv_bytes_per_token_per_layer(scenario: Scenario) -> int:
-    """One token's cache in one attention layer, on one GPU, as vLLM's page size counts it.
-
-    Multi-head latent attention (`MLAAttentionSpec`) caches the latent: kv_lora_rank + qk_rope_head_dim values,
-    one "head", replicated on every tensor-parallel rank. Otherwise K and V of this rank's KV heads."""
-    m = scenario.model
-    if m.is_mla:
-        return (m.kv_lora_rank + m.qk_rope_head_dim) * DTYPE_BYTES[scenario.kv_dtype]
-    heads = kv_heads_per_gpu(m.num_key_value_heads, scenario.hardware.tensor_parallel_size)
-    return 2 * heads * m.head_dim * DTYPE_BYTES[scenario.kv_dtype]
-
-
-def kv_cache_groups(scenario: Scenario) -> tuple[int, int, int]:
-    """(layers per group, groups, sliding groups) as vLLM's `_get_kv_cache_groups_uniform_page_size`
-    (vllm/v1/core/kv_cache_utils.py) groups a model's layers. One attention type: one group of all layers.
-    Full and sliding layers: groups of the smaller type's layer count (or the larger's, when that is under
-    1.25x the smaller: fewer padding slots), each type split into ceil(count / group size) groups. The pool
-    holds one tensor per slot of a group, shared by one layer of every group."""
-    m = scenario.model
-    sliding = m.num_sliding_layers
-    full = m.num_hidden_layers - sliding
-    if not sliding or not full:
-        return m.num_hidden_layers, 1, 1 if sliding else 0
-    group = min(full, sliding)
-    if max(full, sliding) < group * 1.25:
-        group = max(full, sliding)
-    return group, ceil(full / group) + ceil(sliding / group), ceil(sliding / group)
-
-
-def kv_bytes_per_token(scenario: Scenario) -> int:
-    """Bytes of the KV pool per token of one block-pool block, on one GPU: every layer slot of every group.
-
-    For one attention type that is every layer's K and V (or MLA latent). For a hybrid model it is what vLLM's
-    "GPU KV cache size: N tokens" divides by (num_blocks // groups x block_size); a sliding-window group then
-    holds at most its window's blocks per request (`MemoryBreakdown.requests_that_fit`)."""
-    per_layer_group, groups, _ = kv_cache_groups(scenario)
-    return per_layer_group * groups * kv_bytes_per_token_per_layer(scenario)
-
-
-def sliding_window_blocks(scenario: Scenario) -> int:
-    """Blocks a sliding-window layer holds per request at most, as vLLM's `SlidingWindowSpec.
-    max_memory_usage_bytes`: the last window - 1 tokens plus a step's new ones, one more block because the
-    window need not start at a block boundary."""
-    m, e = scenario.model, scenario.engine
-    if not m.num_sliding_layers:
-        return 0
-    tokens = min(m.sliding_window - 1 + e.max_num_batched_tokens, scenario.max_model_len)
-    return ceil(tokens / e.block_size) + 1
-
-
-def expert_parallel_size(scenario: Scenario) -> int:
-    """The ranks a mixture of experts' routed experts are placed on whole (vLLM's ep_size), 1 without expert
-    parallel. vLLM's `FusedMoEParallelConfig.make` (vllm/model_executor/layers/fused_moe/config.py) makes it
-    tp x dp with --enable-expert-parallel, and the experts' own tensor-parallel size 1; the planner's replicas
-    are independent engines (no data parallel), so it is the tensor-parallel size."""
-    hw = scenario.hardware
-    return hw.tensor_parallel_size if hw.expert_parallel and scenario.model.is_moe else 1
-
-
-def expert_tensor_parallel_size(scenario: Scenario) -> int:
-    """The ranks each routed expert is split over (by its intermediate dimension): tp, or 1 under expert
-    parallel (the experts are whole)."""
-    return 1 if expert_parallel_size(scenario) > 1 else scenario.hardware.tensor_parallel_size
-
-
-def max_local_experts(scenario: Scenario) -> int:
-    """Routed experts per MoE layer on the rank that holds the most. vLLM's `determine_expert_map`
-    (fused_moe/layer.py; expert_map_manager.py in later versions), linear placement: every rank gets
-    num_experts // ep_size and the first num_experts % ep_size ranks one more, so the largest holds the
-    ceiling. Without expert parallel every rank holds a slice of every expert."""
-    return ceil(scenario.model.num_experts / expert_parallel_size(scenario))
-
-
-def weights_bytes(scenario: Scenario) -> int:
-    """Every parameter once, every expert included, quantised weights at their stored size with their scales
-    (ModelSpec.weight_bytes), on the rank that holds the most. Split evenly over tensor-parallel ranks (vLLM
-    shards experts over TP ranks too, by their intermediate dimension; norms, routers and MLA's small
-    down-projections are replicated: negligible). Under expert parallel the routed experts are not sliced but
-    placed whole (`max_local_experts`): with an uneven count the largest rank's share sets the memory, and
-    vLLM profiles every rank and keeps the smallest KV pool."""
-    dense, experts = scenario.model.weight_bytes(DTYPE_BYTES[scenario.dtype])
-    tp = scenario.hardware.tensor_parallel_size
-    if expert_parallel_size(scenario) == 1:
-        return int(dense + experts) // tp
-    return int(dense) // tp + int(experts * max_local_experts(scenario) / scenario.model.num_experts)
 
 
 # vLLM's fused MoE processes at most this many tokens at once (VLLM_FUSED_MOE_CHUNK_SIZE, vllm/envs.py).
@@ -295,133 +207,3 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
         sliding_groups=sliding,
         sliding_window_blocks=sliding_window_blocks(scenario),
     )
-
-
-def tensor_parallel_sizes(num_heads: int, num_kv_heads: int, limit: int = 16) -> list[int]:
-    """Sizes vLLM accepts for this model: they divide the attention heads, and either divide the KV heads
-    or are a multiple of them (the KV heads are then replicated)."""
-    return [
-        tp for tp in range(1, limit + 1) if num_heads % tp == 0 and (num_kv_heads % tp == 0 or tp % num_kv_heads == 0)
-    ]
-
-
-def tensor_parallel_that_fits(scenario: Scenario, mem: MemoryBreakdown) -> int | None:
-    """The smallest valid tensor parallel size (up to 16) whose per-GPU share of the weights and of one
-    request of max_model_len, plus NCCL's buffers, fits. The activation peak is kept as it is (its MLP part
-    shrinks with more GPUs, so this errs towards more GPUs)."""
-    tp_now, m = scenario.hardware.tensor_parallel_size, scenario.model
-    kv_request = mem.kv_bytes_per_token * mem.max_model_len  # one request, on one GPU now
-    kv_shards = not m.is_mla  # MLA's latent is replicated on every rank: more GPUs do not shrink it
-    fixed = mem.activation_bytes + mem.cuda_graph_bytes + non_torch_bytes(2)
-    for tp in tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads):
-        kv = kv_request * tp_now / tp if kv_shards else kv_request
-        if tp <= tp_now:
-            continue
-        # at tp (the weights' split is recomputed: under expert parallel it stops shrinking once every rank
-        # holds one expert)
-        weights = weights_bytes(replace(scenario, hardware=replace(scenario.hardware, tensor_parallel_size=tp)))
-        if weights + kv + fixed < mem.usable_bytes:
-            return tp
-    return None
-
-
-def _more_gpus(scenario: Scenario, mem: MemoryBreakdown) -> str:
-    tp = tensor_parallel_that_fits(scenario, mem)
-    if tp is not None:
-        return f"hardware.tensor_parallel_size {tp}"
-    sizes = tensor_parallel_sizes(scenario.model.num_attention_heads, scenario.model.num_key_value_heads)
-    return f"more GPUs than the tensor parallel sizes up to 16 that this model allows ({', '.join(map(str, sizes))})"
-
-
-def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
-    """Why a deployment cannot start, with the numbers that prove it and what to change (empty: fits).
-
-    A request's blocks come from num_gpu_blocks - 1: block 0 is vLLM's null block."""
-    blocks_per_request = -(-mem.max_model_len // mem.block_size)
-    usable_tokens = mem.num_usable_blocks * mem.block_size
-    e = scenario.engine
-    hybrid = mem.sliding_groups and e.kv_cache == "paged" and e.scheduler == "continuous"
-    if e.num_gpu_blocks_override is not None and hybrid:  # the override is the pool (sim/kv_groups.py)
-        need, detail, _ = _hybrid_request_blocks(mem, e.num_gpu_blocks_override - 1)
-        if need >= e.num_gpu_blocks_override:
-            return [
-                (
-                    f"engine.num_gpu_blocks_override {e.num_gpu_blocks_override} blocks of one layer slot (one is"
-                    f" vLLM's null block) cannot hold one request of max_model_len {mem.max_model_len}, which needs"
-                    f" {need} ({detail}); raise it to at least {need + 1} or lower engine.max_model_len"
-                )
-            ]
-        return []
-    if e.num_gpu_blocks_override is not None:
-        if usable_tokens < mem.max_model_len:
-            return [
-                (
-                    f"engine.num_gpu_blocks_override {mem.num_gpu_blocks} blocks (one is vLLM's null block) x"
-                    f" {mem.block_size} = {usable_tokens} tokens cannot hold one request of max_model_len"
-                    f" {mem.max_model_len}; raise it to at least {blocks_per_request + 1} or lower engine.max_model_len"
-                )
-            ]
-        return []
-    if mem.kv_cache_bytes > 0 and mem.num_gpu_blocks <= 1:  # memory is left, but not for a usable block
-        return [
-            (
-                f"the {mem.kv_cache_bytes / GIB:.2f} GiB left for the KV cache per GPU is less than two blocks of"
-                f" {mem.block_size} tokens ({mem.block_bytes / GIB:.2f} GiB each; one is vLLM's null block); lower"
-                f" engine.block_size, raise engine.gpu_memory_utilization or use a larger GPU or"
-                f" {_more_gpus(scenario, mem)}"
-            )
-        ]
-    if mem.kv_cache_bytes <= 0:
-        fixed = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes + mem.cuda_graph_bytes
-        short = fixed - mem.usable_bytes
-        graphs = f", CUDA graphs ({mem.cuda_graph_bytes / GIB:.2f} GiB)" if mem.cuda_graph_bytes else ""
-        return [
-            (
-                f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f} GiB)"
-                f"{graphs} and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable"
-                f" {mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no KV"
-                f" blocks; use a larger GPU or {_more_gpus(scenario, mem)} (or a higher"
-                " engine.gpu_memory_utilization or a lower engine.max_num_batched_tokens, if that is enough)"
-            )
-        ]
-    if hybrid:  # vLLM's hybrid allocator (sim/kv_groups.py): a sliding group holds at most its window's blocks
-        return _hybrid_fit_problems(scenario, mem)
-    if usable_tokens < mem.max_model_len:
-        return [
-            (
-                f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_usable_blocks} blocks"
-                f" besides vLLM's null block x {mem.block_size} = {usable_tokens} tokens); set engine.max_model_len <="
-                f" {usable_tokens}, or use {_more_gpus(scenario, mem)} or a larger GPU"
-            )
-        ]
-    return []
-
-
-def _hybrid_request_blocks(mem: MemoryBreakdown, pool: int) -> tuple[int, str, int]:
-    """(blocks of one layer slot a request of max_model_len holds at most, how they split over the groups, the
-    most blocks per full-attention group a request can have within `pool` blocks). vLLM's
-    `check_enough_kv_cache_memory` sums each layer's `max_memory_usage_bytes`: ceil(L / block_size) blocks in
-    a full-attention layer, at most sliding_window_blocks in a sliding one."""
-    full, sliding, window = mem.kv_cache_groups - mem.sliding_groups, mem.sliding_groups, mem.sliding_window_blocks
-    blocks = -(-mem.max_model_len // mem.block_size)
-    need = full * blocks + sliding * min(blocks, window)
-    detail = f"{full} full-attention group(s) x {blocks} + {sliding} sliding-window group(s) x {min(blocks, window)}"
-    # the longest request that fits: b blocks with full * b + sliding * min(b, window) <= pool
-    fits = (pool - sliding * window) // full if full and pool >= (full + sliding) * window else pool // (full + sliding)
-    return need, detail, fits
-
-
-def _hybrid_fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
-    """One request of max_model_len must fit the pool of num_gpu_blocks x groups blocks of one layer slot
-    (sim/kv_groups.py), the null block aside."""
-    pool = mem.num_gpu_blocks * mem.kv_cache_groups - 1
-    need, detail, fits = _hybrid_request_blocks(mem, pool)
-    if need <= pool:
-        return []
-    return [
-        (
-            f"max_model_len {mem.max_model_len} needs {need} KV blocks of one layer slot ({detail}) and the pool has"
-            f" {pool} besides vLLM's null block; set engine.max_model_len <= {fits * mem.block_size}, or use"
-            f" {_more_gpus(scenario, mem)} or a larger GPU"
-        )
-    ]

@@ -154,7 +154,8 @@ def test_the_cuda_device_is_found_in_the_gpu_catalog(monkeypatch, device_name, e
 def test_the_cuda_default_is_the_largest_catalog_model_that_fits(monkeypatch):
     from planner.calibration import defaults
     from planner.catalog import load_model_catalog
-    from sim.memory import fit_problems, memory_breakdown
+    from sim.memory import memory_breakdown
+    from sim.memory_fit import fit_problems
 
     monkeypatch.setattr(defaults, "catalog_gpu_for_device", lambda: "a10")
     scenario = defaults.default_scenario("cuda", None)

@@ -16,14 +16,9 @@ from planner.errors import ScenarioError
 from planner.scenario import load_scenario
 from planner.sizing.serve import vllm_serve_command
 from sim.cost_model import CostModel, expected_experts_touched, expected_local_experts_touched
-from sim.memory import (
-    expert_parallel_size,
-    forward_peak_bytes,
-    max_local_experts,
-    memory_breakdown,
-    tensor_parallel_that_fits,
-    weights_bytes,
-)
+from sim.memory import forward_peak_bytes, memory_breakdown
+from sim.memory_fit import tensor_parallel_that_fits
+from sim.weights import expert_parallel_size, max_local_experts, weights_bytes
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 QWEN3_MOE = SCENARIOS / "h100_qwen3_30b_a3b.yaml"

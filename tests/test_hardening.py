@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 from planner.cli import main
 from planner.scenario import load_scenario
 from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
+from sim.errors import WorkloadError
 from sim.statistics import GapHistogram, exact_sum, percentile
-from sim.workload import WorkloadError, generate_workload, read_trace
+from sim.trace_file import read_trace
+from sim.workload import generate_workload
 
 ROOT = Path(__file__).resolve().parent.parent
 A10 = str(ROOT / "scenarios" / "a10_qwen7b.yaml")

@@ -167,7 +167,7 @@ def test_fast_paths_off_give_the_reference_run():
 def test_a_request_of_max_model_len_must_fit_as_the_hybrid_allocator_holds_it():
     """Gemma-3-27B on one H100: 1,813 blocks of every group's slots (29,008 tokens were every layer to keep
     every token); a 32K request fits, since 6 of its 7 groups hold only the window."""
-    from sim.memory import fit_problems
+    from sim.memory_fit import fit_problems
 
     def problems(max_model_len: int, utilization: float = 0.9) -> list[str]:
         engine = {"max_model_len": max_model_len, "gpu_memory_utilization": utilization}
@@ -232,7 +232,7 @@ def test_block_tables_and_ref_counts_stay_consistent(groups, window, block_size,
 
 
 def test_the_override_is_checked_as_the_pool_it_sets():
-    from sim.memory import fit_problems
+    from sim.memory_fit import fit_problems
 
     def problems(override: int) -> list[str]:
         s = _gpt_oss(num_gpu_blocks_override=override)

@@ -14,10 +14,14 @@ SHARED = [
     "sim.kv_groups",
     "sim.scheduler",
     "sim.decode_windows",
+    "sim.trace_file",
     "sim.workload",
     "sim.metrics",
     "sim.statistics",
+    "sim.kv_sizing",
+    "sim.weights",
     "sim.memory",
+    "sim.memory_fit",
     "sim.cost_model",
 ]
 

@@ -13,7 +13,8 @@ import pytest
 
 from planner.catalog import load_gpu_catalog, load_model_catalog
 from planner.scenario import load_scenario
-from sim.memory import GIB, forward_peak_bytes, kv_cache_groups, memory_breakdown
+from sim.kv_sizing import kv_cache_groups
+from sim.memory import GIB, forward_peak_bytes, memory_breakdown
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 MODELS = load_model_catalog()

@@ -15,7 +15,8 @@ from planner.cli import main
 from planner.scenario import validate_mapping
 from sim.block_pool import NULL_BLOCK_ID, BlockPool
 from sim.defaults import serve_batch_defaults
-from sim.memory import cuda_graph_bytes, cudagraph_capture_sizes, fit_problems, memory_breakdown
+from sim.memory import cuda_graph_bytes, cudagraph_capture_sizes, memory_breakdown
+from sim.memory_fit import fit_problems
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import build_scheduler

@@ -10,7 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.config import ArrivalConfig, Distribution, SharedPrefixConfig, TraceConfig, WorkloadConfig
-from sim.workload import WorkloadError, generate_workload, prompt_token_ids, read_trace
+from sim.errors import WorkloadError
+from sim.trace_file import read_trace
+from sim.workload import generate_workload, prompt_token_ids
 
 TRACES = Path(__file__).resolve().parents[1] / "scenarios" / "traces"
 CONV = TRACES / "azure_conv_2023.csv"

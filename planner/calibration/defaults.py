@@ -54,7 +54,8 @@ def default_scenario(device: str, model: str | None) -> Scenario:
 
 
 def _fit_problems(scenario: Scenario) -> list[str]:
-    from sim.memory import fit_problems, memory_breakdown
+    from sim.memory import memory_breakdown
+    from sim.memory_fit import fit_problems
 
     return fit_problems(scenario, memory_breakdown(scenario))
 

@@ -18,7 +18,8 @@ def _mean_request_tokens(scenario) -> float:
 
 def cmd_memory(args) -> int:
     from planner.report import memory_lines
-    from sim.memory import fit_problems, memory_breakdown
+    from sim.memory import memory_breakdown
+    from sim.memory_fit import fit_problems
 
     scenario = load_scenario_args(args)
     mem = memory_breakdown(scenario)

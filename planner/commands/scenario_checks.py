@@ -27,7 +27,8 @@ def workload_problems(scenario) -> list[str]:
 
 def run_problems(scenario) -> list[str]:
     """Why the simulated deployment cannot run: it does not fit, or its workload keeps no request."""
-    from sim.memory import fit_problems, memory_breakdown
+    from sim.memory import memory_breakdown
+    from sim.memory_fit import fit_problems
 
     return fit_problems(scenario, memory_breakdown(scenario)) + workload_problems(scenario)
 

@@ -17,7 +17,8 @@ from planner.sizing.coefficients import resolve_coefficients
 from planner.sizing.spec import SearchSpec, SizingQuestion
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 from sim.cost_model import CostCoefficients
-from sim.memory import fit_problems, memory_breakdown
+from sim.memory import memory_breakdown
+from sim.memory_fit import fit_problems
 
 # Short names for the settings in a candidate's label.
 LABELS = {

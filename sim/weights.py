@@ -1,0 +1,45 @@
+"""The weights on one GPU: every parameter split over the tensor-parallel ranks, and the routed experts of a
+mixture of experts placed whole on the ranks under expert parallel."""
+
+from __future__ import annotations
+
+from math import ceil
+
+from sim.config import DTYPE_BYTES, Scenario
+
+
+def expert_parallel_size(scenario: Scenario) -> int:
+    """The ranks a mixture of experts' routed experts are placed on whole (vLLM's ep_size), 1 without expert
+    parallel. vLLM's `FusedMoEParallelConfig.make` (vllm/model_executor/layers/fused_moe/config.py) makes it
+    tp x dp with --enable-expert-parallel, and the experts' own tensor-parallel size 1; the planner's replicas
+    are independent engines (no data parallel), so it is the tensor-parallel size."""
+    hw = scenario.hardware
+    return hw.tensor_parallel_size if hw.expert_parallel and scenario.model.is_moe else 1
+
+
+def expert_tensor_parallel_size(scenario: Scenario) -> int:
+    """The ranks each routed expert is split over (by its intermediate dimension): tp, or 1 under expert
+    parallel (the experts are whole)."""
+    return 1 if expert_parallel_size(scenario) > 1 else scenario.hardware.tensor_parallel_size
+
+
+def max_local_experts(scenario: Scenario) -> int:
+    """Routed experts per MoE layer on the rank that holds the most. vLLM's `determine_expert_map`
+    (fused_moe/layer.py; expert_map_manager.py in later versions), linear placement: every rank gets
+    num_experts // ep_size and the first num_experts % ep_size ranks one more, so the largest holds the
+    ceiling. Without expert parallel every rank holds a slice of every expert."""
+    return ceil(scenario.model.num_experts / expert_parallel_size(scenario))
+
+
+def weights_bytes(scenario: Scenario) -> int:
+    """Every parameter once, every expert included, quantised weights at their stored size with their scales
+    (ModelSpec.weight_bytes), on the rank that holds the most. Split evenly over tensor-parallel ranks (vLLM
+    shards experts over TP ranks too, by their intermediate dimension; norms, routers and MLA's small
+    down-projections are replicated: negligible). Under expert parallel the routed experts are not sliced but
+    placed whole (`max_local_experts`): with an uneven count the largest rank's share sets the memory, and
+    vLLM profiles every rank and keeps the smallest KV pool."""
+    dense, experts = scenario.model.weight_bytes(DTYPE_BYTES[scenario.dtype])
+    tp = scenario.hardware.tensor_parallel_size
+    if expert_parallel_size(scenario) == 1:
+        return int(dense + experts) // tp
+    return int(dense) // tp + int(experts * max_local_experts(scenario) / scenario.model.num_experts)
