@@ -1,37 +1,9 @@
-"""What `simulate` and `run` show and write: a progress bar, the --out folder (checked before the run) and
-the summary, as text or JSON."""
+"""What `simulate` and `run` show and write: the --out folder (checked before the run) and the summary, as
+text or JSON."""
 
 from __future__ import annotations
 
 import sys
-import time
-
-
-class Progress:
-    """A one-line progress bar on stderr, shown only once a run has taken a couple of seconds."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.start = time.perf_counter()
-        self.shown = False
-
-    def __call__(self, done: int, total: int) -> None:
-        elapsed = time.perf_counter() - self.start
-        if elapsed < 2.0 or not sys.stderr.isatty():
-            return
-        self.shown = True
-        width = 30
-        filled = int(width * done / max(total, 1))
-        print(
-            f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done:,}/{total:,} requests {elapsed:.0f}s",
-            end="",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    def close(self) -> None:
-        if self.shown:
-            print(file=sys.stderr)
 
 
 def check_out(args) -> None:

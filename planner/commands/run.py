@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from planner.commands.output import Progress, check_out, emit
+from planner.commands.output import check_out, emit
 from planner.commands.scenario_checks import load_scenario_args, refuse, workload_problems
 from planner.errors import PlannerError
+from planner.progress import ProgressBar
 
 
 def cmd_run(args) -> int:
@@ -24,7 +25,7 @@ def cmd_run(args) -> int:
     scenario = load_scenario_args(args)
     refuse(scenario, workload_problems(scenario))  # the fit is measured by the engine itself
     check_out(args)
-    progress = Progress(f"running on {args.device}")
+    progress = ProgressBar(f"running on {args.device}", "requests", delay_s=2.0)
     try:
         sampling = SamplingParams(args.temperature, args.top_p)
         result = run_scenario(scenario, args.device, args.model_path, sampling, progress)

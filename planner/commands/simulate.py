@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from planner.commands.output import Progress, check_out, emit
+from planner.commands.output import check_out, emit
 from planner.commands.scenario_checks import load_scenario_args, refuse, run_problems
 from planner.errors import PlannerError
+from planner.progress import ProgressBar
 
 
 def cmd_simulate(args) -> int:
@@ -32,7 +33,7 @@ def _simulate(args, scenario, coefficients, provenance, plot_workers) -> None:
     from planner.results import StepsCsv, build_summary
     from sim.driver import simulate
 
-    progress = Progress("simulating")
+    progress = ProgressBar("simulating", "requests", delay_s=2.0)
     steps_csv = StepsCsv(args.out / "steps.csv", args.all_steps) if args.out else None  # written as it runs
     result = simulate(
         scenario, coefficients, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv
@@ -57,7 +58,7 @@ def _simulate(args, scenario, coefficients, provenance, plot_workers) -> None:
     if args.intervals:
         from planner.calibration.intervals import interval_lines, simulate_intervals
 
-        progress = Progress(f"{args.intervals} interval runs")
+        progress = ProgressBar(f"{args.intervals} interval runs", "requests", delay_s=2.0)
         summary["intervals"] = simulate_intervals(scenario, coefficients, provenance, args.intervals, progress)
         progress.close()
         extra_lines = interval_lines(summary["intervals"], provenance.label)

@@ -5,36 +5,14 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import time
 
 from planner.errors import PlannerError
+from planner.progress import ProgressBar
 from planner.sizing.rank import rank
 from planner.sizing.report.data import sizing_data
 from planner.sizing.report.tables import terminal_lines
 from planner.sizing.search import run_search
 from planner.sizing.spec import load_sizing
-
-
-class CandidateProgress:
-    """A one-line progress bar on stderr (a terminal only), after the first second."""
-
-    def __init__(self, what: str = "candidates") -> None:
-        self.start = time.perf_counter()
-        self.shown = False
-        self.what = what
-
-    def __call__(self, done: int, total: int) -> None:
-        elapsed = time.perf_counter() - self.start
-        if elapsed < 1.0 or not sys.stderr.isatty():
-            return
-        self.shown = True
-        filled = int(30 * done / max(total, 1))
-        bar = "#" * filled + "." * (30 - filled)
-        print(f"\rsizing [{bar}] {done:,}/{total:,} {self.what} {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.shown:
-            print(file=sys.stderr)
 
 
 def command_line(args) -> str:
@@ -52,7 +30,7 @@ def run_size(args) -> int:
     if args.intervals is not None and args.intervals < 2:
         raise PlannerError(f"--intervals {args.intervals}: must be a number of runs >= 2 (an interval needs a spread)")
     question = load_sizing(args.scenario, args.overrides)
-    progress = CandidateProgress()
+    progress = ProgressBar("sizing", "candidates", delay_s=1.0)
     try:
         out = run_search(question, args.workers, args.ray, progress)
     finally:
@@ -61,7 +39,7 @@ def run_size(args) -> int:
     if args.intervals:
         from planner.sizing.intervals import run_intervals
 
-        progress = CandidateProgress("interval draws")
+        progress = ProgressBar("sizing", "interval draws", delay_s=1.0)
         try:
             run_intervals(out, ranking, args.intervals, args.workers, args.ray, progress)
         finally:
