@@ -6,8 +6,9 @@ and then savefig lays them all out again to draw them: on the three figures of t
 run, write_plots took 2.28 s of CPU with tight_layout and 1.41 s with this (best of 4, alternating, one
 process). These figures have a fixed form (a grid of panels, a suptitle above, a footnote below), so the
 room each text needs follows from its font size and line count, and a tick label's width from its string,
-at a font's widest digit. Estimates err on the roomy side: a label may sit a little further from its panel than tight_layout would put it, never
-over a neighbour (tests/test_plots.py checks every text against the others and the figure's edges).
+at a font's widest digit. Estimates err on the roomy side: a label may sit a little further from its panel
+than tight_layout would put it, never over a neighbour (tests/test_plots.py checks every text against the
+others and the figure's edges).
 """
 
 from __future__ import annotations
@@ -66,9 +67,8 @@ def _text_height_in(text: Text | None) -> float:
 
 
 def _title_in(ax: Axes) -> float:
-    """Room above a panel: its title."""
-    height = _text_height_in(ax.title)
-    return height + TITLE_PAD_PT / POINTS_PER_INCH if height else TITLE_PAD_PT / POINTS_PER_INCH
+    """Room above a panel: its title and the title's pad."""
+    return _text_height_in(ax.title) + TITLE_PAD_PT / POINTS_PER_INCH
 
 
 def _below_in(ax: Axes) -> float:
