@@ -8,7 +8,7 @@ recently freed), evicting whatever was cached there.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from operator import itemgetter
 
 NULL_BLOCK_ID = 0
@@ -17,9 +17,13 @@ NULL_BLOCK_ID = 0
 class BlockPool:
     """num_blocks as vLLM's num_gpu_blocks: block 0 is the null block (vLLM v1's `BlockPool.__init__` takes it
     off the free queue for padding and skipped slots; vllm/v1/core/block_pool.py, v0.11 to current main), so
-    requests get num_blocks - 1 of them."""
+    requests get num_blocks - 1 of them.
 
-    def __init__(self, num_blocks: int, enable_caching: bool) -> None:
+    count_lazily (the simulator's fast paths): no per-block ref counts until the first block is cached, so a
+    block freed twice before then is caught only once the free blocks outnumber the pool's; the live engine,
+    whose block ids index real KV tensors, counts from the start."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool, count_lazily: bool = False) -> None:
         if num_blocks < 2:
             raise ValueError(f"a block pool needs the null block and at least one more, got {num_blocks} blocks")
         self.num_blocks = num_blocks
@@ -29,7 +33,6 @@ class BlockPool:
         # Those are not stored: the per-block state below grows as blocks are first handed out, so a pool of
         # millions of blocks (a tiny model on a large GPU) costs memory only for the blocks a run uses.
         self.num_touched = NULL_BLOCK_ID + 1  # the null block is never handed out
-        self.ref_cnt: list[int] = [0]
         # The rest of vLLM's free queue (a doubly linked list: O(1) append, pop-front and removal from the
         # middle), the blocks freed after use, is a Python list read from a moving head: handing out n blocks
         # is one slice, freeing them one extend; removal from the middle (a prefix hit on a free block) is a
@@ -39,10 +42,42 @@ class BlockPool:
         # (parent block hash, block content) -> block id. Keying on the content itself means a dict hit is
         # confirmed by comparing tokens, not only their hash.
         self.cached_blocks: dict[tuple[int, Hashable], int] = {}
-        self.block_key: list[tuple[int, Hashable] | None] = [None]
         # References beyond a block's first, over all blocks: a prefix block shared by k requests adds k - 1.
         # Their tokens are stored once, so what the blocks hold is the requests' tokens minus these blocks'.
         self.num_shared_refs = 0
+        # Per-block ref counts and cache keys, kept from the start, or lazily from the first block cached on:
+        # until then none can be hit or shared, so a handed-out block is held once (count 1) and a free one not
+        # at all (count 0), which the free queue already says. Handing out and freeing then touch no per-block
+        # state (most simulations: no shared prefix, no preemption, nothing ever cached); `ref_cnt` builds it.
+        self._counts_kept = False
+        self._ref_cnt: list[int] = []
+        self._block_key: list[tuple[int, Hashable] | None] = []
+        if not count_lazily:
+            self._keep_counts()
+
+    @property
+    def ref_cnt(self) -> list[int]:
+        """Each touched block's ref count (index: block id; blocks num_touched and above: 0, never used)."""
+        self._keep_counts()
+        return self._ref_cnt
+
+    @property
+    def block_key(self) -> list[tuple[int, Hashable] | None]:
+        """Each touched block's cache key, None when it caches nothing."""
+        self._keep_counts()
+        return self._block_key
+
+    def _keep_counts(self) -> None:
+        """Build the per-block state from the free queue, once: every touched block is held once but the free
+        ones and the null block; nothing is cached yet."""
+        if self._counts_kept:
+            return
+        self._ref_cnt = ref_cnt = [1] * self.num_touched
+        ref_cnt[NULL_BLOCK_ID] = 0
+        for block_id in self._free[self._head :]:
+            ref_cnt[block_id] = 0
+        self._block_key = [None] * self.num_touched
+        self._counts_kept = True
 
     @property
     def free_block_queue(self) -> list[int]:
@@ -67,10 +102,12 @@ class BlockPool:
         """Take n blocks from the front of the free queue (caller checks num_free_blocks first)."""
         first_fresh = self.num_touched
         num_fresh = self.num_blocks - first_fresh  # never used, at the queue's front: nothing cached in them
+        counts_kept = self._counts_kept
         if n <= num_fresh:  # every call until all the pool's blocks were used once
             self.num_touched = first_fresh + n
-            self.ref_cnt += [1] * n
-            self.block_key += [None] * n
+            if counts_kept:
+                self._ref_cnt += [1] * n
+                self._block_key += [None] * n
             return list(range(first_fresh, first_fresh + n))
         free, head = self._free, self._head
         num_reused = n - num_fresh
@@ -82,36 +119,46 @@ class BlockPool:
             del free[:head]
             head = 0
         self._head = head
-        ref_cnt, block_key = self.ref_cnt, self.block_key
-        for block_id in reused:
-            ref_cnt[block_id] = 1
-        # Evict what the reused blocks cached: nothing when the cache is empty, and mostly nothing otherwise
-        # (checked at C speed first: a key is a non-empty tuple, None when nothing is cached; the null block,
-        # never cached, makes itemgetter return a tuple even for one block).
-        if self.cached_blocks and any(itemgetter(*reused, NULL_BLOCK_ID)(block_key)):
+        if counts_kept:
+            ref_cnt, block_key = self._ref_cnt, self._block_key
             for block_id in reused:
-                if block_key[block_id] is not None:
-                    del self.cached_blocks[block_key[block_id]]
-                    block_key[block_id] = None
+                ref_cnt[block_id] = 1
+            # Evict what the reused blocks cached: nothing when the cache is empty, and mostly nothing otherwise
+            # (checked at C speed first: a key is a non-empty tuple, None when nothing is cached; the null
+            # block, never cached, makes itemgetter return a tuple even for one block).
+            if self.cached_blocks and any(itemgetter(*reused, NULL_BLOCK_ID)(block_key)):
+                for block_id in reused:
+                    if block_key[block_id] is not None:
+                        del self.cached_blocks[block_key[block_id]]
+                        block_key[block_id] = None
         if not num_fresh:
             return reused
         self.num_touched = self.num_blocks
-        ref_cnt += [1] * num_fresh
-        block_key += [None] * num_fresh
+        if counts_kept:
+            self._ref_cnt += [1] * num_fresh
+            self._block_key += [None] * num_fresh
         return [*range(first_fresh, self.num_blocks), *reused]
 
     def touch(self, block_ids: Iterable[int]) -> None:
         """Take a reference on cached blocks found by a prefix hit."""
+        ref_cnt = self.ref_cnt
         for block_id in block_ids:
-            if self.ref_cnt[block_id] == 0:
+            if ref_cnt[block_id] == 0:
                 del self._free[self._free.index(block_id, self._head)]
             else:
                 self.num_shared_refs += 1
-            self.ref_cnt[block_id] += 1
+            ref_cnt[block_id] += 1
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
-        ref_cnt = self.ref_cnt
+        if not self._counts_kept:
+            # Each block is held once (nothing cached, nothing shared): all of them are freed, in the order
+            # given. A block freed twice shows as more free blocks than the pool has.
+            self._free += block_ids
+            if self.num_free_blocks > self.num_usable_blocks:
+                raise AssertionError(f"{self.num_free_blocks} free blocks of {self.num_usable_blocks}: one freed twice")
+            return
+        ref_cnt = self._ref_cnt
         if not self.num_shared_refs:
             # No block is held twice (num_shared_refs counts the references beyond a block's first), so each of
             # these has ref count 1 and all of them are freed, in the order given: the loop below's outcome
@@ -134,14 +181,24 @@ class BlockPool:
                 raise _freed_too_often(block_id)
         self._free += freed
 
+    def num_free_of(self, block_ids: Sequence[int]) -> int:
+        """How many of these blocks (prefix hits) are free: taking them shrinks what is free."""
+        if not block_ids:
+            return 0
+        ref_cnt = self.ref_cnt
+        return sum(1 for block_id in block_ids if ref_cnt[block_id] == 0)
+
     def lookup(self, key: tuple[int, Hashable]) -> int | None:
         return self.cached_blocks.get(key)
 
     def cache_block(self, block_id: int, key: tuple[int, Hashable]) -> None:
         """Register a full, computed block under its chained key (first writer wins on duplicates)."""
-        if self.block_key[block_id] is None and key not in self.cached_blocks:
+        if not self._counts_kept:
+            self._keep_counts()
+        block_key = self._block_key
+        if block_key[block_id] is None and key not in self.cached_blocks:
             self.cached_blocks[key] = block_id
-            self.block_key[block_id] = key
+            block_key[block_id] = key
 
 
 def _freed_too_often(block_id: int) -> AssertionError:

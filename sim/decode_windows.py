@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from sim.config import EngineConfig
     from sim.kv_manager import KVCacheManager
     from sim.metrics import Recorder
+
+
+class WindowStart(NamedTuple):
+    """The running requests' counts when a decode window starts, in running order: read once, by
+    decode_window_bound, for every later method of the window (nothing changes them until it is applied)."""
+
+    computed: list[int]  # tokens computed
+    left: list[int]  # tokens left to sample
+    held: list[int]  # blocks held
 
 
 class DecodeWindows:
@@ -34,85 +43,84 @@ class DecodeWindows:
     fast_decode_rows: bool
     _finish: Callable[[Request, float], None]  # Scheduler's: the reply is complete, its blocks freed
 
-    def decode_window_bound(self, through_finishes: bool = False) -> int:
+    def decode_window_bound(self, through_finishes: bool = False) -> tuple[int, WindowStart | None]:
         """How many next steps are certain to be pure-decode steps of the running requests: none mid-prompt,
         every block they need free, and no request waiting that could be admitted. Without through_finishes,
         none finishing either (the same batch every step); with it, the batch shrinks as requests sample their
         last tokens, up to the last one's (for an open loop with nobody waiting, where a finish changes nothing
         but the batch: the driver's choice). 0 or 1: step. Off with the fast paths (sliding windows:
-        sim/kv_groups.py)."""
+        sim/kv_groups.py). With a bound of 2 or more, the running requests' counts for the window's methods."""
         if not self.fast_decode_rows or not self.running or len(self.running) > self.config.max_num_batched_tokens:
-            return 0
+            return 0, None
         # The cheap tests first (each rules a window out; none changes anything): the latest admitted request
         # is mid-prompt (a chunked prefill), someone finishes within two steps (a busy engine has one most
         # steps), the queue's head can be admitted.
         last = self.running[-1]
         if last.num_prompt_tokens + last.num_output_tokens - last.num_computed_tokens != 1:
-            return 0
-        remaining = [r.max_output_tokens - r.num_output_tokens for r in self.running]
-        steps = max(remaining) if through_finishes else min(remaining) - 1
+            return 0, None
+        left = [r.max_output_tokens - r.num_output_tokens for r in self.running]
+        steps = max(left) if through_finishes else min(left) - 1
         if steps < 2:
-            return 0
+            return 0, None
         if self.waiting and not self._waiting_head_blocked():
-            return 0
-        computed = []
-        num_held = 0
+            return 0, None
+        computed, held = [], []
         for r in self.running:
             c = r.num_computed_tokens
             if r.num_prompt_tokens + r.num_output_tokens - c != 1 or c < r.num_prompt_tokens:
-                return 0  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
+                return 0, None  # someone is mid-prompt (a chunk may stop one token short of a prompt's end)
             computed.append(c)
-            num_held += len(r.block_ids)
+            held.append(len(r.block_ids))
+        start = WindowStart(computed, left, held)
         # Blocks the window needs: what blocks_needed(r, its steps) sums to over the running requests, a request
         # decoding until its last token at most. Short of them, the window halves until they fit: the halvings
         # are counted at once (a nearly full pool). Blocks that requests finishing in the window free are not
         # counted on: the window's blocks all come from those free before it (which keeps the free queue's
         # order that of stepping one by one: allocations take from its front, frees join its back).
         block_size, floor_tokens = self.kv.block_size, self.kv.contiguous_tokens or 0
-        num_free = self.kv.pool.num_free_blocks
+        num_free, num_held = self.kv.pool.num_free_blocks, sum(held)
         if through_finishes:  # steps is the most any request has left: each decodes to its last token
-            needed = sum(-(-max(c + left, floor_tokens) // block_size) for c, left in zip(computed, remaining))
+            needed = sum(-(-max(c + n, floor_tokens) // block_size) for c, n in zip(computed, left))
         else:
             needed = sum(-(-max(c + steps, floor_tokens) // block_size) for c in computed)
         if needed - num_held <= num_free:
-            return steps
+            return steps, start
         halvings = []
         while (steps := steps // 2) >= 2:
             halvings.append(steps)
         if not halvings:
-            return 0
-        steps_each = np.minimum(np.array(halvings), np.array(remaining)[:, None])
+            return 0, None
+        steps_each = np.minimum(np.array(halvings), np.array(left)[:, None])
         tokens = np.maximum(np.array(computed)[:, None] + steps_each, floor_tokens)
         fits = np.flatnonzero((-(-tokens // block_size)).sum(axis=0) - num_held <= num_free)
-        return halvings[fits[0]] if len(fits) else 0
+        return (halvings[fits[0]], start) if len(fits) else (0, None)
 
-    def decode_window_steps(self, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    def decode_window_steps(self, start: WindowStart, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
         """(rows, context tokens after the step summed over them) of each of the next num_steps pure-decode
         steps: step k's rows are the running requests with at least k tokens left to sample, each at its
         computed tokens + k (a decode token attends over its whole context)."""
-        running = self.running
-        computed = [r.num_computed_tokens for r in running]
+        computed, left = start.computed, start.left
         k = np.arange(1, num_steps + 1)
-        if min(r.max_output_tokens - r.num_output_tokens for r in running) > num_steps:  # nobody finishes
+        if min(left) > num_steps:  # nobody finishes
             num_rows = len(computed)
             return np.full(num_steps, num_rows), sum(computed) + num_rows * k
         # Runs of steps with the same rows, cut where requests sample their last tokens (fewest left first).
         rows_of_run, computed_of_run, run_ends = [], [], []
         num_rows, sum_computed, done = len(computed), sum(computed), 0
-        for left, c in sorted(zip([r.max_output_tokens - r.num_output_tokens for r in running], computed)):
-            if left >= num_steps:
+        for n, c in sorted(zip(left, computed)):
+            if n >= num_steps:
                 break
-            if left > done:  # steps done + 1 .. left have num_rows rows
+            if n > done:  # steps done + 1 .. n have num_rows rows
                 rows_of_run.append(num_rows)
                 computed_of_run.append(sum_computed)
-                run_ends.append(left)
-                done = left
+                run_ends.append(n)
+                done = n
             num_rows -= 1
             sum_computed -= c
         rows_of_run.append(num_rows)
         computed_of_run.append(sum_computed)
         run_ends.append(num_steps)
-        lengths = [end - start for start, end in zip([0, *run_ends], run_ends)]
+        lengths = [end - begin for begin, end in zip([0, *run_ends], run_ends)]
         rows = np.array(rows_of_run).repeat(lengths)  # the method: np.repeat of a list takes a slow path
         return rows, np.array(computed_of_run).repeat(lengths) + rows * k
 
@@ -132,14 +140,14 @@ class DecodeWindows:
         if not self.config.enable_chunked_prefill and num_new > budget:
             return True
         needed = kv.blocks_needed(request, min(num_new, budget), len(hits))
-        free = kv.pool.num_free_blocks - sum(1 for b in hits if kv.pool.ref_cnt[b] == 0)
+        free = kv.pool.num_free_blocks - kv.pool.num_free_of(hits)
         return needed > free  # allocate_slots would fail
 
-    def allocate_decode_window(self, num_steps: int) -> np.ndarray:
+    def allocate_decode_window(self, start: WindowStart, num_steps: int) -> np.ndarray:
         """Take the blocks the next num_steps decode steps need, each request's up to its last token (room
         checked by decode_window_bound); returns the blocks in use during each of those steps, as stepping one
         by one would have them: a finished request's blocks are free from the step after its last."""
-        kv, running = self.kv, self.running
+        kv = self.kv
         block_size = kv.block_size
         used = kv.pool.num_used_blocks
         # The step k (1-based) at which each new block is first needed: block b (tokens [b*bs, (b+1)*bs)) once
@@ -149,9 +157,8 @@ class DecodeWindows:
         # list is short where a (requests x steps) table would not be.
         first_needed, growing = [], []  # growing: (request, blocks it takes)
         freed_after, freed = [], []  # a finishing request's last step, and the blocks it then frees
-        for r in running:
-            c, held = r.num_computed_tokens, len(r.block_ids)
-            steps = min(num_steps, r.max_output_tokens - r.num_output_tokens)
+        for r, c, left, held in zip(self.running, start.computed, start.left, start.held):
+            steps = min(num_steps, left)
             num_blocks = held
             if c + steps > held * block_size:  # else its blocks hold the window's tokens
                 num_blocks = -(-(c + steps) // block_size)
@@ -179,7 +186,7 @@ class DecodeWindows:
         blocks += used
         return blocks
 
-    def apply_decode_window(self, step_end_s: np.ndarray, rows: np.ndarray) -> list[Request]:
+    def apply_decode_window(self, start: WindowStart, step_end_s: np.ndarray, rows: np.ndarray) -> list[Request]:
         """Advance every running request by len(step_end_s) decode steps ending at those times, or until its
         last token (their blocks taken by allocate_decode_window); `rows`: each step's, as decode_window_steps
         gave them. Returns those that finished, retired in the order stepping one by one retires them (by step,
@@ -188,9 +195,8 @@ class DecodeWindows:
         first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
         kv, running = self.kv, self.running
         first_gaps, finishing = [], []  # finishing: (steps to its last token, running order, request)
-        for i, request in enumerate(running):
+        for i, (request, steps) in enumerate(zip(running, start.left)):
             first_gaps.append(first_end - request.last_token_s)
-            steps = request.max_output_tokens - request.num_output_tokens
             if steps > num_steps:
                 request.num_computed_tokens += num_steps
                 request.num_output_tokens += num_steps

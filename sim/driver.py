@@ -66,7 +66,7 @@ class Simulation:
         self.replicas = [
             Replica(
                 self.env,
-                build_scheduler(scenario, num_blocks, self.recorder, index, fast_paths),
+                build_scheduler(scenario, num_blocks, self.recorder, index, fast_paths, count_blocks_lazily=fast_paths),
                 self.cost,
                 self.recorder,
                 self.next_arrival_s,

@@ -27,8 +27,9 @@ class KVCacheManager:
         enable_caching: bool,
         contiguous_tokens: int | None = None,
         defer_private_blocks: bool = True,
+        count_blocks_lazily: bool = False,
     ) -> None:
-        self.pool = BlockPool(num_blocks, enable_caching)
+        self.pool = BlockPool(num_blocks, enable_caching, count_blocks_lazily)
         self.block_size = block_size
         self.contiguous_tokens = contiguous_tokens
         # Deferred registration (the simulator's speed): a block that only its own request can hit (simulated,
@@ -95,7 +96,7 @@ class KVCacheManager:
         needed = self.blocks_needed(request, num_new_tokens, len(hit_blocks), reserve_tokens)
         if needed > 0 or hit_blocks:  # else the common decode step: the last block still has room
             # Hit blocks nobody references sit in the free queue: taking them shrinks what is free.
-            free = pool.num_free_blocks - sum(1 for b in hit_blocks if pool.ref_cnt[b] == 0)
+            free = pool.num_free_blocks - pool.num_free_of(hit_blocks)
             if needed > free:
                 return False
             if hit_blocks:

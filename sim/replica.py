@@ -26,6 +26,7 @@ import numpy as np
 import simpy
 
 from sim.cost_model import CostModel
+from sim.decode_windows import WindowStart
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import ContinuousScheduler, Scheduler, SchedulerOutput
@@ -48,6 +49,7 @@ class Window(NamedTuple):
     # Async: the window's last step is the one after an arrival's (pure decode: the arrival misses its schedule)
     arrival_step: bool
     through_finishes: bool  # requests may sample their last tokens in the window
+    start: WindowStart  # the running requests' counts before it
 
 
 class Replica:
@@ -125,9 +127,9 @@ class Replica:
             bound = 0
             if self.fast_forward and not self.deferred and not admitting:
                 through = self.through_finishes and not sched.waiting and not sched.kv.pool.num_shared_refs
-                bound = sched.decode_window_bound(through)
+                bound, start = sched.decode_window_bound(through)
             if bound:
-                window = self._window(bound, through)
+                window = self._window(bound, through, start)
                 if len(window.durations) >= 2:
                     if self.overlapped:
                         self.deferred = []
@@ -171,7 +173,7 @@ class Replica:
             # before this engine plans its next step, as they would between two real steps.
             yield self.env.timeout(0)
 
-    def _window(self, bound: int, through_finishes: bool) -> Window:
+    def _window(self, bound: int, through_finishes: bool, start: WindowStart) -> Window:
         """The next steps of a decode window, cut before the first step that would start at or after the next
         arrival anywhere (it changes the batch), and the step after them if it was priced."""
         until_arrival_s = self.next_arrival_s() - self.env.now
@@ -183,12 +185,12 @@ class Replica:
         # the last request's last token has no step after it.
         horizon = bound + 1
         if through_finishes:
-            horizon = min(horizon, max(r.max_output_tokens - r.num_output_tokens for r in self.scheduler.running))
+            horizon = min(horizon, max(start.left))
         num_priced = min(horizon, WINDOW_PREFIX_STEPS)
         if self.window_step_s and until_arrival_s < math.inf:
             num_priced = min(horizon, int(until_arrival_s / self.window_step_s * 1.25) + 4)
         while True:
-            rows, context = self.scheduler.decode_window_steps(num_priced)
+            rows, context = self.scheduler.decode_window_steps(start, num_priced)
             host, device, durations = self._price(rows, context)
             elapsed = durations.cumsum()
             num_steps = int((elapsed - durations).searchsorted(until_arrival_s, side="left"))
@@ -212,6 +214,7 @@ class Replica:
                     after,
                     arrival_step,
                     through_finishes,
+                    start,
                 )
             num_priced = min(4 * num_priced, horizon)
 
@@ -226,12 +229,9 @@ class Replica:
         sched, env, now = self.scheduler, self.env, self.env.now
         durations = window.durations
         num_steps = len(durations)
-        # Someone finishes in the step after the window (it stops one step short): checked before the window
-        # changes the counts.
-        finishing = window.after is not None and any(
-            r.max_output_tokens - r.num_output_tokens == num_steps + 1 for r in sched.running
-        )
-        blocks = sched.allocate_decode_window(num_steps)
+        # Someone finishes in the step after the window (it stops one step short).
+        finishing = window.after is not None and num_steps + 1 in window.start.left
+        blocks = sched.allocate_decode_window(window.start, num_steps)
         num_waiting = len(sched.waiting)  # requests blocked in the queue (a saturated engine), or none
         if not num_waiting:
             ends = now + window.elapsed
@@ -241,11 +241,7 @@ class Replica:
             ends = np.cumsum(np.concatenate(([now], durations)))[1:]
         last_end = float(ends[-1])
         if window.through_finishes:
-            self.window_finishes_s = sorted(
-                float(ends[left - 1])
-                for r in sched.running
-                if (left := r.max_output_tokens - r.num_output_tokens) <= num_steps
-            )
+            self.window_finishes_s = sorted(float(ends[left - 1]) for left in window.start.left if left <= num_steps)
         if not num_waiting and finishing:
             # The finishing step follows at once: when nothing else can happen before it ends (no arrival),
             # the window and that step take one timeout instead of two, landing where they would.
@@ -274,7 +270,7 @@ class Replica:
             yield env.timeout(0)  # as after a finishing step: the users whose replies completed go first
         if (
             window.after is not None
-            and self._steps_after_window(num_waiting)
+            and self._steps_after_window(num_waiting, finishing)
             and (out := sched.decode_step()) is not None
         ):
             yield from self._step(out, after_idle=False, priced=window.after)  # a window never follows idle
@@ -292,7 +288,7 @@ class Replica:
         """Apply the window to the requests and record its steps; True when someone finished in it."""
         sched = self.scheduler
         num_rows = len(sched.running)
-        finished = sched.apply_decode_window(ends, window.rows)
+        finished = sched.apply_decode_window(window.start, ends, window.rows)
         self.window_finishes_s = []
         shared = sched.kv.shared_tokens()  # tokens held once for several requests: a window shares no new block
         if finished:
@@ -321,15 +317,11 @@ class Replica:
             self.on_finished(request)
         return bool(finished)
 
-    def _steps_after_window(self, num_waiting: int) -> bool:
-        """The next step is stepped and pure decode, as run()'s loop would find: someone finishes in it (a window
-        stops one step short), or (async) a request arrived during the window's last step and is kept aside
-        until that step is scheduled. Serial, an arrival joins the queue at once and may be admitted: only
-        without one."""
-        running = self.scheduler.running
-        if not running:
-            return False
-        finishing = min([r.max_output_tokens - r.num_output_tokens for r in running]) == 1
+    def _steps_after_window(self, num_waiting: int, finishing: bool) -> bool:
+        """The next step is stepped and pure decode, as run()'s loop would find: someone finishes in it
+        (`finishing`: a window stops one step short), or (async) a request arrived during the window's last step
+        and is kept aside until that step is scheduled. Serial, an arrival joins the queue at once and may be
+        admitted: only without one."""
         if self.overlapped:
-            return finishing or bool(self.deferred)
+            return finishing or (bool(self.deferred) and bool(self.scheduler.running))
         return finishing and len(self.scheduler.waiting) == num_waiting

@@ -369,18 +369,25 @@ class StaticScheduler(Scheduler):
 
 
 def build_scheduler(
-    scenario: Scenario, num_gpu_blocks: int, recorder: Recorder, replica: int = 0, fast_paths: bool = True
+    scenario: Scenario,
+    num_gpu_blocks: int,
+    recorder: Recorder,
+    replica: int = 0,
+    fast_paths: bool = True,
+    count_blocks_lazily: bool = False,
 ) -> Scheduler:
     """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes).
     fast_paths=False is the tests' reference: every block registered in the prefix cache at allocation, every
-    row through allocate_slots and SchedulerOutput.add."""
+    row through allocate_slots and SchedulerOutput.add. count_blocks_lazily: the simulator's (`BlockPool`)."""
     e = scenario.engine
     contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
     groups = kv_groups(scenario)  # sliding-window layers: vLLM's hybrid allocator (sim/kv_groups.py)
     if groups is not None:
         kv = HybridKVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, groups)
     else:
-        kv = KVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, fast_paths)
+        kv = KVCacheManager(
+            num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, fast_paths, count_blocks_lazily
+        )
     policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
     scheduler = policy(e, kv, recorder, replica)
     # The fast paths assume a request's blocks only grow; a sliding window frees blocks at every allocation.

@@ -99,11 +99,11 @@ def _cdf_panel(ax, values: np.ndarray, xlabel: str, unit: str, slo_checks: list[
     n = len(values)
     p = np.percentile(values, [50, 90, 99])
     mean = float(values.mean())
-    curve = values
-    if n > CDF_POINTS:
-        curve = np.random.default_rng(0).choice(values, CDF_POINTS, replace=False)
-    curve = np.sort(curve)
-    y = np.arange(1, len(curve) + 1) / len(curve)
+    curve = np.sort(values)
+    y = np.arange(1, n + 1) / n
+    if n > CDF_POINTS:  # the empirical CDF at evenly spaced ranks, the first and the last included
+        ranks = np.linspace(0, n - 1, CDF_POINTS).round().astype(np.int64)
+        curve, y = curve[ranks], y[ranks]
     x = np.concatenate([[curve[0]], curve])
     y = np.concatenate([[0.0], y])
 
