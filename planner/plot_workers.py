@@ -14,6 +14,11 @@ otherwise slow the simulation they wait for (8 alternating runs of `simulate --o
 CPUs: median 4.21 s against 4.92 s at the parent's priority). The figures are the same files as drawn
 in-process (tests/test_plot_workers.py compares the bytes).
 
+The run's data reach the processes through one temporary file that each of them reads, not through their
+pipes: a pipe carries 64 kB at a time and waits for a reader running below the parent's priority, which made
+the parent wait about 1 s to hand the 10k benchmark's 8 MB to each process (`send`, 3 runs: 0.83 to 1.16 s),
+where writing the file takes hundredths of a second.
+
 Processes are spawned, not forked: a child starts from a clean interpreter on every platform (forking a
 process with native threads, as numpy's BLAS has, can deadlock, and Python 3.12 warns of it). A child's
 start-up (~0.3 s of CPU) is the price; on a machine whose other cores are busy the figures then take that
@@ -60,6 +65,7 @@ class PlotWorkers:
 
         context = multiprocessing.get_context("spawn")
         self.workers: list[tuple[Connection, multiprocessing.process.BaseProcess]] = []
+        self.run_file: Path | None = None  # the run's data, once sent
         for names in groups:
             ours, theirs = context.Pipe()
             process = context.Process(target=_draw_when_told, args=(theirs, names), daemon=True)
@@ -69,8 +75,15 @@ class PlotWorkers:
 
     def send(self, out_dir: Path, *args, **kwargs) -> None:
         """Start write_plots(out_dir, *args, **kwargs), each process its figures."""
+        import pickle
+        import tempfile
+
+        handle, name = tempfile.mkstemp(prefix="planner-plots-", suffix=".pickle")
+        self.run_file = Path(name)
+        with os.fdopen(handle, "wb") as f:
+            pickle.dump((out_dir, args, kwargs), f, protocol=pickle.HIGHEST_PROTOCOL)
         for connection, _ in self.workers:
-            connection.send((out_dir, args, kwargs))
+            connection.send(self.run_file)
 
     def collect(self) -> list[Path]:
         """The figures' paths once every process has drawn its own, in PLOT_NAMES order."""
@@ -87,6 +100,7 @@ class PlotWorkers:
             else:
                 failures.append((outcome, value))
         self.workers = []
+        self._remove_run_file()
         for outcome, value in failures:
             if outcome == "oserror":  # a full disk or a folder changed meanwhile: write_outputs' PlannerError
                 raise OSError(value)
@@ -101,6 +115,12 @@ class PlotWorkers:
             if process.is_alive():
                 process.terminate()
         self.workers = []
+        self._remove_run_file()
+
+    def _remove_run_file(self) -> None:
+        if self.run_file is not None:
+            self.run_file.unlink(missing_ok=True)
+            self.run_file = None
 
 
 def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
@@ -114,13 +134,17 @@ def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
     # would otherwise take CPU from the simulation they wait for.
     if hasattr(os, "nice"):
         os.nice(NICENESS)
+    import pickle
+
     from planner.plots import write_plots  # the slow import, done while the parent runs
 
     try:
-        out_dir, args, kwargs = connection.recv()
+        run_file = connection.recv()
     except EOFError:
         return  # no run to draw
     try:
+        with open(run_file, "rb") as f:
+            out_dir, args, kwargs = pickle.load(f)
         connection.send(("ok", write_plots(out_dir, *args, names=names, **kwargs)))
     except OSError as e:
         connection.send(("oserror", str(e)))

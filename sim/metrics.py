@@ -272,6 +272,10 @@ class Recorder:
     def token_gaps(self, gaps_s: np.ndarray | list[float], times: int | np.ndarray = 1) -> None:
         self.itl.add_many(gaps_s, times)
 
+    def token_gaps_since(self, now_s: float, since_s: list[float], counts: list[int]) -> None:
+        """Tokens sampled at now_s, counts[i] of them after a previous token at since_s[i]."""
+        self.itl.add_counted([now_s - last_s for last_s in since_s], counts)
+
     def finished(self, request: Request) -> None:
         self.requests.append(
             request_id=request.request_id,

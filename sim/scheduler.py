@@ -95,7 +95,11 @@ class Scheduler(ABC):
         `sampled` holds the live engine's token per request; the simulator passes None.
         """
         finished = []
-        gaps_s = []  # of the requests that sampled before: the step's inter-token gaps, recorded at once
+        # The step's inter-token gaps (of the requests that sampled before), as runs of rows whose previous
+        # token came at the same time: most rows sampled theirs at the previous step's end, so a step has one or
+        # two runs, and the gap histogram bins a gap per run instead of per row.
+        since_s, counts = [], []
+        run_since_s, run = None, 0
         for request, num_new_tokens in output.scheduled:
             computed = request.num_computed_tokens = request.num_computed_tokens + num_new_tokens
             num_output = request.num_output_tokens
@@ -107,13 +111,20 @@ class Scheduler(ABC):
             last_s = request.last_token_s
             if last_s is None:
                 request.first_token_s = now_s
+            elif last_s == run_since_s:
+                run += 1
             else:
-                gaps_s.append(now_s - last_s)
+                if run:
+                    since_s.append(run_since_s)
+                    counts.append(run)
+                run_since_s, run = last_s, 1
             request.last_token_s = now_s
             if num_output >= request.max_output_tokens:
                 finished.append(request)
-        if gaps_s:
-            self.recorder.token_gaps(gaps_s)
+        if run:
+            since_s.append(run_since_s)
+            counts.append(run)
+            self.recorder.token_gaps_since(now_s, since_s, counts)
         return self._retire(finished, now_s)
 
     def record_step(

@@ -48,11 +48,14 @@ class GapHistogram:
         self.sum_s = 0.0
         self.min_s = float("inf")
         self.max_s = float("-inf")
-        # Gaps not binned yet: those counted once (a list: extending it by a step's gaps is a copy of pointers,
-        # where an array converts each float), and arrays of gaps each counted `times` times (a decode
-        # window's); a batch is binned as a whole, so the order within it does not matter (fsum is exact).
+        # Gaps not binned yet: those counted once, those counted a number of times (a step's: a few distinct
+        # gaps, each of many requests) as lists (extending them is a copy of pointers, where an array converts
+        # each value), and arrays of gaps each counted `times` times (a decode window's); a batch is binned as a
+        # whole, so the order within it does not matter (fsum is exact).
         self._once: list[float] = []
-        self._arrays: list[tuple[np.ndarray, int]] = []
+        self._counted: list[float] = []
+        self._counts: list[int] = []
+        self._arrays: list[tuple[np.ndarray, int | np.ndarray]] = []
         self._num_pending = 0
 
     def add(self, gap_s: float) -> None:
@@ -70,13 +73,22 @@ class GapHistogram:
         if self._num_pending >= self.FLUSH:
             self._flush()
 
+    def add_counted(self, gaps_s: list[float], counts: list[int]) -> None:
+        """Each of gaps_s, counts[i] times over."""
+        self._counted += gaps_s
+        self._counts += counts
+        self._num_pending += len(gaps_s)
+        if self._num_pending >= self.FLUSH:
+            self._flush()
+
     def _pending(self) -> tuple[np.ndarray, np.ndarray]:
         """The gaps not binned yet, and how many times each counts."""
         once = np.array(self._once, dtype=np.float64)
-        values = np.concatenate([once, *(gaps for gaps, _ in self._arrays)])
+        values = np.concatenate([once, np.array(self._counted, dtype=np.float64), *(gaps for gaps, _ in self._arrays)])
         times = np.concatenate(
             [
                 np.ones(len(once)),
+                np.array(self._counts, dtype=np.float64),
                 *(t if isinstance(t, np.ndarray) else np.full(len(gaps), float(t)) for gaps, t in self._arrays),
             ]
         )
@@ -95,7 +107,7 @@ class GapHistogram:
         self.sum_s += exact_sum(values * times)
         self.min_s = min(self.min_s, float(values.min()))
         self.max_s = max(self.max_s, float(values.max()))
-        self._once, self._arrays, self._num_pending = [], [], 0
+        self._once, self._counted, self._counts, self._arrays, self._num_pending = [], [], [], [], 0
 
     def _bucket(self, gaps_s: np.ndarray) -> np.ndarray:
         index = np.log(np.maximum(gaps_s, self.MIN_S) / self.MIN_S) / np.log(self.RATIO)

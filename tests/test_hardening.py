@@ -284,6 +284,15 @@ def test_gap_histogram_percentiles_within_the_documented_error():
     repeated = GapHistogram()
     repeated.add_many(np.array([0.01, 0.03]), times=3)
     assert len(repeated) == 6 and repeated.mean_s() == pytest.approx(0.02)
+    # A step's gaps come counted (one gap per run of rows whose previous token came at the same time): the
+    # same histogram as each gap added once.
+    counted, once = GapHistogram(), GapHistogram()
+    counts = [int(c) for c in rng.integers(1, 200, 500)]
+    counted.add_counted([float(g) for g in gaps_s[:500]], counts)
+    once.add_many(np.repeat(gaps_s[:500], counts))
+    assert len(counted) == len(once) == sum(counts) and np.array_equal(counted.counts, once.counts)
+    assert counted.mean_s() == pytest.approx(once.mean_s(), rel=1e-15)
+    assert (counted.min_s, counted.max_s) == (once.min_s, once.max_s)
 
 
 def test_exact_sum_is_fsum():

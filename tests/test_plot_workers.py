@@ -36,7 +36,9 @@ def test_the_workers_draw_the_same_files_as_drawing_in_process(tmp_path, run):
     here = write_plots(tmp_path / "here", *plots, **options)
     workers = PlotWorkers([("throughput.png",), ("latency_cdf.png", "kv_cache.png")])
     workers.send(tmp_path / "there", *plots, **options)
+    run_file = workers.run_file  # the run's data, read by both processes
     there = workers.collect()
+    assert run_file is not None and not run_file.exists()  # removed once they have drawn
     assert [p.name for p in there] == [p.name for p in here] == list(PLOT_NAMES)
     for a, b in zip(here, there):
         assert a.read_bytes() == b.read_bytes(), a.name
@@ -47,8 +49,10 @@ def test_a_workers_failure_comes_back_to_the_parent(tmp_path, run):
     (tmp_path / "a_file").write_text("")
     workers = PlotWorkers([("latency_cdf.png",)])
     workers.send(tmp_path / "a_file", *plots, **options)  # a file where the folder should be
+    run_file = workers.run_file
     with pytest.raises(OSError):
         workers.collect()
+    assert not run_file.exists()
 
 
 def test_workers_never_given_a_run_exit():
