@@ -176,7 +176,7 @@ def _write_outputs(
     written = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
     written[0].write_text(summary_json(summary))
     _write_csv(written[1], requests)
-    if isinstance(recorder.steps_sink, StepsCsv):
+    if recorder.steps_sink is not None:  # steps.csv was written as the run went (StepsCsv, StepsCsvWriter)
         recorder.steps_sink.close()
     else:
         by_start = np.argsort(steps["start_s"], kind="stable")

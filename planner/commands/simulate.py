@@ -11,6 +11,7 @@ from planner.progress import ProgressBar
 def cmd_simulate(args) -> int:
     from planner.calibration.resolve import resolve_cost_model
     from planner.plot_workers import plot_workers_for
+    from planner.steps_writer import StepsCsvWriter, steps_csv_for
 
     scenario = load_scenario_args(args)
     refuse(scenario, run_problems(scenario))
@@ -20,24 +21,32 @@ def cmd_simulate(args) -> int:
         raise PlannerError("--all-steps: it says what steps.csv holds, and only --out DIR writes steps.csv")
     coefficients, provenance = resolve_cost_model(scenario, args.calibration)
     check_out(args)
-    plot_workers = plot_workers_for(scenario.workload.num_requests, args.out)  # importing while we run
+    num_requests = scenario.workload.num_requests
+    plot_workers = plot_workers_for(num_requests, args.out)  # importing while we run
+    steps_csv = None
     try:
-        _simulate(args, scenario, coefficients, provenance, plot_workers)
+        if args.out is not None:  # written as it runs
+            steps_csv = steps_csv_for(args.out / "steps.csv", args.all_steps, num_requests)
+        _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv)
     finally:
         if plot_workers is not None:
             plot_workers.close()  # a no-op once they have drawn; else (a failed run) they exit
+        if isinstance(steps_csv, StepsCsvWriter):
+            steps_csv.abort()  # a no-op once it has written the file; else (a failed run) it exits
     return 0
 
 
-def _simulate(args, scenario, coefficients, provenance, plot_workers) -> None:
-    from planner.results import StepsCsv, build_summary
+def _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv) -> None:
+    from planner.results import build_summary
     from sim.driver import simulate
 
     progress = ProgressBar("simulating", "requests", delay_s=2.0)
-    steps_csv = StepsCsv(args.out / "steps.csv", args.all_steps) if args.out else None  # written as it runs
-    result = simulate(
-        scenario, coefficients, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv
-    )
+    try:
+        result = simulate(
+            scenario, coefficients, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv
+        )
+    except OSError as e:  # the only file written during the run: a full disk, or the folder removed
+        raise PlannerError(f"--out {args.out}: cannot write steps.csv: {e}") from None
     progress.close()
     wl = result.workload
     mean_prompt = float(wl.prompt_tokens.mean()) if len(wl) else 0.0
