@@ -54,6 +54,7 @@ REQUEST_COLUMNS = {
 PERCENTILES = (50, 90, 99)
 STEP_CHUNK_ROWS = 1 << 16  # with a steps_sink: rows handed over at a time (about 4 MB)
 PLOT_STEP_ROWS = 1 << 18  # with a steps_sink: the most rows kept for the plots (every 2^k-th step)
+FINISHED_BATCH = 4096  # finished requests' rows kept as tuples before they join the request columns
 
 
 class Columns:
@@ -119,7 +120,10 @@ class Recorder:
         self.plot_stride = 1
         self.num_spilled = 0
         self.steps = Columns(STEP_COLUMNS)
-        self.requests = Columns(REQUEST_COLUMNS)
+        self._requests = Columns(REQUEST_COLUMNS)
+        # Finished requests' rows as tuples, put into the columns FINISHED_BATCH at a time: one numpy element
+        # assignment per field costs more than the whole tuple.
+        self._finished: list[tuple] = []
         self.itl = GapHistogram()  # every inter-token gap, in bounded memory
         self.num_steps = 0
         self.busy_s = 0.0
@@ -277,15 +281,33 @@ class Recorder:
         self.itl.add_counted([now_s - last_s for last_s in since_s], counts)
 
     def finished(self, request: Request) -> None:
-        self.requests.append(
-            request_id=request.request_id,
-            arrival_s=request.arrival_s,
-            first_token_s=request.first_token_s,
-            finished_s=request.finished_s,
-            prompt_tokens=request.num_prompt_tokens,
-            output_tokens=request.num_output_tokens,
-            preemptions=request.num_preemptions,
+        self._finished.append(
+            (
+                request.request_id,
+                request.arrival_s,
+                request.first_token_s,
+                request.finished_s,
+                request.num_prompt_tokens,
+                request.num_output_tokens,
+                request.num_preemptions,
+            )
         )
+        if len(self._finished) >= FINISHED_BATCH:
+            self._flush_finished()
+
+    @property
+    def requests(self) -> Columns:
+        """A row per finished request (REQUEST_COLUMNS), in the order they finished."""
+        self._flush_finished()
+        return self._requests
+
+    def _flush_finished(self) -> None:
+        if self._finished:
+            columns = zip(*self._finished)  # the tuples' fields, in REQUEST_COLUMNS order
+            self._requests.extend(
+                **{name: np.array(values, dtype) for (name, dtype), values in zip(REQUEST_COLUMNS.items(), columns)}
+            )
+            self._finished = []
 
 
 def _stats(name: str, values_ms: np.ndarray | GapHistogram) -> dict[str, float]:
