@@ -279,11 +279,12 @@ class CostModel:
 
     def decode_window_s(self, num_rows: int | np.ndarray, sum_context_tokens: np.ndarray, host_s):
         """(device seconds, step seconds) of steps of one-token rows, num_rows of them (one count for every step,
-        or each step's: a window in which requests finish), whose contexts sum to sum_context_tokens (one per
-        step): what device_s and combine give (the same operations in the same order, so the same bits), with
-        the terms that depend on the rows alone computed once per number of rows, as plain floats."""
+        or each step's, never growing: a window in which requests finish), whose contexts sum to
+        sum_context_tokens (one per step): what device_s and combine give (the same operations in the same order,
+        so the same bits), with the terms that depend on the rows alone computed once per number of rows, as
+        plain floats."""
         if isinstance(num_rows, np.ndarray):
-            most = int(num_rows.max())
+            most = int(num_rows[0])  # rows only shrink in a window
             table = self._decode_terms_table
             if most >= len(table):
                 grown = [self._decode_terms_s(n) for n in range(len(table), most + 1)]

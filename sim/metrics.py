@@ -246,7 +246,7 @@ class Recorder:
             self.busy_s += float(total(duration_s))
             self.block_seconds += float(total(kv_blocks_used * duration_s))
             self.slot_seconds += float(total(slot_fraction * duration_s))
-        self.peak_blocks = max(self.peak_blocks, int(kv_blocks_used.max()))
+        self.peak_blocks = max(self.peak_blocks, int(np.maximum.reduce(kv_blocks_used)))  # without .max()'s wrapper
         if self.record_steps:
             num_waiting_rows = np.full(len(duration_s), num_waiting, dtype=np.int32)
             num_waiting_rows[-1] = num_waiting_after
