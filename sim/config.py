@@ -2,9 +2,10 @@
 
 `planner.scenario` parses and validates the YAML into these; everything below `planner/` (the simulator,
 the live engine) takes them as they are and never re-reads a file. Units are in the field names.
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations` here, unlike everywhere else: validation reads these classes' type
+hints (typing.get_type_hints), and as strings each would be compiled and evaluated again at every start-up.
+"""
 
 from dataclasses import dataclass, field
 
