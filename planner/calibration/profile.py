@@ -41,6 +41,8 @@ class ProfileError(PlannerError):
 
 @dataclass(frozen=True)
 class Profile:
+    """A calibration profile, as its YAML file holds it (the schema above)."""
+
     id: str
     created: str  # ISO 8601 UTC
     source: str
