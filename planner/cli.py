@@ -24,24 +24,23 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="planner", description="Capacity planner for LLM inference.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    p = sub.add_parser("validate", help="check scenario files")
+def _validate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("files", nargs="+", metavar="FILE")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
-    p = sub.add_parser("catalog", help="list the GPU and model catalogs, or show one entry")
+
+def _catalog_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", nargs="?", choices=["gpu", "model"])
     p.add_argument("name", nargs="?")
     p.add_argument("--json", action="store_true", help="print the entries as JSON")
 
-    p = sub.add_parser("memory", help="the memory model: weights, activations, KV blocks")
+
+def _memory_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--json", action="store_true", help="print the breakdown as JSON")
 
-    p = sub.add_parser("simulate", help="predict throughput and latency with the simulator")
+
+def _simulate_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--out", type=Path, help="write summary.json, requests.csv, steps.csv and plots here")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
@@ -62,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
         help="also run N workload seeds x coefficient draws: 90%% intervals and the probability of each SLO",
     )
 
-    p = sub.add_parser("run", help="run the scenario on the live engine (needs the engine extra)")
+
+def _run_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     p.add_argument("--model-path", type=Path, help="local HF safetensors directory (default: random weights)")
@@ -71,7 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path)
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("calibrate", help="fit the simulator's cost model to the engine at hand, then validate it")
+
+def _calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="model, dtype and engine settings to calibrate")
     p.add_argument("--device", choices=["cpu", "cuda"], help="where the live engine runs the sweep")
     p.add_argument("--gpu", action="store_true", help="the same as --device cuda")
@@ -82,7 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--from", dest="from_runs", nargs="+", type=Path, metavar="RUN_DIR", help="fit `planner run` output folders"
     )
-    p = sub.add_parser("size", help="the cheapest hardware and engine settings that meet the SLOs")
+
+
+def _size_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--out", type=Path, help="write report.md, report.html, sizing.json and the figures here")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -95,17 +98,29 @@ def _parser() -> argparse.ArgumentParser:
         help="N workload seeds x coefficient draws for the recommendation and runner-ups: 90%% intervals",
     )
 
-    p = sub.add_parser("compare", help="two runs' summaries side by side")
+
+def _compare_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("a", type=Path, help="a run's output folder (or its summary.json)")
     p.add_argument("b", type=Path)
     p.add_argument("--json", action="store_true")
+
+
+def _parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The command line's parser. A command named first gets only its own subparser (all eight cost ~1% of a
+    short `planner simulate`); anything else (--help, a mistyped command) gets all of them, to list them."""
+    parser = argparse.ArgumentParser(prog="planner", description="Capacity planner for LLM inference.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in [argv[0]] if argv and argv[0] in COMMANDS else COMMANDS:
+        _module, _function, help_text, add_arguments = COMMANDS[name]
+        add_arguments(sub.add_parser(name, help=help_text))
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(argv).parse_args(argv)
     try:
-        module, function = COMMANDS[args.command]
+        module, function, _help, _arguments = COMMANDS[args.command]
         return getattr(import_module(module), function)(args)
     except (PlannerError, WorkloadError) as e:  # WorkloadError: a trace file that cannot supply the requests
         print(f"planner: error: {one_line(str(e))}", file=sys.stderr)
@@ -117,17 +132,30 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-# command -> (module, function): a command's module is imported only when it runs (the CLI starts fast)
+# command -> (module, function, help, its arguments): a command's module is imported only when it runs (the CLI
+# starts fast)
 COMMANDS = {
-    "validate": ("planner.commands.validate", "cmd_validate"),
-    "catalog": ("planner.commands.catalog", "cmd_catalog"),
-    "memory": ("planner.commands.memory", "cmd_memory"),
-    "simulate": ("planner.commands.simulate", "cmd_simulate"),
-    "run": ("planner.commands.run", "cmd_run"),
-    "compare": ("planner.commands.compare", "cmd_compare"),
-    "calibrate": ("planner.calibration.command", "cmd_calibrate"),
-    "size": ("planner.sizing.cli", "run_size"),
-}
+    "validate": ("planner.commands.validate", "cmd_validate", "check scenario files", _validate_args),
+    "catalog": (
+        "planner.commands.catalog", "cmd_catalog", "list the GPU and model catalogs, or show one entry", _catalog_args
+    ),
+    "memory": (
+        "planner.commands.memory", "cmd_memory", "the memory model: weights, activations, KV blocks", _memory_args
+    ),
+    "simulate": (
+        "planner.commands.simulate", "cmd_simulate", "predict throughput and latency with the simulator",
+        _simulate_args,
+    ),
+    "run": (
+        "planner.commands.run", "cmd_run", "run the scenario on the live engine (needs the engine extra)", _run_args
+    ),
+    "calibrate": (
+        "planner.calibration.command", "cmd_calibrate",
+        "fit the simulator's cost model to the engine at hand, then validate it", _calibrate_args,
+    ),
+    "size": ("planner.sizing.cli", "run_size", "the cheapest hardware and engine settings that meet the SLOs", _size_args),
+    "compare": ("planner.commands.compare", "cmd_compare", "two runs' summaries side by side", _compare_args),
+}  # fmt: skip
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -33,9 +33,9 @@ def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
         return _check_ranges(spec, key_path, ctx)
     if not isinstance(value, str) or not value:
         raise ScenarioError(ctx.file, key_path, value, "expected " + _model_help())
-    models = catalog.load_model_catalog()
+    models = catalog.model_names()
     if value in models:
-        return models[value]
+        return catalog.catalog_model(value)
     path = _resolve_path(value, key_path, ctx)
     config = path / "config.json" if path.is_dir() else path
     if config.exists() and not config.is_file():  # a FIFO or a device would block the read
@@ -46,7 +46,7 @@ def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
         except (ValueError, TypeError, KeyError, OSError, RecursionError) as e:
             raise ScenarioError(ctx.file, key_path, value, f"cannot read model config {path}: {_reason(e)}") from None
         return _check_ranges(spec, key_path, ctx)
-    hint = did_you_mean(value, list(models))
+    hint = did_you_mean(value, models)
     raise ScenarioError(
         ctx.file, key_path, value,
         f"not a catalog model{hint} and no such file or folder {path}; catalog models: {', '.join(sorted(models))}",
@@ -54,7 +54,7 @@ def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
 
 
 def _model_help() -> str:
-    names = ", ".join(sorted(_catalog().load_model_catalog()))
+    names = ", ".join(sorted(_catalog().model_names()))
     return f"a catalog model ({names}), a path to an HF config.json or model folder, or a mapping of HF config fields"
 
 
@@ -68,15 +68,15 @@ def _resolve_gpu(value: Any, key_path: str, ctx: Ctx) -> GpuSpec:
         except (ValueError, TypeError, KeyError) as e:
             raise ScenarioError(ctx.file, key_path, NO_VALUE, _reason(e)) from None
         return _check_ranges(gpu, key_path, ctx)
-    gpus = catalog.load_gpu_catalog()
+    gpus = catalog.gpu_names()
     if isinstance(value, str) and value in gpus:
-        return gpus[value]
-    hint = did_you_mean(value, list(gpus)) if isinstance(value, str) else ""
+        return catalog.catalog_gpu(value)
+    hint = did_you_mean(value, gpus) if isinstance(value, str) else ""
     raise ScenarioError(ctx.file, key_path, value, f"unknown GPU{hint}; " + _gpu_help())
 
 
 def _gpu_help() -> str:
-    names = ", ".join(sorted(_catalog().load_gpu_catalog()))
+    names = ", ".join(sorted(_catalog().gpu_names()))
     gpu_keys = ", ".join(f.name for f in dataclasses.fields(GpuSpec) if f.name != "name")
     return f"a catalog GPU ({names}) or a mapping with the fields {gpu_keys}"
 

@@ -2,9 +2,11 @@
 
 `planner.scenario` parses and validates the YAML into these; everything below `planner/` (the simulator,
 the live engine) takes them as they are and never re-reads a file. Units are in the field names.
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations` here, unlike everywhere else: validation reads these classes' type
+hints (typing.get_type_hints), and as strings each would be compiled and evaluated again at every start-up.
+Every class has a docstring, which also spares `dataclass` building one from the class's signature.
+"""
 
 from dataclasses import dataclass, field
 
@@ -251,6 +253,8 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class HardwareConfig:
+    """The GPUs of a deployment: `replicas` engines of `tensor_parallel_size` GPUs each."""
+
     gpu: GpuSpec
     tensor_parallel_size: int = 1
     replicas: int = 1
@@ -263,6 +267,8 @@ class HardwareConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
+    """The engine's settings; those named as vLLM's flags mean what the flags mean."""
+
     scheduler: str = "continuous"  # continuous | static
     kv_cache: str = "paged"  # paged | contiguous
     block_size: int = 16  # tokens per KV block (vLLM default)
@@ -310,6 +316,8 @@ class ArrivalConfig:
 
 @dataclass(frozen=True)
 class TraceConfig:
+    """The trace file the workload's lengths or arrivals (or both) come from, and which columns."""
+
     path: str  # absolute once loaded (resolved against the scenario's folder)
     prompt_column: str = "num_prefill_tokens"
     output_column: str = "num_decode_tokens"
@@ -329,6 +337,8 @@ class SharedPrefixConfig:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
+    """The requests: how many, when they arrive and how long their prompts and replies are."""
+
     num_requests: int = 100
     seed: int = 0
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
@@ -351,6 +361,9 @@ class SloConfig:
 
 @dataclass(frozen=True)
 class Scenario:
+    """A validated scenario file: what runs (model, dtype), on what (hardware, engine), serving what (workload,
+    slo)."""
+
     name: str
     model: ModelSpec
     dtype: str

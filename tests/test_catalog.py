@@ -17,6 +17,8 @@ import yaml
 
 from planner.catalog import (
     CatalogError,
+    _catalog_entries,
+    _catalog_entry,
     gpu_spec_from_mapping,
     load_gpu_catalog,
     load_model_catalog,
@@ -281,6 +283,15 @@ def test_catalogs_are_cached_but_callers_get_their_own_dict() -> None:
     assert a == b and a is not b and a["a10"] is b["a10"]
     a.pop("a10")
     assert "a10" in load_gpu_catalog()
+
+
+@pytest.mark.parametrize("filename", ["gpus.yaml", "models.yaml"])
+def test_a_catalog_entry_read_alone_reads_as_in_the_whole_file(filename: str) -> None:
+    # Start-up parses only the entries a scenario names, split at the top-level keys without YAML
+    whole = parse_packaged_yaml((ROOT / "planner" / "catalog" / filename).read_text(encoding="utf-8"))
+    entries = _catalog_entries(filename)
+    assert list(entries) == list(whole)
+    assert {name: _catalog_entry(filename, name) for name in entries} == whole
 
 
 # --- packaged YAML -------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ import sys
 # scenario loader, the simulator, and the resolver that decides which cost model to use).
 PROBE = """
 import time, planner.cli, planner.scenario, planner.calibration.resolve, sim.driver
-from planner.catalog import load_gpu_catalog
-gpu = load_gpu_catalog()[{gpu!r}]
+from planner.catalog import catalog_gpu
+gpu = catalog_gpu({gpu!r})
 t0 = time.perf_counter()
 from planner.calibration.transfer import public_cost_model
 public_cost_model(gpu, "bfloat16", {tp})

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
+from planner.calibration.shipped import default_profile_dir
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
@@ -41,6 +41,8 @@ class ProfileError(PlannerError):
 
 @dataclass(frozen=True)
 class Profile:
+    """A calibration profile, as its YAML file holds it (the schema above)."""
+
     id: str
     created: str  # ISO 8601 UTC
     source: str
@@ -91,14 +93,6 @@ def content_id(data: dict) -> str:
 
 def now_utc() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def default_profile_dir() -> Path:
-    """$PLANNER_PROFILE_DIR, else $XDG_CONFIG_HOME/planner/profiles, else ~/.config/planner/profiles."""
-    if os.environ.get("PLANNER_PROFILE_DIR"):
-        return Path(os.environ["PLANNER_PROFILE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base).expanduser() / "planner" / "profiles"
 
 
 def save_profile(profile: Profile, path: Path | None = None) -> Path:

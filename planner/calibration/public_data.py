@@ -118,9 +118,9 @@ class AllReduceRow:
 
 def gpu_spec(name: str) -> GpuSpec:
     """The spec sheet of a profiled GPU, from the catalog."""
-    from planner.catalog import load_gpu_catalog
+    from planner.catalog import catalog_gpu
 
-    return load_gpu_catalog()[name]
+    return catalog_gpu(name)
 
 
 def derive(vidur_dir: Path, out_dir: Path = DATA_DIR) -> tuple[int, int]:

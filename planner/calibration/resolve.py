@@ -4,12 +4,15 @@ profile file, the newest matching profile in the user's profile folder, or the s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from planner.calibration.profile import Profile, ProfileError, default_profile_dir
-from planner.calibration.profile_loader import load_profile
 from planner.calibration.provenance import SPEC_SHEET, Provenance, residual_spread
+from planner.calibration.shipped import default_profile_dir
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
+
+if TYPE_CHECKING:
+    from planner.calibration.profile import Profile
 
 
 def mismatches(profile: Profile, scenario: Scenario, check_model: bool = True) -> list[str]:
@@ -48,9 +51,12 @@ def transferred(profile: Profile) -> Provenance:
 
 
 def _profiles_in(folder: Path) -> list[Profile]:
-    if not folder.is_dir():
+    paths = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
+    if not paths:
         return []
-    return [load_profile(p) for p in sorted(folder.glob("*.yaml"))]
+    from planner.calibration.profile_loader import load_profile  # only with profiles to read (~1% of a start-up)
+
+    return [load_profile(p) for p in paths]
 
 
 def _newest(profiles: list[Profile]) -> Profile | None:
@@ -71,6 +77,9 @@ def resolve_cost_model(
     """
     choice = calibration if calibration is not None else scenario.calibration
     if choice != "auto":
+        from planner.calibration.profile import ProfileError
+        from planner.calibration.profile_loader import load_profile
+
         path = Path(choice).expanduser()
         if not path.is_absolute() and calibration is None:  # the scenario key: relative to the scenario's folder
             path = (base_dir if base_dir is not None else Path(scenario.source).absolute().parent) / path

@@ -1,7 +1,9 @@
-"""Where the shipped calibrations live, and what was profiled: the one module start-up needs to find them."""
+"""Where calibrations live (the shipped ones, and the user's profile folder) and what was profiled: the one
+module start-up needs to find them."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "calibrations"  # planner/calibrations/<gpu>-tp<N>.yaml
@@ -12,3 +14,11 @@ TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 
 def profile_path(gpu: str, tp: int) -> Path:
     return PROFILE_DIR / f"{gpu}-tp{tp}.yaml"
+
+
+def default_profile_dir() -> Path:
+    """$PLANNER_PROFILE_DIR, else $XDG_CONFIG_HOME/planner/profiles, else ~/.config/planner/profiles."""
+    if os.environ.get("PLANNER_PROFILE_DIR"):
+        return Path(os.environ["PLANNER_PROFILE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "planner" / "profiles"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,14 @@ from sim.config import GpuSpec, ModelSpec
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "CatalogError",
+    "catalog_gpu",
+    "catalog_model",
+    "gpu_names",
     "gpu_spec_from_mapping",
     "load_gpu_catalog",
     "load_model_catalog",
     "load_model_config_path",
+    "model_names",
     "model_spec_from_hf_config",
 ]
 
@@ -320,30 +324,55 @@ def gpu_spec_from_mapping(d: Mapping[str, Any], name: str) -> GpuSpec:
 
 # --- catalogs (package data) ---------------------------------------------------------------------------
 
+# A catalog's top-level keys: the lines that start in column 0 and are not comments (every other line of an
+# entry is indented). tests/test_catalog.py checks that the entries split here read as the whole file does.
+_TOP_LEVEL_KEY = re.compile(r"^([^\s#][^:]*):", re.MULTILINE)
 
-def _read_catalog(filename: str) -> dict[str, Any]:
-    text = resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
-    data = parse_packaged_yaml(text)
-    if not isinstance(data, dict):
+
+@cache
+def _catalog_entries(filename: str) -> dict[str, str]:
+    """Catalog name -> the YAML text of its entry, split at the top-level keys without parsing: a command
+    parses only the entries it uses (the whole of both catalogs took ~10% of a short `planner simulate`).
+    Read beside this file, as planner/calibration/shipped.py reads the shipped calibrations."""
+    text = Path(__file__).with_name(filename).read_text(encoding="utf-8")
+    keys = list(_TOP_LEVEL_KEY.finditer(text))
+    if not keys:
         raise CatalogError(f"planner/catalog/{filename}: expected a mapping of name -> entry")
-    return data
+    ends = [key.start() for key in keys[1:]] + [len(text)]
+    return {key.group(1): text[key.start() : end] for key, end in zip(keys, ends)}
+
+
+def _catalog_entry(filename: str, name: str) -> Any:
+    return parse_packaged_yaml(_catalog_entries(filename)[name])[name]
+
+
+def gpu_names() -> list[str]:
+    """The GPU catalog's names, in file order."""
+    return list(_catalog_entries("gpus.yaml"))
+
+
+def model_names() -> list[str]:
+    """The model catalog's names, in file order."""
+    return list(_catalog_entries("models.yaml"))
 
 
 @cache
-def _gpu_catalog() -> dict[str, GpuSpec]:
-    return {key: gpu_spec_from_mapping(entry, key) for key, entry in _read_catalog("gpus.yaml").items()}
+def catalog_gpu(name: str) -> GpuSpec:
+    """One GPU of the catalog (KeyError if there is none of that name); parsed on first use."""
+    return gpu_spec_from_mapping(_catalog_entry("gpus.yaml", name), name)
 
 
 @cache
-def _model_catalog() -> dict[str, ModelSpec]:
-    return {key: model_spec_from_hf_config(entry, key) for key, entry in _read_catalog("models.yaml").items()}
+def catalog_model(name: str) -> ModelSpec:
+    """One model of the catalog (KeyError if there is none of that name); parsed on first use."""
+    return model_spec_from_hf_config(_catalog_entry("models.yaml", name), name)
 
 
 def load_gpu_catalog() -> dict[str, GpuSpec]:
     """Catalog name -> GpuSpec. Parsed once; each call returns a new dict (the specs are frozen)."""
-    return dict(_gpu_catalog())
+    return {name: catalog_gpu(name) for name in gpu_names()}
 
 
 def load_model_catalog() -> dict[str, ModelSpec]:
     """Catalog name -> ModelSpec. Parsed once; each call returns a new dict (the specs are frozen)."""
-    return dict(_model_catalog())
+    return {name: catalog_model(name) for name in model_names()}
