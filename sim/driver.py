@@ -26,6 +26,8 @@ from sim.workload import Workload, generate_workload, make_request
 
 @dataclass
 class SimResult:
+    """A finished simulation: what ran (scenario, memory, workload, cost model) and what it recorded."""
+
     scenario: Scenario
     memory: MemoryBreakdown
     workload: Workload

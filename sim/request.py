@@ -19,6 +19,8 @@ class Status(Enum):
 
 @dataclass(eq=False, slots=True)  # slots: the scheduler reads these fields per request per step
 class Request:
+    """One request: its workload (prompt, reply length, prefix group) and its scheduling state."""
+
     request_id: int
     arrival_s: float
     num_prompt_tokens: int
