@@ -23,7 +23,8 @@ from gpu_engine.sweep_timing import UNSTABLE_CI, Measured, measure, median_ci
 from sim.kv_manager import KVCacheManager
 from sim.metrics import STEP_COLUMNS, Recorder
 from sim.request import Request, Status
-from sim.scheduler import ContinuousScheduler, SchedulerOutput
+from sim.scheduler import ContinuousScheduler
+from sim.scheduler_output import SchedulerOutput
 
 EXTRA_COLUMNS = (
     *("num_tokens", "num_seqs", "host_s", "device_s", "spread_rel", "median_ci_rel", "num_samples", "num_outliers"),

@@ -21,7 +21,7 @@ import numpy as np
 
 from sim.kv_manager import KVCacheManager, cdiv
 from sim.request import Request
-from sim.scheduler import SchedulerOutput
+from sim.scheduler_output import SchedulerOutput
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from sim.cost_model import CostModel
 from sim.decode_windows import WindowStart
 from sim.metrics import Recorder
 from sim.request import Request
-from sim.scheduler import ContinuousScheduler, Scheduler, SchedulerOutput
+from sim.scheduler import ContinuousScheduler, Scheduler
+from sim.scheduler_output import SchedulerOutput
 
 # Steps of a decode window priced first when no window before it gives a pace to guess from (most windows
 # end sooner, at an arrival).

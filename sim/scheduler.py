@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from dataclasses import dataclass, field
 
 from sim.config import EngineConfig, Scenario
 from sim.decode_windows import DecodeWindows
@@ -19,49 +18,7 @@ from sim.kv_groups import HybridKVCacheManager, kv_groups
 from sim.kv_manager import KVCacheManager, cdiv
 from sim.metrics import Recorder
 from sim.request import Request, Status
-
-
-@dataclass
-class SchedulerOutput:
-    """One step's batch, with the aggregates the cost model prices it by."""
-
-    scheduled: list[tuple[Request, int]] = field(default_factory=list)  # (request, num_new_tokens)
-    num_preempted: int = 0
-    num_prefill_tokens: int = 0
-    num_decode_requests: int = 0
-    num_sampled: int = 0
-    num_tokens: int = 0  # tokens computed, static batching's padding included
-    num_seqs: int = 0  # rows, static batching's idle members included
-    sum_context_tokens: int = 0  # K/V tokens read by attention, summed over rows
-    attention_pairs: int = 0  # (query, key) pairs under the causal mask
-    tokens_held: int = 0  # distinct tokens stored in the KV cache by running requests after the step
-
-    def add(self, request: Request, num_new_tokens: int) -> None:
-        computed = request.num_computed_tokens
-        context = computed + num_new_tokens
-        self.scheduled.append((request, num_new_tokens))
-        self.num_tokens += num_new_tokens
-        self.num_seqs += 1
-        self.sum_context_tokens += context
-        self.attention_pairs += num_new_tokens * computed + num_new_tokens * (num_new_tokens + 1) // 2
-        self.tokens_held += context
-        if context >= request.num_tokens:
-            self.num_sampled += 1
-        if num_new_tokens == 1 and computed >= request.num_prompt_tokens:
-            self.num_decode_requests += 1
-        else:
-            self.num_prefill_tokens += num_new_tokens
-
-    def add_decodes(self, num_rows: int, sum_context_tokens: int) -> None:
-        """What add() counts for num_rows decode rows (one new token each, sampled) whose contexts after the
-        step sum to sum_context_tokens: a decode token attends over its whole context."""
-        self.num_tokens += num_rows
-        self.num_seqs += num_rows
-        self.num_sampled += num_rows
-        self.num_decode_requests += num_rows
-        self.sum_context_tokens += sum_context_tokens
-        self.attention_pairs += sum_context_tokens
-        self.tokens_held += sum_context_tokens
+from sim.scheduler_output import SchedulerOutput
 
 
 class Scheduler(ABC):
