@@ -91,11 +91,23 @@ def _write_steps(path: Path, all_steps: bool, queue: multiprocessing.queues.Queu
     import traceback
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends us
+    import multiprocessing
+    from queue import Empty
+
     from planner.results import StepsCsv
 
+    parent = multiprocessing.parent_process()
     try:
         steps_csv = StepsCsv(path, all_steps)
-        while (rows := queue.get()) is not None:
+        while True:
+            try:
+                rows = queue.get(timeout=1.0)
+            except Empty:  # the queue never closes for us (we hold its writing end too): is the parent gone?
+                if parent is not None and not parent.is_alive():
+                    return
+                continue
+            if rows is None:
+                break
             steps_csv(rows)
         steps_csv.close()
         connection.send(("ok", None))

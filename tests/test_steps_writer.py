@@ -69,3 +69,24 @@ def test_a_writer_whose_run_failed_exits(tmp_path, chunks):
 
 def test_short_runs_write_in_process(tmp_path):
     assert isinstance(steps_csv_for(tmp_path / "s.csv", False, BACKGROUND_MIN_REQUESTS - 1), StepsCsv)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads a process's state from /proc")
+def test_a_writer_whose_parent_was_killed_exits(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, signal, sys; from pathlib import Path; from planner.steps_writer import StepsCsvWriter; "
+        f"w = StepsCsvWriter(Path({str(tmp_path / 'steps.csv')!r})); print(w.process.pid, flush=True); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    status = Path(f"/proc/{int(out.stdout)}/status")
+    deadline = time.monotonic() + 30
+    while status.exists() and "zombie" not in status.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not status.exists() or "zombie" in status.read_text()  # it exited (a zombie only waits for init)
