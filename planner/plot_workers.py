@@ -31,6 +31,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from planner.child_answer import answer, raise_failure, receive
+
 if TYPE_CHECKING:
     import multiprocessing.process
     from multiprocessing.connection import Connection
@@ -90,10 +92,7 @@ class PlotWorkers:
         order = {name: i for i, name in enumerate(PLOT_NAMES)}
         written, failures = [], []
         for connection, process in self.workers:
-            try:
-                outcome, value = connection.recv()
-            except EOFError:  # the process died (killed, out of memory) before it could answer
-                outcome, value = "error", f"a plotting process ended with exit code {process.exitcode}"
+            outcome, value = receive(connection, process, "a plotting process")
             process.join()
             if outcome == "ok":
                 written += value
@@ -102,9 +101,7 @@ class PlotWorkers:
         self.workers = []
         self._remove_run_file()
         for outcome, value in failures:
-            if outcome == "oserror":  # a full disk or a folder changed meanwhile: write_outputs' PlannerError
-                raise OSError(value)
-            raise RuntimeError(f"drawing the plots failed:\n{value}")
+            raise_failure(outcome, value, "drawing the plots")
         return sorted(written, key=lambda path: order[path.name])
 
     def close(self) -> None:
@@ -124,8 +121,7 @@ class PlotWorkers:
 
 
 def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
-    import signal  # this and traceback here, not at the top: only a plotting process needs them
-    import traceback
+    import signal  # here, not at the top: only a plotting process needs it
 
     # Ctrl-C reaches the whole process group: the parent handles it (exit 130, no traceback) and ends us by
     # closing our pipe, so we print nothing of our own.
@@ -142,14 +138,13 @@ def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
         run_file = connection.recv()
     except EOFError:
         return  # no run to draw
-    try:
+
+    def draw() -> list[Path]:
         with open(run_file, "rb") as f:
             out_dir, args, kwargs = pickle.load(f)
-        connection.send(("ok", write_plots(out_dir, *args, names=names, **kwargs)))
-    except OSError as e:
-        connection.send(("oserror", str(e)))
-    except Exception:  # noqa: BLE001 -- any bug: the parent raises it with this traceback
-        connection.send(("error", traceback.format_exc()))
+        return write_plots(out_dir, *args, names=names, **kwargs)
+
+    answer(connection, draw)
 
 
 def plot_workers_for(num_requests: int, out_dir: Path | None) -> PlotWorkers | None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from planner.child_answer import answer, raise_failure, receive
 from planner.plot_workers import BACKGROUND_MIN_REQUESTS, usable_cpus
 
 if TYPE_CHECKING:
@@ -66,16 +67,10 @@ class StepsCsvWriter:
 
     def _outcome(self) -> None:
         """The writer's answer: nothing when it wrote the file, else raise its error."""
-        try:
-            outcome, value = self.connection.recv()
-        except EOFError:  # the process died (killed, out of memory) before it could answer
-            outcome, value = "error", f"the steps.csv writer ended with exit code {self.process.exitcode}"
-        if outcome == "ok":
-            return
-        self.abort()
-        if outcome == "oserror":
-            raise OSError(value)
-        raise RuntimeError(f"writing steps.csv failed:\n{value}")
+        outcome, value = receive(self.connection, self.process, "the steps.csv writer")
+        if outcome != "ok":
+            self.abort()
+            raise_failure(outcome, value, "writing steps.csv")
 
     def abort(self) -> None:
         """End the writer without waiting for what it was given (a failed run, or a failed writer)."""
@@ -87,34 +82,30 @@ class StepsCsvWriter:
 
 
 def _write_steps(path: Path, all_steps: bool, queue: multiprocessing.queues.Queue, connection: Connection) -> None:
-    import signal  # here: only the writer needs them
-    import traceback
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends us
-    import multiprocessing
+    import multiprocessing  # these here: only the writer needs them
+    import signal
     from queue import Empty
 
     from planner.results import StepsCsv
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends us
     parent = multiprocessing.parent_process()
-    try:
+
+    def write() -> None:
         steps_csv = StepsCsv(path, all_steps)
         while True:
             try:
                 rows = queue.get(timeout=1.0)
             except Empty:  # the queue never closes for us (we hold its writing end too): is the parent gone?
                 if parent is not None and not parent.is_alive():
-                    return
+                    raise SystemExit(0) from None  # nobody to answer
                 continue
             if rows is None:
                 break
             steps_csv(rows)
         steps_csv.close()
-        connection.send(("ok", None))
-    except OSError as e:
-        connection.send(("oserror", str(e)))
-    except Exception:  # noqa: BLE001 -- any bug: the parent raises it with this traceback
-        connection.send(("error", traceback.format_exc()))
+
+    answer(connection, write)
 
 
 def steps_csv_for(path: Path, all_steps: bool, num_requests: int):

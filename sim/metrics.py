@@ -231,9 +231,6 @@ class Recorder:
             )
             self._maybe_spill()
 
-    def token_gap(self, gap_s: float) -> None:
-        self.itl.add(gap_s)
-
     def token_gaps(self, gaps_s: np.ndarray | list[float], times: int | np.ndarray = 1) -> None:
         self.itl.add_many(gaps_s, times)
 
