@@ -245,8 +245,8 @@ class CostModel:
             self.allreduce_s_per_token = calls * ring_bytes_per_token / link
             self.allreduce_fixed_s = calls * c.allreduce_latency_s
             self.launch_s += calls * c.allreduce_launch_wait_s  # paid where launches are, gone under graphs
-        self._decode_terms: dict[int, tuple] = {}  # decode_window_s's terms by number of rows
-        self._decode_terms_table = np.empty((0, 5))  # the same, a row per number of rows from 0: for arrays of rows
+        self._decode_terms: dict[int, float] = {}  # decode_window_s's other terms by number of rows
+        self._decode_terms_table = np.empty(0)  # the same, by number of rows from 0: for arrays of rows
 
     def linear_step_bytes(self, num_tokens):
         """Weight bytes a step of num_tokens tokens reads (one GPU): the dense part, and for a mixture of
@@ -270,42 +270,38 @@ class CostModel:
 
     def device_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens):
         """The device's seconds for a step: the rooflines, the all-reduces and the launches it waits for."""
-        linear_and_lm_head, elementwise, allreduce, launches, rows = self._other_terms_s(
-            num_tokens, num_seqs, num_sampled
-        )
-        attention = self._attention_s(num_tokens, num_seqs, attention_pairs, sum_context_tokens)
-        # Added left to right in this order: float sums in another order differ in their last bits.
-        return linear_and_lm_head + attention + elementwise + allreduce + launches + rows
+        other = self._other_terms_s(num_tokens, num_seqs, num_sampled)
+        # The attention added last, to the other terms' sum: a decode window adds it to that sum computed once
+        # per number of rows, so a step priced in a window and alone is the same float to the last bit.
+        return self._attention_s(num_tokens, num_seqs, attention_pairs, sum_context_tokens) + other
 
     def decode_window_s(self, num_rows: int | np.ndarray, sum_context_tokens: np.ndarray, host_s):
         """(device seconds, step seconds) of steps of one-token rows, num_rows of them (one count for every step,
         or each step's, never growing: a window in which requests finish), whose contexts sum to
-        sum_context_tokens (one per step): what device_s and combine give (the same operations in the same order,
-        so the same bits), with the terms that depend on the rows alone computed once per number of rows, as
-        plain floats."""
+        sum_context_tokens (one per step): what device_s and combine give (the same operations, so the same
+        bits), with the terms that depend on the rows alone summed once per number of rows, as plain floats."""
+        device = self._attention_s(num_rows, num_rows, sum_context_tokens, sum_context_tokens)
         if isinstance(num_rows, np.ndarray):
             most = int(num_rows[0])  # rows only shrink in a window
             table = self._decode_terms_table
             if most >= len(table):
                 grown = [self._decode_terms_s(n) for n in range(len(table), most + 1)]
-                table = self._decode_terms_table = np.concatenate((table, np.array(grown, ndmin=2)))
-            terms = table[num_rows].T  # a row per term, a column per step
+                table = self._decode_terms_table = np.concatenate((table, grown))
+            device += table[num_rows]
         else:
-            terms = self._decode_terms_s(num_rows)
-        device = self._attention_s(num_rows, num_rows, sum_context_tokens, sum_context_tokens)
-        for term in terms:  # a + b == b + a exactly: the first term can be added to the attention in place
-            device += term
+            device += self._decode_terms_s(num_rows)
         return device, self.combine(host_s, device)
 
-    def _decode_terms_s(self, num_rows: int) -> tuple:
+    def _decode_terms_s(self, num_rows: int) -> float:
         terms = self._decode_terms.get(num_rows)
         if terms is None:
             terms = self._decode_terms[num_rows] = self._other_terms_s(num_rows, num_rows, num_rows)
         return terms
 
-    def _other_terms_s(self, num_tokens, num_seqs, num_sampled) -> tuple:
-        """device_s's terms but the attention, in the order they are added: the linear layers and the LM head
-        (added first), the elementwise kernels, the all-reduces, the launches, the per-row overhead."""
+    def _other_terms_s(self, num_tokens, num_seqs, num_sampled):
+        """device_s's terms but the attention, summed in this order (float sums in another order differ in their
+        last bits): the linear layers and the LM head, the elementwise kernels, the all-reduces, the launches, the
+        per-row overhead."""
         linear = self._gemm(
             num_tokens * self.linear_flops_per_token, self.linear_step_bytes(num_tokens), self.linear_flops_per_s
         )
@@ -316,7 +312,7 @@ class CostModel:
         # (vLLM's default cudagraph_mode FULL_AND_PIECEWISE); other steps pay every launch (piecewise
         # graphs' savings on mixed steps are not modelled: conservative).
         graphed = (num_tokens == num_seqs) & (num_seqs <= self.capture_size)
-        return linear + lm_head, elementwise, allreduce, (1 - graphed) * self.launch_s, num_seqs * self.row_s
+        return linear + lm_head + elementwise + allreduce + (1 - graphed) * self.launch_s + num_seqs * self.row_s
 
     def _attention_s(self, num_tokens, num_seqs, attention_pairs, sum_context_tokens):
         """Attention's roofline: its (query, key) pairs' flops against its K/V reads and writes."""

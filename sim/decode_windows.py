@@ -95,15 +95,15 @@ class DecodeWindows:
         fits = np.flatnonzero((-(-tokens // block_size)).sum(axis=0) - num_held <= num_free)
         return (halvings[fits[0]], start) if len(fits) else (0, None)
 
-    def decode_window_steps(self, start: WindowStart, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    def decode_window_steps(self, start: WindowStart, num_steps: int) -> tuple[int | np.ndarray, np.ndarray]:
         """(rows, context tokens after the step summed over them) of each of the next num_steps pure-decode
         steps: step k's rows are the running requests with at least k tokens left to sample, each at its
-        computed tokens + k (a decode token attends over its whole context)."""
+        computed tokens + k (a decode token attends over its whole context). Rows are one int when nobody
+        finishes in those steps (the same rows every step)."""
         computed, left = start.computed, start.left
-        k = np.arange(1, num_steps + 1)
-        if min(left) > num_steps:  # nobody finishes
-            num_rows = len(computed)
-            return np.full(num_steps, num_rows), sum(computed) + num_rows * k
+        if min(left) > num_steps:  # nobody finishes: the contexts grow by the rows each step
+            num_rows, first = len(computed), sum(computed) + len(computed)
+            return num_rows, np.arange(first, first + num_rows * num_steps, num_rows)
         # Runs of steps with the same rows, cut where requests sample their last tokens (fewest left first).
         rows_of_run, computed_of_run, run_ends = [], [], []
         num_rows, sum_computed, done = len(computed), sum(computed), 0
@@ -122,7 +122,7 @@ class DecodeWindows:
         run_ends.append(num_steps)
         lengths = [end - begin for begin, end in zip([0, *run_ends], run_ends)]
         rows = np.array(rows_of_run).repeat(lengths)  # the method: np.repeat of a list takes a slow path
-        return rows, np.array(computed_of_run).repeat(lengths) + rows * k
+        return rows, np.array(computed_of_run).repeat(lengths) + rows * np.arange(1, num_steps + 1)
 
     def _waiting_head_blocked(self) -> bool:
         """The queue's head cannot be admitted after the running requests' decode tokens: what

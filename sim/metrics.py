@@ -20,7 +20,7 @@ import numpy as np
 from sim.columns import Columns
 from sim.config import SloConfig
 from sim.request import Request
-from sim.statistics import GapHistogram, percentile
+from sim.statistics import BusyTotals, GapHistogram, percentile
 
 STEP_COLUMNS = {
     "start_s": np.float64,
@@ -87,10 +87,7 @@ class Recorder:
         self._finished: list[tuple] = []
         self.itl = GapHistogram()  # every inter-token gap, in bounded memory
         self.num_steps = 0
-        self.busy_s = 0.0
-        self.block_seconds = 0.0  # integral of blocks used over busy time
-        self.slot_seconds = 0.0  # integral of (tokens held / slots allocated) over busy time
-        self.peak_blocks = 0
+        self.totals = BusyTotals(block_size)  # busy seconds, blocks and slots used over them, the peak blocks
         self.num_preemptions = 0
 
     def step(
@@ -115,11 +112,7 @@ class Recorder:
         device_s: float = 0.0,
     ) -> None:
         self.num_steps += 1
-        self.busy_s += duration_s
-        self.block_seconds += kv_blocks_used * duration_s
-        if kv_blocks_used:
-            self.slot_seconds += tokens_held / (kv_blocks_used * self.block_size) * duration_s
-        self.peak_blocks = max(self.peak_blocks, kv_blocks_used)
+        self.totals.add_step(duration_s, kv_blocks_used, tokens_held)
         self.num_preemptions += num_preemptions
         if self.record_steps:
             self.steps.append(
@@ -185,29 +178,15 @@ class Recorder:
         tokens_held: np.ndarray,
         host_s: np.ndarray | float = 0.0,
         device_s: np.ndarray | float = 0.0,
-        one_by_one: bool = False,
     ) -> None:
         """k pure-decode steps at once: each of a step's num_rows requests decodes one token; num_running are
         left after it (fewer when some sampled their last). For a decode token the context it attends over is
         its whole context, so attention pairs = context tokens, and the tokens held are the context less shared
         prefix blocks' repeats. Only after the last step can an arrival be in the queue (it ends the window),
         so the queue holds num_waiting requests after every step but the last (none, or those blocked at its
-        head), num_waiting_after after the last. The running totals add the steps as a whole, or with
-        one_by_one (a window while the queue is blocked) step after step, as stepping does: float sums in
-        another order differ in their last bits."""
+        head), num_waiting_after after the last."""
         self.num_steps += len(duration_s)
-        slot_fraction = tokens_held / (kv_blocks_used * self.block_size)
-        if one_by_one:
-            for duration, blocks, fraction in zip(duration_s.tolist(), kv_blocks_used.tolist(), slot_fraction.tolist()):
-                self.busy_s += duration
-                self.block_seconds += blocks * duration
-                self.slot_seconds += fraction * duration
-        else:
-            total = np.add.reduce  # ndarray.sum's pairwise sum, without its Python wrapper
-            self.busy_s += float(total(duration_s))
-            self.block_seconds += float(total(kv_blocks_used * duration_s))
-            self.slot_seconds += float(total(slot_fraction * duration_s))
-        self.peak_blocks = max(self.peak_blocks, int(np.maximum.reduce(kv_blocks_used)))  # without .max()'s wrapper
+        self.totals.add_steps(duration_s, kv_blocks_used, tokens_held)
         if self.record_steps:
             num_waiting_rows = np.full(len(duration_s), num_waiting, dtype=np.int32)
             num_waiting_rows[-1] = num_waiting_after
@@ -330,7 +309,7 @@ def slo_report(lat: dict[str, np.ndarray], itl: GapHistogram, slo: SloConfig, du
 
 def summarize(rec: Recorder, slo: SloConfig) -> dict:
     """The summary with vLLM bench serve's key names."""
-    req = rec.requests.view()
+    req, totals = rec.requests.view(), rec.totals
     completed = len(req["request_id"])
     duration_s = float(req["finished_s"].max()) if completed else 0.0
     lat = per_request_latencies_ms(req)
@@ -350,13 +329,13 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
         **_stats("itl", rec.itl),
         **_stats("e2el", lat["e2el"]),
         "num_steps": rec.num_steps,
-        "busy_s": rec.busy_s,
+        "busy_s": totals.busy_s,
         "kv_cache_utilization": {
-            "mean": rec.block_seconds / rec.busy_s / rec.num_gpu_blocks if rec.busy_s else 0.0,
-            "peak": rec.peak_blocks / rec.num_gpu_blocks,
+            "mean": totals.block_seconds / totals.busy_s / rec.num_gpu_blocks if totals.busy_s else 0.0,
+            "peak": totals.peak_blocks / rec.num_gpu_blocks,
         },
         # Tokens held / slots in the blocks handed out, time-weighted: what paging saves.
-        "kv_slot_utilization": rec.slot_seconds / rec.busy_s if rec.busy_s else 0.0,
+        "kv_slot_utilization": totals.slot_seconds / totals.busy_s if totals.busy_s else 0.0,
         "num_preemptions": rec.num_preemptions,
     }
     slo_result = slo_report(lat, rec.itl, slo, duration_s)

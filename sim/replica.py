@@ -17,7 +17,6 @@ device) is serial: it joins step N+1.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -43,7 +42,7 @@ class Window(NamedTuple):
     durations: np.ndarray  # seconds
     host: np.ndarray | float  # seconds (one value: every step's)
     device: np.ndarray  # seconds
-    rows: np.ndarray  # requests decoding in the step
+    rows: int | np.ndarray  # requests decoding in each step (one int: every step's)
     context: np.ndarray  # context tokens after the step, summed over the rows
     elapsed: np.ndarray  # cumulative durations
     after: tuple[float, float] | None  # (seconds, device seconds) of the step after the window, if priced
@@ -74,8 +73,9 @@ class Replica:
         # nobody waiting (a finish would admit them) and no prefix block shared (its repeats leave the tokens
         # held as the sharers finish).
         self.through_finishes = through_finishes
-        # Times at which requests finish in the window in flight: they count as outstanding until then.
-        self.window_finishes_s: list[float] = []
+        # A window in flight through finishes: its steps' end times and each running request's tokens left to
+        # sample. Those finishing in it count as outstanding until their last step ends (read by the router only).
+        self.window_in_flight: tuple[np.ndarray, list[int]] | None = None
         self.window_step_s = 0.0  # the last window's last step: how many steps the next arrival leaves, roughly
         self.next_arrival_s = next_arrival_s
         self.on_finished = on_finished
@@ -98,7 +98,10 @@ class Replica:
     def num_outstanding(self) -> int:
         """Requests sent here and not finished, those not yet seen by the scheduler included (a window in
         flight retires its finished requests only at its end: those finished by now do not count)."""
-        num_finished = bisect.bisect_right(self.window_finishes_s, self.env.now) if self.window_finishes_s else 0
+        num_finished = 0
+        if self.window_in_flight is not None:
+            ends, left, now = *self.window_in_flight, self.env.now
+            num_finished = sum(1 for n in left if n <= len(ends) and ends[n - 1] <= now)
         return self.scheduler.num_unfinished + len(self.deferred or ()) - num_finished
 
     def _release_deferred(self) -> None:
@@ -209,7 +212,7 @@ class Replica:
                     durations[:n],
                     host,
                     device[:n],
-                    rows[:n],
+                    rows if isinstance(rows, int) else rows[:n],
                     context[:n],
                     elapsed[:n],
                     after,
@@ -219,10 +222,10 @@ class Replica:
                 )
             num_priced = min(4 * num_priced, horizon)
 
-    def _price(self, rows: np.ndarray, context: np.ndarray) -> tuple[np.ndarray | float, np.ndarray, np.ndarray]:
+    def _price(self, rows: int | np.ndarray, context: np.ndarray) -> tuple[np.ndarray | float, np.ndarray, np.ndarray]:
         """(host, device, step) seconds of decode steps of these rows and summed contexts; host is one value when
-        the rows do not change (nobody finishes)."""
-        num_rows = int(rows[0]) if rows[0] == rows[-1] else rows  # rows only shrink in a window
+        the rows do not change."""
+        num_rows = rows if isinstance(rows, int) or rows[0] != rows[-1] else int(rows[0])  # rows only shrink
         host = self.cost.host_s(num_rows)
         return host, *self.cost.decode_window_s(num_rows, context, host)
 
@@ -242,7 +245,7 @@ class Replica:
             ends = np.cumsum(np.concatenate(([now], durations)))[1:]
         last_end = float(ends[-1])
         if window.through_finishes:
-            self.window_finishes_s = sorted(float(ends[left - 1]) for left in window.start.left if left <= num_steps)
+            self.window_in_flight = ends, window.start.left
         if not num_waiting and finishing:
             # The finishing step follows at once: when nothing else can happen before it ends (no arrival),
             # the window and that step take one timeout instead of two, landing where they would.
@@ -290,7 +293,7 @@ class Replica:
         sched = self.scheduler
         num_rows = len(sched.running)
         finished = sched.apply_decode_window(window.start, ends, window.rows)
-        self.window_finishes_s = []
+        self.window_in_flight = None
         shared = sched.kv.shared_tokens()  # tokens held once for several requests: a window shares no new block
         if finished:
             rows = window.rows
@@ -312,7 +315,6 @@ class Replica:
             host_s=window.host,
             device_s=window.device,
             tokens_held=window.context - shared if shared else window.context,
-            one_by_one=num_waiting > 0,
         )
         for request in finished:
             self.on_finished(request)

@@ -170,3 +170,64 @@ def percentile(values: np.ndarray, percent: float) -> float:
     below, above = np.partition(values, sorted({0, last, low, high}))[[low, high]].tolist()
     difference = above - below
     return above - difference * (1 - gamma) if gamma >= 0.5 else below + difference * gamma
+
+
+class BusyTotals:
+    """A run's integrals over its steps' durations: busy seconds, blocks used x seconds, and tokens held / slots
+    handed out x seconds; and the most blocks used. A step adds its floats at once; a decode window's arrays are
+    kept and summed WINDOW_BATCH windows at a time (a window's few elements cost less than numpy's calls on
+    them). Reading a total sums what is pending first. Float sums in another order differ in their last bits:
+    stepping one by one gives the same totals within a relative 1e-12 or so."""
+
+    WINDOW_BATCH = 1024
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self._busy_s = self._block_seconds = self._slot_seconds = 0.0
+        self._peak_blocks = 0
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # windows' (durations, blocks, held)
+
+    def add_step(self, duration_s: float, kv_blocks_used: int, tokens_held: int) -> None:
+        self._busy_s += duration_s
+        self._block_seconds += kv_blocks_used * duration_s
+        if kv_blocks_used:
+            self._slot_seconds += tokens_held / (kv_blocks_used * self.block_size) * duration_s
+        self._peak_blocks = max(self._peak_blocks, kv_blocks_used)
+
+    def add_steps(self, duration_s: np.ndarray, kv_blocks_used: np.ndarray, tokens_held: np.ndarray) -> None:
+        """A decode window's steps (every step holds blocks: its requests')."""
+        self._pending.append((duration_s, kv_blocks_used, tokens_held))
+        if len(self._pending) >= self.WINDOW_BATCH:
+            self._sum_pending()
+
+    def _sum_pending(self) -> None:
+        if not self._pending:
+            return
+        durations, blocks, held = (np.concatenate(parts) for parts in zip(*self._pending))
+        self._pending = []
+        self._busy_s += float(durations.sum())
+        self._block_seconds += float((blocks * durations).sum())
+        self._slot_seconds += float((held / (blocks * self.block_size) * durations).sum())
+        self._peak_blocks = max(self._peak_blocks, int(blocks.max()))
+
+    @property
+    def busy_s(self) -> float:
+        self._sum_pending()
+        return self._busy_s
+
+    @property
+    def block_seconds(self) -> float:
+        """Blocks used, integrated over busy time."""
+        self._sum_pending()
+        return self._block_seconds
+
+    @property
+    def slot_seconds(self) -> float:
+        """Tokens held / slots in the blocks handed out, integrated over busy time."""
+        self._sum_pending()
+        return self._slot_seconds
+
+    @property
+    def peak_blocks(self) -> int:
+        self._sum_pending()
+        return self._peak_blocks
