@@ -186,7 +186,7 @@ class DecodeWindows:
         blocks += used
         return blocks
 
-    def apply_decode_window(self, start: WindowStart, step_end_s: np.ndarray, rows: np.ndarray) -> list[Request]:
+    def apply_decode_window(self, start: WindowStart, step_end_s: np.ndarray, rows: int | np.ndarray) -> list[Request]:
         """Advance every running request by len(step_end_s) decode steps ending at those times, or until its
         last token (their blocks taken by allocate_decode_window); `rows`: each step's, as decode_window_steps
         gave them. Returns those that finished, retired in the order stepping one by one retires them (by step,
@@ -224,7 +224,8 @@ class DecodeWindows:
         done = [request for _, _, request in finishing]
         for request in done:
             self._finish(request, request.last_token_s)
-        self.running = [r for r in running if not r.is_finished]
+        for request in done:  # a few of the running: list.remove beats rebuilding the list
+            running.remove(request)
         return done
 
     def _allocate_window_one_by_one(self, num_steps: int) -> None:

@@ -170,7 +170,7 @@ class Recorder:
         end_s: np.ndarray,
         duration_s: np.ndarray,
         num_rows: np.ndarray | int,
-        num_running: np.ndarray | int,
+        num_running_after: int,
         num_waiting: int,
         num_waiting_after: int,
         sum_context_tokens: np.ndarray,
@@ -179,8 +179,9 @@ class Recorder:
         host_s: np.ndarray | float = 0.0,
         device_s: np.ndarray | float = 0.0,
     ) -> None:
-        """k pure-decode steps at once: each of a step's num_rows requests decodes one token; num_running are
-        left after it (fewer when some sampled their last). For a decode token the context it attends over is
+        """k pure-decode steps at once: each of a step's num_rows requests (one int: every step's) decodes one
+        token, and those of the next step are left after it (fewer when some sampled their last);
+        num_running_after are left after the last. For a decode token the context it attends over is
         its whole context, so attention pairs = context tokens, and the tokens held are the context less shared
         prefix blocks' repeats. Only after the last step can an arrival be in the queue (it ends the window),
         so the queue holds num_waiting requests after every step but the last (none, or those blocked at its
@@ -190,6 +191,11 @@ class Recorder:
         if self.record_steps:
             num_waiting_rows = np.full(len(duration_s), num_waiting, dtype=np.int32)
             num_waiting_rows[-1] = num_waiting_after
+            num_running = num_running_after  # nobody finishes in a window of one count of rows
+            if not isinstance(num_rows, int):
+                num_running = np.empty_like(num_rows)
+                num_running[:-1] = num_rows[1:]
+                num_running[-1] = num_running_after
             self.steps.extend(
                 replica=replica,
                 start_s=end_s - duration_s,

@@ -291,23 +291,15 @@ class Replica:
     def _end_window(self, window: Window, ends: np.ndarray, blocks: np.ndarray, num_waiting: int) -> bool:
         """Apply the window to the requests and record its steps; True when someone finished in it."""
         sched = self.scheduler
-        num_rows = len(sched.running)
         finished = sched.apply_decode_window(window.start, ends, window.rows)
         self.window_in_flight = None
         shared = sched.kv.shared_tokens()  # tokens held once for several requests: a window shares no new block
-        if finished:
-            rows = window.rows
-            num_running = np.empty_like(rows)  # after each step: the next step's rows, the last's what is left
-            num_running[:-1] = rows[1:]
-            num_running[-1] = len(sched.running)
-        else:
-            rows = num_running = num_rows
         self.recorder.decode_window(
             replica=sched.replica,
             end_s=ends,
             duration_s=window.durations,
-            num_rows=rows,
-            num_running=num_running,
+            num_rows=window.rows,
+            num_running_after=len(sched.running),
             num_waiting=num_waiting,
             num_waiting_after=len(sched.waiting),
             sum_context_tokens=window.context,

@@ -50,12 +50,15 @@ class GapHistogram:
         self.max_s = float("-inf")
         # Gaps not binned yet: those counted once, those counted a number of times (a step's: a few distinct
         # gaps, each of many requests) as lists (extending them is a copy of pointers, where an array converts
-        # each value), and arrays of gaps each counted `times` times (a decode window's); a batch is binned as a
-        # whole, so the order within it does not matter (fsum is exact).
+        # each value), and arrays of gaps each counted `times` times (a decode window's: one number for the
+        # array, or one per gap); a batch is binned as a whole, so the order within it does not matter (fsum is
+        # exact).
         self._once: list[float] = []
         self._counted: list[float] = []
         self._counts: list[int] = []
-        self._arrays: list[tuple[np.ndarray, int | np.ndarray]] = []
+        self._tiled: list[np.ndarray] = []  # arrays whose every gap counts _tiled_times[i] times
+        self._tiled_times: list[int] = []
+        self._weighted: list[tuple[np.ndarray, np.ndarray]] = []  # (gaps, each gap's times)
         self._num_pending = 0
 
     def add(self, gap_s: float) -> None:
@@ -67,8 +70,11 @@ class GapHistogram:
         gaps; an array is kept, not copied."""
         if isinstance(gaps_s, list) and times == 1:
             self._once.extend(gaps_s)
+        elif isinstance(times, np.ndarray):
+            self._weighted.append((np.asarray(gaps_s, dtype=np.float64), times))
         else:
-            self._arrays.append((np.asarray(gaps_s, dtype=np.float64), times))
+            self._tiled.append(np.asarray(gaps_s, dtype=np.float64))
+            self._tiled_times.append(times)
         self._num_pending += len(gaps_s)
         if self._num_pending >= self.FLUSH:
             self._flush()
@@ -84,12 +90,16 @@ class GapHistogram:
     def _pending(self) -> tuple[np.ndarray, np.ndarray]:
         """The gaps not binned yet, and how many times each counts."""
         once = np.array(self._once, dtype=np.float64)
-        values = np.concatenate([once, np.array(self._counted, dtype=np.float64), *(gaps for gaps, _ in self._arrays)])
+        tiled_lengths = [len(gaps) for gaps in self._tiled]
+        values = np.concatenate(
+            [once, np.array(self._counted, dtype=np.float64), *self._tiled, *(gaps for gaps, _ in self._weighted)]
+        )
         times = np.concatenate(
             [
                 np.ones(len(once)),
                 np.array(self._counts, dtype=np.float64),
-                *(t if isinstance(t, np.ndarray) else np.full(len(gaps), float(t)) for gaps, t in self._arrays),
+                np.array(self._tiled_times, dtype=np.float64).repeat(tiled_lengths),
+                *(t for _, t in self._weighted),
             ]
         )
         return values, times
@@ -107,7 +117,8 @@ class GapHistogram:
         self.sum_s += exact_sum(values * times)
         self.min_s = min(self.min_s, float(values.min()))
         self.max_s = max(self.max_s, float(values.max()))
-        self._once, self._counted, self._counts, self._arrays, self._num_pending = [], [], [], [], 0
+        self._once, self._counted, self._counts, self._num_pending = [], [], [], 0
+        self._tiled, self._tiled_times, self._weighted = [], [], []
 
     def _bucket(self, gaps_s: np.ndarray) -> np.ndarray:
         index = np.log(np.maximum(gaps_s, self.MIN_S) / self.MIN_S) / np.log(self.RATIO)
