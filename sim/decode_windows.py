@@ -143,40 +143,81 @@ class DecodeWindows:
         free = kv.pool.num_free_blocks - kv.pool.num_free_of(hits)
         return needed > free  # allocate_slots would fail
 
-    def allocate_decode_window(self, start: WindowStart, num_steps: int) -> np.ndarray:
-        """Take the blocks the next num_steps decode steps need, each request's up to its last token (room
-        checked by decode_window_bound); returns the blocks in use during each of those steps, as stepping one
-        by one would have them: a finished request's blocks are free from the step after its last."""
-        kv = self.kv
+    def advance_decode_window(
+        self, start: WindowStart, step_end_s: np.ndarray, rows: int | np.ndarray
+    ) -> tuple[list[Request], np.ndarray]:
+        """Advance every running request by len(step_end_s) decode steps ending at those times, or until its last
+        token, taking the blocks they need (room checked by decode_window_bound); `rows`: each step's, as
+        decode_window_steps gave them. Returns those that finished, retired in the order stepping one by one
+        retires them (by step, then running order), and the blocks in use during each step, as stepping one by
+        one would have them: a finished request's blocks are free from the step after its last.
+
+        Windows run with the fast paths only, whose KV manager defers registering a simulated request's private
+        blocks (its decode blocks) to its preemption, and its shared-prefix blocks were registered at its
+        prefill: a window registers nothing, and its blocks come in one draw from the free queue, taken request
+        after request as allocate_slots would. Nothing else takes from this pool while the window is in flight
+        (arrivals only queue), so its blocks are drawn at its end, with the requests' counts."""
+        num_steps = len(step_end_s)
+        first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
+        kv, running = self.kv, self.running
         block_size = kv.block_size
         used = kv.pool.num_used_blocks
+        first_gaps, finishing = [], []  # finishing: (steps to its last token, running order, request)
         # The step k (1-based) at which each new block is first needed: block b (tokens [b*bs, (b+1)*bs)) once
         # computed + k passes b*bs. A running request holds the blocks of its computed tokens and of its floor
         # (a contiguous reservation), so its new blocks b >= held are needed at steps b*bs + 1 - computed >= 1,
         # one every block_size steps. A window adds a block per request every block_size steps at most, so this
         # list is short where a (requests x steps) table would not be.
         first_needed, growing = [], []  # growing: (request, blocks it takes)
-        freed_after, freed = [], []  # a finishing request's last step, and the blocks it then frees
-        for r, c, left, held in zip(self.running, start.computed, start.left, start.held):
-            steps = min(num_steps, left)
-            num_blocks = held
+        freed_after, freed = [], []  # a request finishing before the last step: its last step, the blocks it frees
+        for i, (request, c, left, held) in enumerate(zip(running, start.computed, start.left, start.held)):
+            first_gaps.append(first_end - request.last_token_s)
+            if left > num_steps:
+                steps = num_steps
+                request.last_token_s = last_end
+            else:
+                steps = left
+                request.last_token_s = float(step_end_s[left - 1])
+                finishing.append((left, i, request))
+            request.num_computed_tokens = c + steps
+            request.num_output_tokens += steps
             if c + steps > held * block_size:  # else its blocks hold the window's tokens
                 num_blocks = -(-(c + steps) // block_size)
-                growing.append((r, num_blocks - held))
+                growing.append((request, num_blocks - held))
                 first_needed += range(held * block_size + 1 - c, num_blocks * block_size + 1 - c, block_size)
+            else:
+                num_blocks = held
             if steps < num_steps:
                 freed_after.append(steps)
                 freed.append(num_blocks)
-        if kv.pool.enable_caching and not kv.defer_private_blocks:
-            self._allocate_window_one_by_one(num_steps)
-        elif growing:
-            # What allocate_slots(request, its steps) would take, request after request, in one draw from the
-            # free queue; nothing to register (decode blocks are private: deferred, or no prefix cache).
+        if growing:
             new_ids = kv.pool.get_new_blocks(len(first_needed))
             taken = 0
             for request, n in growing:
                 request.block_ids += new_ids[taken : taken + n]
                 taken += n
+        blocks = self._blocks_in_use(num_steps, used, first_needed, freed_after, freed)
+        self.recorder.token_gaps(first_gaps)
+        # Each step's gap, once per request in it (what np.diff computes, without its overhead).
+        step_gaps = step_end_s[1:] - step_end_s[:-1]
+        if not finishing:
+            self.recorder.token_gaps(step_gaps, times=len(running))
+            return [], blocks
+        self.recorder.token_gaps(step_gaps, times=rows[1:])
+        finishing.sort()
+        done = [request for _, _, request in finishing]
+        for request in done:
+            self._finish(request, request.last_token_s)
+        for request in done:  # a few of the running: list.remove beats rebuilding the list
+            running.remove(request)
+        return done, blocks
+
+    @staticmethod
+    def _blocks_in_use(
+        num_steps: int, used: int, first_needed: list[int], freed_after: list[int], freed: list[int]
+    ) -> np.ndarray:
+        """Blocks in use during each of a window's steps: `used` before it, plus those first needed at each step
+        (1-based), less those freed after each step."""
         if not first_needed and not freed:
             return np.full(num_steps, used)
         blocks = np.bincount(first_needed, minlength=num_steps + 1)[1:]
@@ -185,49 +226,3 @@ class DecodeWindows:
         blocks = blocks.cumsum()
         blocks += used
         return blocks
-
-    def apply_decode_window(self, start: WindowStart, step_end_s: np.ndarray, rows: int | np.ndarray) -> list[Request]:
-        """Advance every running request by len(step_end_s) decode steps ending at those times, or until its
-        last token (their blocks taken by allocate_decode_window); `rows`: each step's, as decode_window_steps
-        gave them. Returns those that finished, retired in the order stepping one by one retires them (by step,
-        then running order)."""
-        num_steps = len(step_end_s)
-        first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
-        kv, running = self.kv, self.running
-        first_gaps, finishing = [], []  # finishing: (steps to its last token, running order, request)
-        for i, (request, steps) in enumerate(zip(running, start.left)):
-            first_gaps.append(first_end - request.last_token_s)
-            if steps > num_steps:
-                request.num_computed_tokens += num_steps
-                request.num_output_tokens += num_steps
-                request.last_token_s = last_end
-            else:
-                request.num_computed_tokens += steps
-                request.num_output_tokens += steps
-                request.last_token_s = float(step_end_s[steps - 1])
-                finishing.append((steps, i, request))
-        if kv.pool.enable_caching:
-            for request in running:
-                # A simulated request's decode blocks are its own: under deferred registration they enter the
-                # prefix cache only on preemption, and its shared-prefix blocks were registered at its prefill,
-                # so there is nothing to register here (cache_full_blocks would find nothing to do).
-                if not kv.defer_private_blocks or request.prompt_token_ids is not None:
-                    kv.cache_full_blocks(request)
-        self.recorder.token_gaps(first_gaps)
-        # Each step's gap, once per request in it (what np.diff computes, without its overhead).
-        step_gaps = step_end_s[1:] - step_end_s[:-1]
-        if not finishing:
-            self.recorder.token_gaps(step_gaps, times=len(running))
-            return []
-        self.recorder.token_gaps(step_gaps, times=rows[1:])
-        finishing.sort()
-        done = [request for _, _, request in finishing]
-        for request in done:
-            self._finish(request, request.last_token_s)
-        for request in done:  # a few of the running: list.remove beats rebuilding the list
-            running.remove(request)
-        return done
-
-    def _allocate_window_one_by_one(self, num_steps: int) -> None:
-        for request in self.running:
-            self.kv.allocate_slots(request, num_steps)  # room checked by decode_window_bound

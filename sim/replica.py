@@ -235,7 +235,6 @@ class Replica:
         num_steps = len(durations)
         # Someone finishes in the step after the window (it stops one step short).
         finishing = window.after is not None and num_steps + 1 in window.start.left
-        blocks = sched.allocate_decode_window(window.start, num_steps)
         num_waiting = len(sched.waiting)  # requests blocked in the queue (a saturated engine), or none
         if not num_waiting:
             ends = now + window.elapsed
@@ -252,7 +251,7 @@ class Replica:
             clock = now + (last_end - now)  # where the window's timeout would land the clock
             step_end = clock + window.after[0]
             if self.next_arrival_s() > step_end and now + (step_end - now) == step_end:
-                self._end_window(window, ends, blocks, num_waiting)
+                self._end_window(window, ends, num_waiting)
                 out = sched.decode_step()  # what _steps_after_window would take
                 if out is None:
                     yield env.timeout(last_end - now)
@@ -270,7 +269,7 @@ class Replica:
                 yield env.timeout(duration)
         if window.arrival_step:
             self._release_deferred_by(float(ends[-2]))
-        if self._end_window(window, ends, blocks, num_waiting):
+        if self._end_window(window, ends, num_waiting):
             yield env.timeout(0)  # as after a finishing step: the users whose replies completed go first
         if (
             window.after is not None
@@ -288,10 +287,10 @@ class Replica:
             if request.arrival_s <= end_s:
                 self.scheduler.add_request(request)
 
-    def _end_window(self, window: Window, ends: np.ndarray, blocks: np.ndarray, num_waiting: int) -> bool:
+    def _end_window(self, window: Window, ends: np.ndarray, num_waiting: int) -> bool:
         """Apply the window to the requests and record its steps; True when someone finished in it."""
         sched = self.scheduler
-        finished = sched.apply_decode_window(window.start, ends, window.rows)
+        finished, blocks = sched.advance_decode_window(window.start, ends, window.rows)
         self.window_in_flight = None
         shared = sched.kv.shared_tokens()  # tokens held once for several requests: a window shares no new block
         self.recorder.decode_window(
