@@ -9,7 +9,9 @@ recently freed), evicting whatever was cached there.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from operator import itemgetter
+from functools import partial
+from itertools import takewhile
+from operator import is_not, itemgetter
 
 NULL_BLOCK_ID = 0
 
@@ -142,12 +144,19 @@ class BlockPool:
     def touch(self, block_ids: Iterable[int]) -> None:
         """Take a reference on cached blocks found by a prefix hit."""
         ref_cnt = self.ref_cnt
+        taken = []  # free ones: they leave the free queue
         for block_id in block_ids:
             if ref_cnt[block_id] == 0:
-                del self._free[self._free.index(block_id, self._head)]
+                taken.append(block_id)
             else:
                 self.num_shared_refs += 1
             ref_cnt[block_id] += 1
+        if len(taken) == 1:
+            del self._free[self._free.index(taken[0], self._head)]
+        elif taken:  # one pass over the queue, not a search per block (a preempted request takes back dozens)
+            taken_set = set(taken)
+            self._free = [block_id for block_id in self._free[self._head :] if block_id not in taken_set]
+            self._head = 0
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""
@@ -190,6 +199,11 @@ class BlockPool:
 
     def lookup(self, key: tuple[int, Hashable]) -> int | None:
         return self.cached_blocks.get(key)
+
+    def lookup_prefix(self, keys: Sequence[tuple[int, Hashable]]) -> list[int]:
+        """The blocks cached under the leading keys, up to the first that is not (at C speed: a preempted
+        request looks up every block it had)."""
+        return list(takewhile(partial(is_not, None), map(self.cached_blocks.get, keys)))
 
     def cache_block(self, block_id: int, key: tuple[int, Hashable]) -> None:
         """Register a full, computed block under its chained key (first writer wins on duplicates)."""

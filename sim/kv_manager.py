@@ -52,16 +52,9 @@ class KVCacheManager:
         shareable = request.num_shareable_blocks(self.block_size)
         if shareable is not None and not request.num_preemptions:
             num_blocks = min(num_blocks, shareable)  # its own blocks were never cached: no need to look
-        hits: list[int] = []
         if num_blocks <= 0:
-            return hits
-        keys, lookup = self._chain_keys(request, num_blocks), self.pool.lookup
-        for i in range(num_blocks):
-            block_id = lookup(keys[i])
-            if block_id is None:
-                break
-            hits.append(block_id)
-        return hits
+            return []
+        return self.pool.lookup_prefix(self._chain_keys(request, num_blocks)[:num_blocks])
 
     def _chain_keys(self, request: Request, num_blocks: int) -> list[tuple]:
         """The chained prefix-cache keys of the request's first num_blocks blocks (at least). A full block's
@@ -70,8 +63,13 @@ class KVCacheManager:
         keys = self._keys.get(request)
         if keys is None:
             keys = self._keys[request] = []
-        for i in range(len(keys), num_blocks):
-            keys.append((hash(keys[-1]) if i else ROOT_HASH, request.block_content_key(i, self.block_size)))
+        first = len(keys)
+        if first < num_blocks:
+            parent = hash(keys[-1]) if first else ROOT_HASH
+            for content in request.block_content_keys(first, num_blocks, self.block_size):
+                key = (parent, content)
+                keys.append(key)
+                parent = hash(key)
         return keys
 
     def blocks_needed(

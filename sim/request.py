@@ -74,6 +74,14 @@ class Request:
             return (0, self.prefix_group, block_index)  # ints hash the same in every process
         return (1, self.request_id, block_index)
 
+    def block_content_keys(self, first: int, stop: int, block_size: int) -> list[tuple]:
+        """block_content_key of blocks first .. stop - 1."""
+        if self.prompt_token_ids is not None:
+            return [self.block_content_key(i, block_size) for i in range(first, stop)]
+        in_prefix = min(max(self.prefix_tokens // block_size, first), stop)  # blocks below: inside the prefix
+        group, own = self.prefix_group, self.request_id
+        return [(0, group, i) for i in range(first, in_prefix)] + [(1, own, i) for i in range(in_prefix, stop)]
+
     def num_shareable_blocks(self, block_size: int) -> int | None:
         """Leading full blocks whose content another request may have (None: any block).
 

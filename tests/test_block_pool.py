@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.block_pool import NULL_BLOCK_ID, BlockPool
+from sim.request import Request
 
 
 class ReferencePool:
@@ -85,6 +86,8 @@ def test_the_pool_matches_vllms_block_pool_per_block(count_lazily, num_blocks, d
             found = data.draw(st.lists(st.sampled_from(sorted(ref.cached)), max_size=4, unique=True), label="hit")
             ids = [pool.lookup(key) for key in found]
             assert ids == [ref.cached[key] for key in found]
+            missing = [key for key in keys if key not in ref.cached]
+            assert pool.lookup_prefix(found + missing[:1] + found) == ids  # up to the first miss
             pool.touch(ids)
             ref.touch(ids)
             held.append(ids)
@@ -123,3 +126,17 @@ def test_a_lazy_pool_catches_a_block_freed_twice_once_the_free_ones_outnumber_th
     pool.free_blocks(ids[:1])  # freed twice, block 3 still held: 3 free of 3, nothing to tell yet
     with pytest.raises(AssertionError, match="4 free blocks of 3: one freed twice"):
         pool.free_blocks(ids[2:])
+
+
+@given(
+    prefix_tokens=st.integers(0, 100),
+    block_size=st.sampled_from([1, 4, 16]),
+    first=st.integers(0, 12),
+    count=st.integers(0, 12),
+    live=st.booleans(),
+)
+def test_a_requests_block_content_keys_are_its_blocks_keys_one_by_one(prefix_tokens, block_size, first, count, live):
+    tokens = list(range(1000, 1000 + (first + count) * block_size)) if live else None
+    request = Request(7, 0.0, (first + count) * block_size, 4, tokens, prefix_group=3, prefix_tokens=prefix_tokens)
+    expected = [request.block_content_key(i, block_size) for i in range(first, first + count)]
+    assert request.block_content_keys(first, first + count, block_size) == expected
