@@ -212,6 +212,11 @@ class CostModel:
             self.mla_decode_extra_flops_per_pair = 0.0
         per_layer = kv_bytes_per_token_per_layer(scenario)
         self.kv_bytes_per_token = per_layer * m.num_hidden_layers  # what a step reads and writes per token
+        # The same at the fitted rates: attention's compute seconds per (query, key) pair, memory seconds per
+        # K/V token (a decode window prices a step with two operations fewer than from flops and bytes).
+        self.attention_s_per_pair = self.attention_flops_per_pair / self.flops_per_s
+        self.mla_decode_extra_s_per_pair = self.mla_decode_extra_flops_per_pair / self.flops_per_s
+        self.kv_s_per_token = self.kv_bytes_per_token / self.bytes_per_s
         # Sliding-window layers attend to at most `window` keys per query and read at most `window` tokens per
         # row. The step gives only totals, so a sliding layer's share is bounded by them: pairs by
         # min(pairs, tokens x window), reads by min(context, rows x window), an upper bound (exact once every
@@ -256,13 +261,6 @@ class CostModel:
         return self.linear_bytes + self.expert_bytes_per_touch * expected_local_experts_touched(
             num_tokens, self.num_experts, self.top_k, self.local_experts
         )
-
-    def _roof(self, flops, nbytes):
-        """max(compute, memory): attention and the KV writes (no data on their ridge). GEMMs use `_gemm`."""
-        compute_s, memory_s = flops / self.flops_per_s, nbytes / self.bytes_per_s
-        if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
-            return np.maximum(compute_s, memory_s)
-        return max(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
 
     def _gemm(self, flops, nbytes, flops_per_s=None):
         """The linear layers and the LM head: `gemm_s` of their compute and memory times."""
@@ -315,16 +313,20 @@ class CostModel:
         return linear + lm_head + elementwise + allreduce + (1 - graphed) * self.launch_s + num_seqs * self.row_s
 
     def _attention_s(self, num_tokens, num_seqs, attention_pairs, sum_context_tokens):
-        """Attention's roofline: its (query, key) pairs' flops against its K/V reads and writes."""
-        flops_per_pair = self.attention_flops_per_pair
-        if self.mla_decode_extra_flops_per_pair:
-            flops_per_pair = flops_per_pair + (num_tokens == num_seqs) * self.mla_decode_extra_flops_per_pair
+        """Attention's roofline: its (query, key) pairs' compute against its K/V reads and writes (the max of
+        the two: no data on their ridge; GEMMs use `_gemm`)."""
+        s_per_pair = self.attention_s_per_pair
+        if self.mla_decode_extra_s_per_pair:
+            s_per_pair = s_per_pair + (num_tokens == num_seqs) * self.mla_decode_extra_s_per_pair
         context = sum_context_tokens
         if self.window:  # the sliding layers' share attends over the window only
             f = self.sliding_fraction
             attention_pairs = (1 - f) * attention_pairs + f * _minimum(attention_pairs, num_tokens * self.window)
             context = (1 - f) * context + f * _minimum(context, num_seqs * self.window)
-        return self._roof(attention_pairs * flops_per_pair, (context + num_tokens) * self.kv_bytes_per_token)
+        compute_s, memory_s = attention_pairs * s_per_pair, (context + num_tokens) * self.kv_s_per_token
+        if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
+            return np.maximum(compute_s, memory_s)
+        return max(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
 
     def host_s(self, num_seqs):
         """The host's seconds for a step: scheduling and input preparation, and per-row work."""
