@@ -46,8 +46,8 @@ def _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv)
     # What is alive now (the modules imported, the catalogs, the scenario) leaves the cyclic garbage collector's
     # generations: its collections during the run scan only what the run allocates (callgrind, the first 2,000
     # requests of the 10k benchmark: 2.2% fewer instructions at 2 req/s, 1.3% at 8). Refcounting still frees
-    # these objects; only a reference cycle among them would outlive the process's command, and a command is
-    # what the process runs (handing them back afterwards costs a full collection: the gain gone).
+    # them. They are not handed back after the run (that costs a full collection, the gain gone): the process
+    # ends with the command; planner.cli.main hands them back to a caller that runs it in-process.
     gc.freeze()
     try:
         result = simulate(
