@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv_given:
             # A command may have frozen what it found out of the garbage collector's reach (`planner simulate`,
             # for its run's speed): the process ends with it, but a caller of main() in-process (the tests) gets
-            # its collector back.
+            # its collector back (all of it: what the caller had frozen itself too, gc cannot tell them apart).
             gc.unfreeze()
 
 

@@ -155,8 +155,11 @@ class BlockPool:
             del self._free[self._free.index(taken[0], self._head)]
         elif taken:  # one pass over the queue, not a search per block (a preempted request takes back dozens)
             taken_set = set(taken)
+            num_free = len(self._free) - self._head
             self._free = [block_id for block_id in self._free[self._head :] if block_id not in taken_set]
             self._head = 0
+            if len(self._free) != num_free - len(taken):  # as list.index's ValueError for one block
+                raise AssertionError(f"blocks {taken} with no reference are not all in the free queue")
 
     def free_blocks(self, block_ids: Iterable[int]) -> None:
         """Drop one reference each; pass a request's blocks tail first so tails are evicted first."""

@@ -250,8 +250,8 @@ class CostModel:
             self.allreduce_s_per_token = calls * ring_bytes_per_token / link
             self.allreduce_fixed_s = calls * c.allreduce_latency_s
             self.launch_s += calls * c.allreduce_launch_wait_s  # paid where launches are, gone under graphs
-        self._decode_terms: dict[int, float] = {}  # decode_window_s's other terms by number of rows
-        self._decode_terms_table = np.empty(0)  # the same, by number of rows from 0: for arrays of rows
+        self._other_s_by_rows: dict[int, float] = {}  # decode_window_s's other terms' sum, by number of rows
+        self._other_s_table = np.empty(0)  # the same, indexed by number of rows from 0: for arrays of rows
 
     def linear_step_bytes(self, num_tokens):
         """Weight bytes a step of num_tokens tokens reads (one GPU): the dense part, and for a mixture of
@@ -281,20 +281,21 @@ class CostModel:
         device = self._attention_s(num_rows, num_rows, sum_context_tokens, sum_context_tokens)
         if isinstance(num_rows, np.ndarray):
             most = int(num_rows[0])  # rows only shrink in a window
-            table = self._decode_terms_table
+            table = self._other_s_table
             if most >= len(table):
-                grown = [self._decode_terms_s(n) for n in range(len(table), most + 1)]
-                table = self._decode_terms_table = np.concatenate((table, grown))
+                grown = [self._decode_other_s(n) for n in range(len(table), most + 1)]
+                table = self._other_s_table = np.concatenate((table, grown))
             device += table[num_rows]
         else:
-            device += self._decode_terms_s(num_rows)
+            device += self._decode_other_s(num_rows)
         return device, self.combine(host_s, device)
 
-    def _decode_terms_s(self, num_rows: int) -> float:
-        terms = self._decode_terms.get(num_rows)
-        if terms is None:
-            terms = self._decode_terms[num_rows] = self._other_terms_s(num_rows, num_rows, num_rows)
-        return terms
+    def _decode_other_s(self, num_rows: int) -> float:
+        """_other_terms_s of a decode step of num_rows rows (one token each), computed once per number."""
+        other_s = self._other_s_by_rows.get(num_rows)
+        if other_s is None:
+            other_s = self._other_s_by_rows[num_rows] = self._other_terms_s(num_rows, num_rows, num_rows)
+        return other_s
 
     def _other_terms_s(self, num_tokens, num_seqs, num_sampled):
         """device_s's terms but the attention, summed in this order (float sums in another order differ in their

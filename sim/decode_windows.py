@@ -156,7 +156,8 @@ class DecodeWindows:
         blocks (its decode blocks) to its preemption, and its shared-prefix blocks were registered at its
         prefill: a window registers nothing, and its blocks come in one draw from the free queue, taken request
         after request as allocate_slots would. Nothing else takes from this pool while the window is in flight
-        (arrivals only queue), so its blocks are drawn at its end, with the requests' counts."""
+        (arrivals only queue), so its blocks are drawn when it is applied, with the requests' counts (at its end,
+        or at its start when the step after it follows at once: sim/replica.py)."""
         num_steps = len(step_end_s)
         first_end, last_end = float(step_end_s[0]), float(step_end_s[-1])
         kv, running = self.kv, self.running

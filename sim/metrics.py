@@ -74,7 +74,6 @@ class Recorder:
         steps_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
     ) -> None:
         self.num_gpu_blocks = num_gpu_blocks
-        self.block_size = block_size
         self.record_steps = record_steps or steps_sink is not None
         self.steps_sink = steps_sink
         self.plot_steps = Columns(STEP_COLUMNS)  # with a sink: every plot_stride-th step

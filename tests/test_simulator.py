@@ -151,7 +151,8 @@ def test_a_window_runs_through_requests_last_tokens(monkeypatch):
     )  # fmt: skip
     windows = _spy_windows(monkeypatch)
     fast = simulate(scenario)
-    assert any(w.rows[-1] < w.rows[0] for w in windows)  # some window went through a finish
+    # some window went through a finish (rows: one int when nobody finishes in it)
+    assert any(not isinstance(w.rows, int) and w.rows[-1] < w.rows[0] for w in windows)
     steps = fast.recorder.steps.view()
     shrinking = np.flatnonzero(np.diff(steps["num_seqs"]) < 0)
     assert len(shrinking) >= 5  # six requests leave the batch one by one (some may share a last step)
