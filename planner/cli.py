@@ -4,7 +4,6 @@ User errors print one message and exit 2; nothing else prints here."""
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -118,7 +117,6 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv_given = argv is not None  # else the program's own command line: the process ends with the command
     argv = sys.argv[1:] if argv is None else argv
     args = _parser(argv).parse_args(argv)
     try:
@@ -132,12 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (head, less) went away: not an error of ours
         sys.stderr.close()
         return 0
-    finally:
-        if argv_given:
-            # A command may have frozen what it found out of the garbage collector's reach (`planner simulate`,
-            # for its run's speed): the process ends with it, but a caller of main() in-process (the tests) gets
-            # its collector back (all of it: what the caller had frozen itself too, gc cannot tell them apart).
-            gc.unfreeze()
 
 
 # command -> (module, function, help, its arguments): a command's module is imported only when it runs (the CLI

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-
 from planner.commands.output import check_out, emit
 from planner.commands.scenario_checks import load_scenario_args, refuse, run_problems
 from planner.errors import PlannerError
@@ -43,12 +41,6 @@ def _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv)
     from sim.driver import simulate
 
     progress = ProgressBar("simulating", "requests", delay_s=2.0)
-    # What is alive now (the modules imported, the catalogs, the scenario) leaves the cyclic garbage collector's
-    # generations: its collections during the run scan only what the run allocates (callgrind, the first 2,000
-    # requests of the 10k benchmark: 2.2% fewer instructions at 2 req/s, 1.3% at 8). Refcounting still frees
-    # them. They are not handed back after the run (that costs a full collection, the gain gone): the process
-    # ends with the command; planner.cli.main hands them back to a caller that runs it in-process.
-    gc.freeze()
     try:
         result = simulate(
             scenario, coefficients, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv
