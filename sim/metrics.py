@@ -314,7 +314,7 @@ def slo_report(lat: dict[str, np.ndarray], itl: GapHistogram, slo: SloConfig, du
 
 def summarize(rec: Recorder, slo: SloConfig) -> dict:
     """The summary with vLLM bench serve's key names."""
-    req, totals = rec.requests.view(), rec.totals
+    req, totals = rec.requests.view(), rec.totals.read()
     completed = len(req["request_id"])
     duration_s = float(req["finished_s"].max()) if completed else 0.0
     lat = per_request_latencies_ms(req)

@@ -4,6 +4,7 @@ exact sum of floats, numpy's percentile without its numpy.ma import, and the his
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -183,12 +184,20 @@ def percentile(values: np.ndarray, percent: float) -> float:
     return above - difference * (1 - gamma) if gamma >= 0.5 else below + difference * gamma
 
 
+class Totals(NamedTuple):
+    """A run's integrals over its steps' durations, and the most blocks used."""
+
+    busy_s: float
+    block_seconds: float  # blocks used x seconds
+    slot_seconds: float  # tokens held / slots in the blocks handed out x seconds
+    peak_blocks: int
+
+
 class BusyTotals:
-    """A run's integrals over its steps' durations: busy seconds, blocks used x seconds, and tokens held / slots
-    handed out x seconds; and the most blocks used. A step adds its floats at once; a decode window's arrays are
-    kept and summed WINDOW_BATCH windows at a time (a window's few elements cost less than numpy's calls on
-    them). Reading a total sums what is pending first. Float sums in another order differ in their last bits:
-    stepping one by one gives the same totals within a relative 1e-12 or so."""
+    """Adds up a run's `Totals`. A step adds its floats at once; a decode window's arrays are kept and summed
+    WINDOW_BATCH windows at a time (a window's few elements cost less than numpy's calls on them). Float sums in
+    another order differ in their last bits: stepping one by one gives the same totals within a relative 1e-12
+    or so."""
 
     WINDOW_BATCH = 1024
 
@@ -211,6 +220,11 @@ class BusyTotals:
         if len(self._pending) >= self.WINDOW_BATCH:
             self._sum_pending()
 
+    def read(self) -> Totals:
+        """The totals so far, the windows not summed yet included."""
+        self._sum_pending()
+        return Totals(self._busy_s, self._block_seconds, self._slot_seconds, self._peak_blocks)
+
     def _sum_pending(self) -> None:
         if not self._pending:
             return
@@ -220,25 +234,3 @@ class BusyTotals:
         self._block_seconds += float((blocks * durations).sum())
         self._slot_seconds += float((held / (blocks * self.block_size) * durations).sum())
         self._peak_blocks = max(self._peak_blocks, int(blocks.max()))
-
-    @property
-    def busy_s(self) -> float:
-        self._sum_pending()
-        return self._busy_s
-
-    @property
-    def block_seconds(self) -> float:
-        """Blocks used, integrated over busy time."""
-        self._sum_pending()
-        return self._block_seconds
-
-    @property
-    def slot_seconds(self) -> float:
-        """Tokens held / slots in the blocks handed out, integrated over busy time."""
-        self._sum_pending()
-        return self._slot_seconds
-
-    @property
-    def peak_blocks(self) -> int:
-        self._sum_pending()
-        return self._peak_blocks
