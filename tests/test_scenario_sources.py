@@ -1,0 +1,86 @@
+"""What a scenario loads from elsewhere: the scenario file itself, trace files, model folders (paths resolved
+against the scenario's folder), and model and GPU specs written inline."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from scenario_helpers import INLINE_GPU, INLINE_MODEL, MINIMAL, RATE, error_of, write
+
+from planner.scenario import load_scenario
+
+
+def test_missing_scenario_file(tmp_path):
+    assert error_of(tmp_path / "nope.yaml") == f"{tmp_path / 'nope.yaml'}: no such scenario file"
+
+
+def test_missing_trace_file_names_key_and_resolved_path(tmp_path):
+    path = write(tmp_path, MINIMAL, "sub/s.yaml")
+    message = error_of(path, ("workload.prompt_tokens.dist=trace", "workload.trace.path=traces/none.csv"))
+    resolved = tmp_path / "sub" / "traces" / "none.csv"
+    assert message == f'{path}: workload.trace.path = "traces/none.csv": no such file: {resolved}'
+
+
+def test_trace_columns_and_use_are_checked(tmp_path):
+    (tmp_path / "t.csv").write_text("num_prefill_tokens, num_decode_tokens\n10,5\n")  # header spaces: stripped
+    path = write(tmp_path, MINIMAL + "  trace: {path: t.csv}\n")
+    assert "workload.trace: is set but unused" in error_of(path)
+    message = error_of(path, ("workload.arrival.process=trace",))
+    assert 'workload.trace.arrival_column = "arrived_at": no such column' in message
+    assert "columns: num_prefill_tokens, num_decode_tokens" in message
+    message = error_of(path, ("workload.prompt_tokens.dist=trace", "workload.trace.prompt_column=num_prefil_tokens"))
+    assert "(did you mean num_prefill_tokens?)" in message
+    s = load_scenario(path, ("workload.prompt_tokens.dist=trace", "workload.output_tokens.dist=trace"))
+    assert s.workload.trace.path == str(tmp_path / "t.csv")
+
+
+def test_shipped_trace_loads(tmp_path):
+    trace = Path(__file__).resolve().parent.parent / "scenarios" / "traces" / "azure_conv_2023.csv"
+    path = write(
+        tmp_path,
+        "model: qwen-7b\nhardware: {gpu: a10}\n"
+        "workload: {arrival: {process: trace}, prompt_tokens: {dist: trace}, output_tokens: {dist: trace},"
+        f" trace: {{path: {trace}}}}}\n",
+    )
+    assert load_scenario(path).workload.trace.arrival_column == "arrived_at"
+
+
+def test_relative_paths_resolve_against_the_scenario_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "scen"
+    (folder / "models" / "m").mkdir(parents=True)
+    (folder / "models" / "m" / "config.json").write_text(json.dumps(INLINE_MODEL))
+    (folder / "t.csv").write_text("num_prefill_tokens,num_decode_tokens\n10,5\n")
+    path = write(
+        folder,
+        """\
+        model: models/m
+        hardware: {gpu: a10}
+        workload: {arrival: {rate: 1}, prompt_tokens: {dist: trace}, trace: {path: t.csv}}
+        """,
+    )
+    monkeypatch.chdir(tmp_path)  # somewhere else: paths must not depend on the working directory
+    s = load_scenario(os.path.relpath(path))
+    assert s.model.hidden_size == 768 and s.model.num_key_value_heads == 4
+    assert s.workload.trace.path == str(folder / "t.csv")
+    assert load_scenario(path, ("model=models/m/config.json",)).model.hidden_size == 768
+
+
+def test_inline_model_and_gpu(tmp_path):
+    path = write(
+        tmp_path,
+        f"model: {json.dumps({'name': 'mini', **INLINE_MODEL})}\n"
+        f"hardware: {{gpu: {json.dumps({'name': 'mygpu', **INLINE_GPU})}}}\n" + RATE,
+    )
+    s = load_scenario(path)
+    assert s.model.name == "mini" and s.model.hidden_size == 768 and s.model.head_dim == 64
+    assert s.hardware.gpu.name == "mygpu" and s.hardware.gpu.memory_bytes == 24_000_000_000
+    assert s.hardware.gpu.fp8_tflops is None
+    assert s.engine.max_model_len == 2048  # the inline model's max_position_embeddings
+    # their own errors come back naming the key
+    bad_model = {k: v for k, v in INLINE_MODEL.items() if k != "hidden_size"}
+    message = error_of(path, (f"model={json.dumps(bad_model)}",))
+    assert message.startswith(f"{path}: model: ") and "hidden_size" in message
+    message = error_of(path, ("hardware.gpu.memory_bytes=-1",))
+    assert message.startswith(f"{path}: hardware.gpu: ") and "memory_bytes" in message

@@ -1,0 +1,128 @@
+"""How long a step takes and when a request first runs: the cost model's async/eager form (host and device
+sides overlapped or added, CUDA graphs, the linear layers' ridge, a mixture of experts, the CPU device) and the
+driver's N+2 rule under async scheduling, which calibration fits against."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.cost_model import CostCoefficients, CostModel
+from sim.driver import simulate
+from tests.sim_helpers import make_scenario
+
+
+def test_async_overlaps_host_and_device_eager_adds_them():
+    asynchronous = CostModel(make_scenario())
+    eager = CostModel(make_scenario(engine={"enforce_eager": True}))
+    args = (256, 8, 8, 40_000, 4_000)
+    host, device = asynchronous.host_s(8), asynchronous.device_s(*args)
+    assert asynchronous.step_time_s(*args) == pytest.approx(max(host, device))
+    assert asynchronous.step_time_s(*args, after_idle=True) == pytest.approx(host + device)
+    assert eager.step_time_s(*args) == pytest.approx(eager.host_s(8) + eager.device_s(*args))
+
+
+def test_cuda_graphs_remove_launches_for_decode_batches_up_to_the_capture_size():
+    scenario = make_scenario()  # max_num_seqs 64: captures up to 128 rows
+    graphs, eager = CostModel(scenario), CostModel(make_scenario(engine={"enforce_eager": True}))
+    launches = scenario.model.num_hidden_layers * CostCoefficients().launch_overhead_per_layer_s
+    for rows in (1, 64, 128):  # decode: one token per row
+        assert eager.device_s(rows, rows, rows, rows * 500, rows * 500) - graphs.device_s(
+            rows, rows, rows, rows * 500, rows * 500
+        ) == pytest.approx(launches)
+    assert eager.device_s(129, 129, 129, 64_500, 64_500) == pytest.approx(
+        graphs.device_s(129, 129, 129, 64_500, 64_500)
+    )
+    assert eager.device_s(300, 8, 8, 9_000, 4_000) == pytest.approx(graphs.device_s(300, 8, 8, 9_000, 4_000))  # mixed
+
+
+def test_the_linear_layers_turn_gradually_at_the_ridge():
+    """The linears are priced as sqrt(compute^2 + memory^2) (sim/cost_model.py: why): 41% above max() where
+    compute and memory time are equal, within 3% of it a factor of 4 either side; numpy steps equal scalar ones.
+    (The elementwise kernels' activation traffic is its own term, added: taken off here.)"""
+    scenario = make_scenario(engine={"enforce_eager": True})
+    cm = CostModel(scenario, CostCoefficients(launch_overhead_per_layer_s=0.0))
+    assert not scenario.model.is_moe and scenario.hardware.tensor_parallel_size == 1
+    memory_s = cm.linear_bytes / cm.bytes_per_s
+    ridge = memory_s * cm.linear_flops_per_s / cm.linear_flops_per_token  # tokens where compute = memory
+
+    def linear_s(tokens):  # device time less the KV writes (no context, no sampled rows, tp 1)
+        return cm.device_s(tokens, 1, 0, 0, 0) - tokens * (
+            cm.kv_bytes_per_token / cm.bytes_per_s + cm.elementwise_s_per_token
+        )
+
+    for factor, expected in ((1, np.sqrt(2)), (1 / 4, np.hypot(1, 1 / 4)), (4, np.hypot(4, 1)), (1e-3, 1.0)):
+        assert linear_s(factor * ridge) == pytest.approx(expected * memory_s, rel=1e-6), factor
+    # The LM head is a GEMM too: at its ridge (sampled rows where its compute time equals its weight read).
+    sampled = cm.lm_head_bytes / cm.bytes_per_s * cm.flops_per_s / cm.lm_head_flops_per_row
+    lm_head_s = cm.device_s(1, 1, sampled, 0, 0) - cm.device_s(1, 1, 0, 0, 0)
+    compute_s, lm_memory_s = sampled * cm.lm_head_flops_per_row / cm.flops_per_s, cm.lm_head_bytes / cm.bytes_per_s
+    assert lm_head_s == pytest.approx(np.hypot(compute_s, lm_memory_s), rel=1e-6)
+    assert lm_head_s == pytest.approx(np.sqrt(2) * lm_memory_s, rel=1e-6)  # 41% above max()
+    tokens = np.array([ridge / 4, ridge, 4 * ridge])
+    assert cm.device_s(tokens, np.ones(3), np.zeros(3), np.zeros(3), np.zeros(3)) == pytest.approx(
+        [cm.device_s(float(t), 1, 0, 0, 0) for t in tokens], rel=1e-12
+    )
+
+
+def test_a_mixture_of_experts_prices_its_linears_as_one_gemm_term():
+    """The routed experts' weights join the dense part's in the same 2-norm term (not a max())."""
+    scenario = make_scenario(model="qwen3-30b-a3b", engine={"enforce_eager": True})
+    cm = CostModel(scenario, CostCoefficients(launch_overhead_per_layer_s=0.0))
+    for tokens in (1.0, 64.0, 512.0, 4096.0):
+        compute_s = tokens * cm.linear_flops_per_token / cm.linear_flops_per_s
+        memory_s = cm.linear_step_bytes(tokens) / cm.bytes_per_s
+        elementwise_s = tokens * cm.elementwise_s_per_token
+        linear_s = cm.device_s(tokens, 1, 0, 0, 0) - tokens * cm.kv_bytes_per_token / cm.bytes_per_s - elementwise_s
+        assert linear_s == pytest.approx(np.hypot(compute_s, memory_s), rel=1e-6), tokens
+
+
+def test_the_cpu_device_is_serial_without_graphs():
+    cpu = CostModel(make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "cpu"}))
+    assert cpu.serial and cpu.capture_size == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The driver under async scheduling
+
+
+def _two_requests(**engine):
+    """A long prompt at t=0 and a second request 10 ms later, while the first one's prefill (~50 ms) runs."""
+    workload = {
+        "num_requests": 2,
+        "arrival": {"process": "constant", "rate": 100.0},
+        "prompt_tokens": {"dist": "fixed", "value": 1024},
+        "output_tokens": {"dist": "fixed", "value": 8},
+    }
+    return make_scenario(workload=workload, engine=engine)
+
+
+@pytest.mark.parametrize("fast_forward", [False, True])
+def test_async_a_request_arriving_during_step_n_first_runs_in_step_n_plus_2(fast_forward):
+    steps = simulate(_two_requests(), fast_forward=fast_forward).recorder.steps.view()
+    assert steps["start_s"][1] > 0.01  # the second request arrived during step 0
+    assert list(steps["num_seqs"][:3]) == [1, 1, 2]  # step 1 was planned while step 0 ran: without it
+
+
+def test_eager_a_request_arriving_during_step_n_runs_in_step_n_plus_1():
+    steps = simulate(_two_requests(enforce_eager=True), fast_forward=False).recorder.steps.view()
+    assert list(steps["num_seqs"][:2]) == [1, 2]
+    assert np.allclose(steps["duration_s"], steps["host_s"] + steps["device_s"])
+
+
+def test_async_steps_last_the_longer_side_except_after_idle():
+    steps = simulate(_two_requests(), fast_forward=False).recorder.steps.view()
+    sides = np.maximum(steps["host_s"], steps["device_s"])
+    assert steps["duration_s"][0] == pytest.approx(steps["host_s"][0] + steps["device_s"][0])  # after idle
+    assert np.allclose(steps["duration_s"][1:], sides[1:])
+
+
+def test_fast_forward_matches_stepping_under_async():
+    scenario = make_scenario(workload={"num_requests": 60})
+    a = simulate(scenario, fast_forward=True).recorder.requests.view()
+    b = simulate(scenario, fast_forward=False).recorder.requests.view()
+    assert np.allclose(np.sort(a["finished_s"]), np.sort(b["finished_s"]))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Fitting
