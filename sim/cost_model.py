@@ -223,6 +223,11 @@ class CostModel:
         # row's context exceeds the window).
         self.window = m.sliding_window or 0
         self.sliding_fraction = m.num_sliding_layers / m.num_hidden_layers
+        # A decode row's (query, key) pairs are its context: when a pair's compute costs no more than reading a
+        # K/V token, every decode step's attention is its memory side (float products are monotone, so the max
+        # picks it to the last bit), which a decode window then prices alone (two numpy calls fewer).
+        decode_s_per_pair = self.attention_s_per_pair + self.mla_decode_extra_s_per_pair
+        self.decode_memory_bound = not self.window and decode_s_per_pair <= self.kv_s_per_token
         # The elementwise kernels' activation traffic, per token, at the fitted bandwidth (separate kernels:
         # added, not combined with the GEMMs' roofline).
         if m.is_mla:  # rotary on the rope part of every q head and on the one shared rope key
@@ -278,7 +283,10 @@ class CostModel:
         or each step's, never growing: a window in which requests finish), whose contexts sum to
         sum_context_tokens (one per step): what device_s and combine give (the same operations, so the same
         bits), with the terms that depend on the rows alone summed once per number of rows, as plain floats."""
-        device = self._attention_s(num_rows, num_rows, sum_context_tokens, sum_context_tokens)
+        if self.decode_memory_bound:
+            device = (sum_context_tokens + num_rows) * self.kv_s_per_token  # _attention_s's memory side
+        else:
+            device = self._attention_s(num_rows, num_rows, sum_context_tokens, sum_context_tokens)
         if isinstance(num_rows, np.ndarray):
             most = int(num_rows[0])  # rows only shrink in a window
             table = self._other_s_table

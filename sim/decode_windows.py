@@ -219,12 +219,10 @@ class DecodeWindows:
     ) -> np.ndarray:
         """Blocks in use during each of a window's steps: `used` before it, plus those first needed at each step
         (1-based), less those freed after each step (a request finishing in the window's last step frees none in
-        it). Summed from a list of per-step changes: a window's dozen changes cost less in Python than in numpy
-        calls."""
-        change = [0] * (num_steps + 1)
+        it). Summed from per-step changes: the steps where blocks are first needed counted by np.bincount (one
+        call, where a Python loop over a window's dozens cost more), the one or two frees set in Python."""
+        change = np.bincount(first_needed, minlength=num_steps + 1)  # first_needed holds steps 1..num_steps
         change[0] = used
-        for step in first_needed:
-            change[step] += 1
         for last_step, num_blocks in zip(freed_after, freed):
             change[last_step + 1] -= num_blocks
-        return np.array(change).cumsum()[1:]
+        return change.cumsum()[1:]

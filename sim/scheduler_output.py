@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from sim.request import Request
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a step makes one and adds to it per row
 class SchedulerOutput:
     """One step's batch, with the aggregates the cost model prices it by."""
 

@@ -126,3 +126,27 @@ def test_fast_forward_matches_stepping_under_async():
 
 # ---------------------------------------------------------------------------------------------------------
 # Fitting
+
+
+@pytest.mark.parametrize(
+    ("model", "coefficients", "memory_bound"),
+    [
+        ("llama-2-7b", CostCoefficients(), True),  # a decode token reads far more K/V than it computes
+        ("llama-2-7b", CostCoefficients(flops_efficiency=1e-4), False),  # a GPU with next to no flops
+        ("deepseek-v2-lite", CostCoefficients(), True),  # latent attention: decode's extra flops per pair
+        ("deepseek-v2-lite", CostCoefficients(flops_efficiency=1e-4), False),
+        ("gemma-3-27b", CostCoefficients(), False),  # sliding layers: always the full roofline
+    ],
+)
+def test_a_decode_window_prices_each_step_as_device_s_does_to_the_last_bit(model, coefficients, memory_bound):
+    """decode_window_s takes attention's memory side alone when decode is memory-bound: the same floats as
+    device_s's max of the two sides, every step, with the batch fixed or shrinking."""
+    cost = CostModel(make_scenario(model=model, engine={"max_num_seqs": 64}), coefficients)
+    assert cost.decode_memory_bound == memory_bound
+    context = np.arange(1_000, 41_000, 40 * 7)  # contexts summed over the rows, one per step
+    shrinking = np.repeat(np.array([40, 33, 20]), [len(context) - 60, 40, 20])
+    for rows in (40, shrinking):
+        device, _ = cost.decode_window_s(rows, context, cost.host_s(40))
+        per_row = np.broadcast_to(rows, context.shape).tolist()
+        expected = [cost.device_s(n, n, n, c, c) for n, c in zip(per_row, context.tolist())]
+        assert device.tolist() == expected
