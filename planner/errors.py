@@ -40,6 +40,18 @@ def one_line(message: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in message)
 
 
+NO_SUCH_USER = "a path that starts with ~name names a user with no home folder on this machine"
+
+
+def expand_user(value: str) -> Path | None:
+    """Path(value) with a leading `~` or `~name` expanded, or None when `~name` is no user here (pathlib then
+    raises RuntimeError: the caller names the field, the value and NO_SUCH_USER)."""
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:
+        return None
+
+
 def read_text_file(path: Path, what: str, max_bytes: int) -> str:
     """A small UTF-8 text file's contents, or a PlannerError saying why not: missing, a folder, not a regular
     file (a FIFO or a device would block or never end: checked before opening), too large, not UTF-8."""

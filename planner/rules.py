@@ -60,6 +60,7 @@ def above_to(lo: float, hi: float, unit: str = "") -> Rule:
 MAX_TOKENS = 1 << 24  # 16,777,216: a context length (Llama 4 Scout's is 10,485,760)
 MAX_NUM_REQUESTS = 10_000_000  # a run's requests; 1,000,000 simulate in < 1 GB (README, "Speed and scale")
 MAX_NUM_GPU_BLOCKS = 1 << 24  # the block pool keeps a few dozen bytes per block
+MAX_LAYERS = 1024  # a model's decoder layers (the largest published have 126); the catalog checks it first
 
 
 DISTS = {  # dist -> the parameters it uses (the others must be left out, so a typo'd choice is caught)
@@ -150,7 +151,7 @@ RULES: dict[tuple[type, str], Rule] = {
         for name, hi in (
             ("hidden_size", 1 << 17),
             ("intermediate_size", 1 << 20),
-            ("num_hidden_layers", 1024),
+            ("num_hidden_layers", MAX_LAYERS),
             ("num_attention_heads", 1024),
             ("num_key_value_heads", 1024),
             ("head_dim", 4096),

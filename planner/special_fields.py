@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from planner.errors import NO_VALUE, ScenarioError
+from planner.errors import NO_SUCH_USER, NO_VALUE, ScenarioError, expand_user
 from planner.rules import RULES, Ctx, did_you_mean
 from sim.config import GpuSpec, HardwareConfig, ModelSpec, Scenario, TraceConfig
 
@@ -88,14 +88,17 @@ def _resolve_trace_path(value: Any, key_path: str, ctx: Ctx) -> str:
         )
     path = _resolve_path(value, key_path, ctx)
     if not path.is_file():
-        raise ScenarioError(ctx.file, key_path, value, f"no such file: {path}")
+        what = "a folder" if path.is_dir() else "not a regular file" if path.exists() else "no such file"
+        raise ScenarioError(ctx.file, key_path, value, f"{what}: {path}; expected a CSV or JSONL trace file")
     return str(path)  # absolute: nothing below planner/ knows the scenario's folder
 
 
 def _resolve_path(value: str, key_path: str, ctx: Ctx) -> Path:
     if "\0" in value:  # the OS cannot take it (and would raise ValueError deep in pathlib)
         raise ScenarioError(ctx.file, key_path, value, "a path cannot hold a NUL character")
-    path = Path(value).expanduser()
+    path = expand_user(value)
+    if path is None:
+        raise ScenarioError(ctx.file, key_path, value, NO_SUCH_USER)
     return path if path.is_absolute() else (ctx.base_dir / path).resolve()
 
 

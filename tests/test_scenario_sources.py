@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from scenario_helpers import INLINE_GPU, INLINE_MODEL, MINIMAL, RATE, error_of, write
 
 from planner.scenario import load_scenario
@@ -20,7 +21,53 @@ def test_missing_trace_file_names_key_and_resolved_path(tmp_path):
     path = write(tmp_path, MINIMAL, "sub/s.yaml")
     message = error_of(path, ("workload.prompt_tokens.dist=trace", "workload.trace.path=traces/none.csv"))
     resolved = tmp_path / "sub" / "traces" / "none.csv"
-    assert message == f'{path}: workload.trace.path = "traces/none.csv": no such file: {resolved}'
+    assert message == (
+        f'{path}: workload.trace.path = "traces/none.csv": no such file: {resolved}; expected a CSV or JSONL trace file'
+    )
+    for bad, what in (("/dev/null", "not a regular file"), (str(tmp_path), "a folder")):
+        message = error_of(path, ("workload.prompt_tokens.dist=trace", f"workload.trace.path={bad}"))
+        assert message == f'{path}: workload.trace.path = "{bad}": {what}: {bad}; expected a CSV or JSONL trace file'
+
+
+def test_a_path_naming_a_user_this_machine_lacks_is_an_error_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """Path.expanduser raises RuntimeError for `~name` of no such user: every path a user gives says so."""
+    from planner.calibration.resolve import resolve_cost_model
+    from planner.calibration.shipped import default_profile_dir
+    from planner.errors import NO_SUCH_USER, PlannerError
+
+    user = "~no-such-user-planner"
+    path = write(tmp_path, MINIMAL)
+    assert error_of(path, (f"model={user}/config.json",)) == f'{path}: model = "{user}/config.json": {NO_SUCH_USER}'
+    message = error_of(path, ("workload.prompt_tokens.dist=trace", f"workload.trace.path={user}/t.csv"))
+    assert message == f'{path}: workload.trace.path = "{user}/t.csv": {NO_SUCH_USER}'
+    scenario = load_scenario(path)
+    with pytest.raises(PlannerError, match=f'^--calibration "{user}/p.yaml": {NO_SUCH_USER}$'):
+        resolve_cost_model(scenario, f"{user}/p.yaml")
+    with pytest.raises(PlannerError, match=f'calibration = "{user}/p.yaml": {NO_SUCH_USER}$'):
+        resolve_cost_model(load_scenario(path, (f"calibration={user}/p.yaml",)), None)
+    monkeypatch.setenv("PLANNER_PROFILE_DIR", f"{user}/profiles")
+    with pytest.raises(PlannerError, match=f'^environment variable PLANNER_PROFILE_DIR = "{user}/profiles": '):
+        default_profile_dir()
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"num_hidden_layers": 10**12}, "num_hidden_layers = 1000000000000: must be in [1, 1,024]"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": float("nan")}}, "factor = 'NaN': must be a positive, finite"),
+        ({"rope_scaling": {"rope_type": "linear", "factor": -5}}, "factor = -5: must be a positive, finite number"),
+        ({"rope_scaling": {"rope_type": "yarn", "factor": "abc"}}, "factor = 'abc': must be a number"),
+        ({"rope_scaling": {"rope_type": "linear"}}, "rope_scaling linear lacks factor"),
+        ({"rope_theta": float("inf")}, "rope_theta = 'Infinity': must be a positive"),
+    ],
+)
+def test_an_inline_model_s_counts_and_factors_are_checked_before_use(tmp_path, change, expected):
+    """10^12 layers once built a tuple per layer before the range check (out of memory); a yarn or linear
+    rope factor was passed through unchecked and a NaN one reached summary.json as null. (JSON's NaN and
+    Infinity reach the catalog as strings that float() reads.)"""
+    path = write(tmp_path, MINIMAL)
+    message = error_of(path, (f"model={json.dumps({**INLINE_MODEL, **change})}",))
+    assert message.startswith(f"{path}: model: model 'inline': ") and expected in message
 
 
 def test_trace_columns_and_use_are_checked(tmp_path):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from planner.calibration.provenance import SPEC_SHEET, Provenance, residual_spread
 from planner.calibration.shipped import default_profile_dir
+from planner.errors import NO_SUCH_USER, PlannerError, expand_user, show_value
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 
@@ -80,7 +81,10 @@ def resolve_cost_model(
         from planner.calibration.profile import ProfileError
         from planner.calibration.profile_loader import load_profile
 
-        path = Path(choice).expanduser()
+        path = expand_user(choice)
+        if path is None:
+            where = "--calibration " if calibration is not None else f"{scenario.source}: calibration = "
+            raise PlannerError(f"{where}{show_value(choice)}: {NO_SUCH_USER}")
         if not path.is_absolute() and calibration is None:  # the scenario key: relative to the scenario's folder
             path = (base_dir if base_dir is not None else Path(scenario.source).absolute().parent) / path
         profile = load_profile(path)

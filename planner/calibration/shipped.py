@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from planner.errors import NO_SUCH_USER, PlannerError, expand_user, show_value
+
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "calibrations"  # planner/calibrations/<gpu>-tp<N>.yaml
 DATA_DIR = PROFILE_DIR / "vidur"  # the public data they were fitted to, with its licence
 PROFILED_GPUS = ("a100-80gb", "a40", "h100-sxm")
@@ -18,7 +20,11 @@ def profile_path(gpu: str, tp: int) -> Path:
 
 def default_profile_dir() -> Path:
     """$PLANNER_PROFILE_DIR, else $XDG_CONFIG_HOME/planner/profiles, else ~/.config/planner/profiles."""
-    if os.environ.get("PLANNER_PROFILE_DIR"):
-        return Path(os.environ["PLANNER_PROFILE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base).expanduser() / "planner" / "profiles"
+    for variable in ("PLANNER_PROFILE_DIR", "XDG_CONFIG_HOME"):
+        value = os.environ.get(variable)
+        if value:
+            path = expand_user(value)
+            if path is None:
+                raise PlannerError(f"environment variable {variable} = {show_value(value)}: {NO_SUCH_USER}")
+            return path if variable == "PLANNER_PROFILE_DIR" else path / "planner" / "profiles"
+    return Path.home() / ".config" / "planner" / "profiles"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -23,6 +24,7 @@ from planner.catalog.architecture import (
     quantization_fields,
 )
 from planner.errors import PlannerError
+from planner.rules import MAX_LAYERS
 from planner.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec, ModelSpec
 
@@ -77,8 +79,8 @@ def _float(config: Mapping[str, Any], key: str, default: float, name: str) -> fl
         result = float(value)
     except (TypeError, ValueError):
         raise CatalogError(f"model {name!r}: {key} = {value!r}: must be a number") from None
-    if isinstance(value, bool) or result <= 0:
-        raise CatalogError(f"model {name!r}: {key} = {value!r}: must be a positive number")
+    if isinstance(value, bool) or not math.isfinite(result) or result <= 0:
+        raise CatalogError(f"model {name!r}: {key} = {value!r}: must be a positive, finite number")
     return result
 
 
@@ -123,6 +125,11 @@ def _rope_scaling(config: Mapping[str, Any], name: str) -> dict | None:
     if rope_type == "default":
         return None
     if rope_type in DESCRIBED_ROPE_TYPES:
+        # Described, not modelled (the live engine refuses them), and kept as given for the summary: their
+        # factor must still be one.
+        if scaling.get("factor") is None:
+            raise CatalogError(f"model {name!r}: rope_scaling {rope_type} lacks factor")
+        _float(scaling, "factor", 0.0, name)
         return {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": rope_type}
     if rope_type != "llama3":
         raise CatalogError(
@@ -188,6 +195,8 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec
     hidden = _positive_int(config, "hidden_size", name)
     heads = _positive_int(config, "num_attention_heads", name)
     num_layers = _positive_int(config, "num_hidden_layers", name)
+    if num_layers > MAX_LAYERS:  # here, before the per-layer tuples are built: 10^12 layers would not fit in memory
+        raise CatalogError(f"model {name!r}: num_hidden_layers = {num_layers}: must be in [1, {MAX_LAYERS:,}]")
 
     if model_type == "qwen":
         # First-generation Qwen (remote code) has its own key names. Its intermediate_size counts the two
