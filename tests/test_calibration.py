@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +163,22 @@ def test_the_scenario_key_names_a_profile_relative_to_the_scenario(tmp_path, cap
     assert summary["cost_model_provenance"]["kind"] == "calibrated"
     assert summary["cost_model_provenance"]["profile_id"] == profile.id
     assert summary["cost_model"]["bandwidth_efficiency"] == pytest.approx(profile.coefficients["bandwidth_efficiency"])
+
+
+def test_a_profile_file_that_is_no_profile_text_says_what_it_is(tmp_path):
+    """Missing, a folder, not UTF-8 (where: line and column), a FIFO (would block): read as a scenario is."""
+    (tmp_path / "bad.yaml").write_bytes(b"id: x\n\xff\xfe\n")
+    cases = {
+        tmp_path / "none.yaml": "no such calibration profile",
+        tmp_path: "is a folder, not a calibration profile",
+        tmp_path / "bad.yaml": "line 2, column 1: byte 0xff is not UTF-8 text",
+    }
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(tmp_path / "fifo.yaml")
+        cases[tmp_path / "fifo.yaml"] = "not a regular file"
+    for path, words in cases.items():
+        with pytest.raises(ProfileError, match=f"^{re.escape(str(path))}: .*{re.escape(words)}"):
+            load_profile(path)
 
 
 @pytest.mark.parametrize(

@@ -306,3 +306,11 @@ def test_packaged_yaml_reads_the_same_without_libyaml(path: Path) -> None:
     # parse_packaged_yaml uses libyaml's C parser where PyYAML has one: a PyYAML without it must give the same data
     text = path.read_text(encoding="utf-8")
     assert parse_packaged_yaml(text) == yaml.safe_load(text)
+
+
+def test_an_empty_catalog_name_names_no_entry(capsys) -> None:
+    """`planner catalog model ""` once listed every model (an empty name read as none given)."""
+    from planner.cli import main
+
+    assert main(["catalog", "model", ""]) == 2
+    assert "no model named '' in the catalog; known: " in capsys.readouterr().err

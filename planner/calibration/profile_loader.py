@@ -22,7 +22,9 @@ from planner.calibration.profile import (
     Profile,
     ProfileError,
 )
-from planner.errors import show_value
+from planner.errors import PlannerError, read_text_file, show_value
+
+MAX_PROFILE_BYTES = 1 << 20  # a profile is ~2 kB of coefficients and a validation table; a larger file is not one
 
 
 def _fail(path: Path, key: str, value: Any, allowed: str) -> ProfileError:
@@ -82,12 +84,12 @@ def _coefficient_problem(name: str, value: float) -> str:
 def load_profile(path: str | Path) -> Profile:
     """Read and check a profile file; any problem raises ProfileError naming the file and the field."""
     path = Path(path)
+    try:  # missing, a folder, a FIFO, too large, not UTF-8 (the line and column of the bad byte): said as such
+        text = read_text_file(path, "calibration profile", MAX_PROFILE_BYTES)
+    except PlannerError as e:
+        raise ProfileError(str(e)) from None
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such calibration profile") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{path}: cannot read the calibration profile: {e}") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ProfileError(f"{path}: calibration profile: invalid YAML: {e}") from None
     if not isinstance(data, dict):

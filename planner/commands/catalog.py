@@ -21,7 +21,7 @@ def cmd_catalog(args) -> int:
     from planner.catalog import load_gpu_catalog, load_model_catalog
 
     catalogs = {"gpu": load_gpu_catalog(), "model": load_model_catalog()}
-    if args.name:
+    if args.name is not None:  # an empty name too: it names no entry, it does not ask for the list
         if args.kind is None:
             raise PlannerError(
                 f"say which catalog: planner catalog gpu {args.name} or planner catalog model {args.name}"
