@@ -325,7 +325,7 @@ def test_size_intervals_in_the_report_and_json(tmp_path):
 
 def test_intervals_need_at_least_two_runs():
     done = size(BASE, "--intervals", "1")
-    assert done.returncode == 2 and "--intervals 1: must be a number of runs >= 2" in done.stderr
+    assert done.returncode == 2 and "--intervals 1: must be a number of runs in [2, 1,000]" in done.stderr
 
 
 def test_the_html_report_renders_in_headless_chromium(tmp_path):

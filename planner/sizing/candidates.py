@@ -1,7 +1,8 @@
 """Every combination of the search's GPUs, tensor parallel sizes, weight dtypes and engine settings, as one
 replica's scenario each, and the reasons those that cannot run were pruned: the scenario's own rules
 (tensor parallel not dividing the heads, a token budget below max_num_seqs...), the memory model (weights
-and activations do not fit), a tensor parallel size on a GPU without an interconnect, a missing price."""
+and activations do not fit), a tensor parallel size on a GPU without an interconnect, a swept max_model_len
+that every request of a probe is longer than, a missing price."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 from sim.cost_model import CostCoefficients
 from sim.memory import memory_breakdown
 from sim.memory_fit import fit_problems
+from sim.workload import generate_workload
 
 # Short names for the settings in a candidate's label.
 LABELS = {
@@ -63,13 +65,14 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
     sweep_names = list(s.engine)
     kept: list[Candidate] = []
     pruned: list[Pruned] = []
+    kept_requests: dict[int, int] = {}  # max_model_len -> the requests of a probe it keeps
     combos = itertools.product(s.gpus, s.tensor_parallel_sizes, s.dtypes, *(s.engine[n] for n in sweep_names))
     for gpu, tp, dtype, *values in combos:
         settings = tuple(zip(sweep_names, values))
         label = candidate_label(gpu.name, tp, dtype, settings, q.scenario.dtype, len(s.dtypes) > 1)
         scenario, reason = _build(q, gpu, tp, dtype, dict(settings))
         if reason is None:
-            reason = _price_problem(s, gpu)
+            reason = _requests_problem(q, scenario.max_model_len, kept_requests) or _price_problem(s, gpu)
         if reason is not None:
             pruned.append(Pruned(label, gpu.name, tp, reason))
             continue
@@ -114,6 +117,20 @@ def _build(q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict)
     if problems:
         return None, "does not fit: " + "; ".join(problems)
     return scenario, None
+
+
+def _requests_problem(q: SizingQuestion, max_model_len: int, kept_requests: dict[int, int]) -> str | None:
+    """A max_model_len (swept) under which a probe keeps no request: there is nothing to simulate.
+    `kept_requests` caches the count per max_model_len: a sweep has many candidates per value."""
+    if max_model_len not in kept_requests:
+        workload = dataclasses.replace(q.scenario.workload, num_requests=q.search.probe.num_requests)
+        kept_requests[max_model_len] = len(generate_workload(workload, max_model_len))
+    if kept_requests[max_model_len]:
+        return None
+    return (
+        f"all {q.search.probe.num_requests:,} requests of a probe are longer than max_model_len {max_model_len}"
+        " (prompt + output tokens) and would be rejected"
+    )
 
 
 def _price_problem(s: SearchSpec, gpu: GpuSpec) -> str | None:

@@ -25,6 +25,7 @@ class Capacity:
     best: ProbeResult | None  # the passing probe at `load` (None if none passed)
     lightest: ProbeResult  # the lightest load tried: how close a candidate with no capacity came
     short_of: float | None = None  # it failed at this load, the least it needed: the search stopped there
+    ran_out: bool = False  # nothing passed, and max_probes ended the search before its lightest load
 
 
 def find_capacity(
@@ -97,4 +98,5 @@ def find_capacity(
             hi = x
     probes = tuple(results[k] for k in sorted(results))
     best = results.get(lo) if lo > 0 else None
-    return Capacity(float(lo), probes, best, probes[0])
+    ran_out = lo == 0 and len(results) >= max_probes and probes[0].load > snap(floor_load)
+    return Capacity(float(lo), probes, best, probes[0], ran_out=ran_out)

@@ -3,11 +3,20 @@ cluster. Each gives the search the same thing, a `submit(task) -> concurrent.fut
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 
 from planner.errors import PlannerError
+
+# Each worker process runs one simulation at a time on one core: beyond a few per core they only queue for
+# the CPU, each costing a start-up and its memory (100,000 of them hang the machine starting).
+WORKERS_PER_CPU = 4
+
+
+def max_workers() -> int:
+    return WORKERS_PER_CPU * (os.cpu_count() or 1)
 
 
 class Executor:

@@ -308,7 +308,7 @@ def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation) -> 
         )
         return
     if ev.capacity.load <= 0:
-        r.note = "misses the SLOs even at the lightest load: " + _misses(ev.capacity.lightest, d.unit)
+        r.note = _no_capacity(q, r, ev.capacity)
         return
     if ev.replicas is None:
         need = math.ceil(d.value * d.headroom / ev.capacity.load)
@@ -321,6 +321,17 @@ def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation) -> 
         r.note = "misses the SLOs at the demand: " + _misses(ev.at_demand, d.unit)
         return
     r.objective_usd_per_month = objective_usd_per_month(r.costs, q.search.money.objective)
+
+
+def _no_capacity(q: SizingQuestion, r: Result, cap: Capacity) -> str:
+    """Why no load passed: the SLOs fail even at the search's lightest load, or its probes ran out first."""
+    misses = _misses(cap.lightest, q.search.demand.unit)
+    if cap.ran_out and r.analytic.batch_within_tpot != 0:  # (one that cannot meet TPOT gets one probe on purpose)
+        return (
+            "misses the SLOs at every load its probes reached (search.probe.max_probes ="
+            f" {q.search.probe.max_probes} ran out before a lighter load; raise it): {misses}"
+        )
+    return "misses the SLOs even at the lightest load: " + misses
 
 
 def _misses(p: ProbeResult, unit: str) -> str:

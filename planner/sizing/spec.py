@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import Ctx, did_you_mean
+from planner.rules import MAX_NUM_REQUESTS, RULES, Ctx, Rule, did_you_mean, in_range
 from planner.scenario import read_overridden, validate_mapping
 from planner.special_fields import SPECIAL
 from planner.validation import _convert_scalar, allowed_keys
@@ -29,6 +29,16 @@ OBJECTIVES = ("rental", "purchase", "both")
 # a quantised-GEMM cost and scale tensors in the memory model; refused rather than priced as bf16.
 WEIGHT_DTYPES = ("bfloat16", "float16", "float32")
 DEFAULT_TENSOR_PARALLEL = (1, 2, 4, 8)
+# A candidate's tensor parallel size and replica count: the scenario's own limits on the same quantities.
+TENSOR_PARALLEL_RULE = RULES[(HardwareConfig, "tensor_parallel_size")]
+REPLICAS_RULE = RULES[(HardwareConfig, "replicas")]
+# A probe's requests: at least enough for a p99 to mean something, at most a scenario's run.
+PROBE_REQUESTS = in_range(20, MAX_NUM_REQUESTS)
+# Probes per capacity search: doubling from the first guess down to its floor (1/64 of it) or up to the
+# analytic bound takes a handful, and bisecting a 2x bracket to a tolerance of 1e-6 about 20 more; a larger
+# budget only lets a search that cannot converge run on (a closed loop without a latency bound doubles its
+# users after each passing probe).
+PROBES = in_range(2, 64)
 # The catalog's host-CPU placeholder is not something to buy for serving.
 NOT_DEFAULT_GPUS = ("cpu",)
 
@@ -120,31 +130,47 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
     scenario = validate_mapping(data, str(path), path.absolute().parent)
     ctx = Ctx(str(path), path.absolute().parent)
     search = parse_search({} if search_raw is None else search_raw, scenario, ctx)
+    _check_requests_fit(scenario, search.probe, ctx)
     return SizingQuestion(scenario, search, str(path), data)
 
 
 def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
     s = _mapping(raw, "search", SEARCH_KEYS, ctx)
-    cands = _mapping(s.get("candidates") or {}, "search.candidates", CANDIDATE_KEYS, ctx)
+    cands = _mapping(_section(s, "candidates"), "search.candidates", CANDIDATE_KEYS, ctx)
     gpus, given = _gpus(cands.get("gpus"), scenario, ctx)
-    money = _money(s.get("money") or {}, ctx)
+    money = _money(_section(s, "money"), ctx)
     _check_prices(gpus, given, money, ctx)
     return SearchSpec(
-        demand=_demand(s.get("demand") or {}, scenario, ctx),
+        demand=_demand(_section(s, "demand"), scenario, ctx),
         gpus=gpus,
         gpus_given=given,
         tensor_parallel_sizes=_int_list(
             cands.get("tensor_parallel_sizes", list(DEFAULT_TENSOR_PARALLEL)),
             "search.candidates.tensor_parallel_sizes",
+            TENSOR_PARALLEL_RULE,
             ctx,
         ),
         replicas=_replicas(cands.get("replicas", "as_needed"), ctx),
         dtypes=_dtypes(cands.get("dtypes", [scenario.dtype]), ctx),
-        engine=_engine(cands.get("engine") or {}, scenario, ctx),
+        engine=_engine(_section(cands, "engine"), scenario, ctx),
         money=money,
-        probe=_probe(s.get("probe") or {}, ctx),
+        probe=_probe(_section(s, "probe"), ctx),
         bound_pruning=_scalar(cands, "bound_pruning", bool, True, "search.candidates", ctx, lambda v: True, ""),
     )
+
+
+def _check_requests_fit(scenario: Scenario, probe: Probe, ctx: Ctx) -> None:
+    """The search's workload shape is a probe's requests under the scenario's max_model_len: with none kept
+    there is nothing to size (simulate refuses the same workload)."""
+    from sim.workload import generate_workload
+
+    workload = dataclasses.replace(scenario.workload, num_requests=probe.num_requests)
+    if len(generate_workload(workload, scenario.max_model_len)) == 0:
+        allowed = (
+            f"all {probe.num_requests:,} requests of a probe (search.probe.num_requests) are longer (prompt +"
+            " output tokens) and would be rejected; raise it or set workload.too_long: truncate"
+        )
+        raise ScenarioError(ctx.file, "engine.max_model_len", scenario.max_model_len, allowed)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -305,21 +331,28 @@ def _replicas(raw: Any, ctx: Ctx) -> tuple[int, ...] | None:
             raw,
             "must be as_needed or a list of replica counts" + did_you_mean(raw, ["as_needed"]),
         )
-    return _int_list(raw, "search.candidates.replicas", ctx)
+    return _int_list(raw, "search.candidates.replicas", REPLICAS_RULE, ctx)
 
 
 def _probe(raw: Any, ctx: Ctx) -> Probe:
     p = _mapping(raw, "search.probe", PROBE_KEYS, ctx)
     w = "search.probe"
     return Probe(
-        num_requests=_scalar(p, "num_requests", int, 1000, w, ctx, lambda v: v >= 20, "must be >= 20"),
-        max_probes=_scalar(p, "max_probes", int, 8, w, ctx, lambda v: v >= 2, "must be >= 2"),
+        num_requests=_scalar(p, "num_requests", int, 1000, w, ctx, PROBE_REQUESTS.ok, PROBE_REQUESTS.allowed),
+        max_probes=_scalar(p, "max_probes", int, 8, w, ctx, PROBES.ok, PROBES.allowed),
         tolerance=_scalar(p, "tolerance", float, 0.1, w, ctx, lambda v: 0 < v < 1, "must be in (0, 1)"),
     )
 
 
 # ---------------------------------------------------------------------------------------------------------
 # Helpers: the same message shape as the scenario's (file: key = value: what is allowed)
+
+
+def _section(parent: dict, key: str) -> Any:
+    """A sub-section as written; absent (or left empty in YAML: null) means its defaults. Anything else,
+    a list or a number, goes to `_mapping` to be refused, not replaced by the defaults."""
+    value = parent.get(key)
+    return {} if value is None else value
 
 
 def _mapping(raw: Any, where: str, keys: Sequence[str], ctx: Ctx) -> dict:
@@ -355,13 +388,16 @@ def _scalar(d: dict, key: str, kind: type, default: Any, where: str, ctx: Ctx, o
     return v
 
 
-def _int_list(raw: Any, key: str, ctx: Ctx) -> tuple[int, ...]:
+def _int_list(raw: Any, key: str, rule: Rule, ctx: Ctx) -> tuple[int, ...]:
+    """Integers, each allowed by `rule` (the scenario's rule for the same quantity)."""
     values = raw if isinstance(raw, list) else [raw]
     if not values:
         raise ScenarioError(ctx.file, key, raw, "is empty: give at least one value")
     for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ScenarioError(ctx.file, f"{key}[{i}]", v, "must be an integer >= 1")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ScenarioError(ctx.file, f"{key}[{i}]", v, f"expected an integer ({rule.allowed})")
+        if not rule.ok(v):
+            raise ScenarioError(ctx.file, f"{key}[{i}]", v, rule.allowed)
     return tuple(dict.fromkeys(values))
 
 

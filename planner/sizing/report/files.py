@@ -5,28 +5,63 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
+import tempfile
 from pathlib import Path
 
+from planner.errors import PlannerError
 from planner.sizing.rank import Ranking
 from planner.sizing.report import tables
 from planner.sizing.report.figures import FIGURES
 from planner.sizing.search import SizingResult
 
 MAX_LISTED = 60  # rows of the not-simulated and cannot-run lists in the report
+TEXT_NAMES = ("report.md", "report.html", "sizing.json")
+REPORT_NAMES = (*(name for name, _, _ in FIGURES), *TEXT_NAMES)
+
+
+def check_report_dir(out_dir: Path) -> None:
+    """--out must be writable before the search starts, not found unwritable after it (as simulate's
+    planner.results.check_out_dir, for the report's file names)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise PlannerError(f"--out {out_dir}: exists and is not a folder") from None
+    except OSError as e:  # a parent is a file (ENOTDIR), no permission, a name too long, a read-only disk...
+        raise PlannerError(f"--out {out_dir}: cannot create the folder: {e.strerror or e}") from None
+    try:
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise PlannerError(f"--out {out_dir}: cannot write in the folder: {e.strerror or e}") from None
+    for name in REPORT_NAMES:
+        path = out_dir / name
+        if path.exists() and not path.is_file():
+            raise PlannerError(f"--out {out_dir}: {name} exists and is not a file; remove it or choose another --out")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PlannerError(f"--out {out_dir}: {name} exists and cannot be overwritten")
 
 
 def write_report(out_dir: Path, out: SizingResult, ranking: Ranking, command: str, data: dict) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """The report's files in a folder check_report_dir has passed."""
     pngs = {name: (title, draw(out, ranking, command)) for name, title, draw in FIGURES}
-    written = []
-    for name, (_, png) in pngs.items():
-        (out_dir / name).write_bytes(png)
-        written.append(out_dir / name)
+    written = [_write(out_dir, name, png) for name, (_, png) in pngs.items()]
     md, page = _markdown(out, ranking, command, pngs), _html(out, ranking, command, pngs)
-    for name, text in (("report.md", md), ("report.html", page), ("sizing.json", json.dumps(data, indent=2))):
-        (out_dir / name).write_text(text, encoding="utf-8")
-        written.append(out_dir / name)
-    return written
+    texts = (md, page, json.dumps(data, indent=2))
+    return written + [_write(out_dir, name, text) for name, text in zip(TEXT_NAMES, texts)]
+
+
+def _write(out_dir: Path, name: str, content: bytes | str) -> Path:
+    """One file; a folder that passed the check can still fail (a full disk, a file replaced since)."""
+    path = out_dir / name
+    try:
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    except OSError as e:
+        raise PlannerError(f"--out {out_dir}: cannot write {name}: {e.strerror or e}") from None
+    return path
 
 
 def _sections(out: SizingResult, ranking: Ranking):

@@ -1,0 +1,192 @@
+"""`planner size` on bad input: one clear message (file, field, value, what is allowed), exit 2, no traceback;
+nothing asked for silently dropped or replaced by a default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.cli import main
+from planner.sizing import cli as size_cli
+from planner.sizing.candidates import enumerate_candidates
+from planner.sizing.capacity import find_capacity
+from planner.sizing.probe import ProbeResult
+from planner.sizing.report import files
+from planner.sizing.spec import load_sizing
+
+# One GPU, one tensor parallel size, 20-request probes: a search of a few simulations of ~10 ms.
+SIZING = """\
+model: qwen-7b
+hardware: {gpu: a10}
+engine: {max_model_len: 4096}
+workload: {num_requests: 20, arrival: {process: closed, concurrency: 4}, prompt_tokens: {dist: fixed, value: 15},
+           output_tokens: {dist: fixed, value: 20}}
+slo: {tpot_ms: {p99: 100}}
+search: {demand: {concurrency: 4}, candidates: {gpus: [a10], tensor_parallel_sizes: [1]},
+         probe: {num_requests: 20, max_probes: 2}}
+"""
+
+
+@pytest.fixture
+def sizing_file(tmp_path) -> Path:
+    path = tmp_path / "sz.yaml"
+    path.write_text(SIZING)
+    return path
+
+
+def size_error(capsys, *args: str) -> str:
+    """`planner size ...` that must fail as a user error: its one-line message."""
+    assert main(["size", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("planner: error: ") and "Traceback" not in err and err.count("\n") == 1
+    return err
+
+
+def sets(*items: str) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
+
+
+@pytest.fixture
+def no_search(monkeypatch):
+    """The input is refused before the search: running it fails the test."""
+
+    def search(*_args, **_kwargs):
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(size_cli, "run_search", search)
+
+
+# 1, 2: a max_model_len no request fits under
+
+
+def test_a_max_model_len_no_request_fits_under_is_refused_before_the_search(capsys, sizing_file, no_search):
+    err = size_error(capsys, str(sizing_file), "--workers", "1", *sets("engine.max_model_len=30"))
+    assert f"{sizing_file}: engine.max_model_len = 30: all 20 requests of a probe" in err
+    assert "raise it or set workload.too_long: truncate" in err
+
+
+def test_a_swept_max_model_len_no_request_fits_under_prunes_its_candidates(sizing_file):
+    q = load_sizing(sizing_file, ["search.candidates.engine={max_model_len: [1, 4096]}"])
+    kept, pruned = enumerate_candidates(q)
+    assert [c.label for c in kept] == ["a10 tp1, len 4096"]
+    assert [p.label for p in pruned] == ["a10 tp1, len 1"]
+    assert "all 20 requests of a probe are longer than max_model_len 1" in pruned[0].reason
+
+
+def test_a_sweep_whose_every_max_model_len_rejects_every_request_cannot_run(capsys, sizing_file):
+    err = size_error(capsys, str(sizing_file), "--workers", "1", *sets("search.candidates.engine={max_model_len: [1]}"))
+    assert "no candidate can run" in err and "longer than max_model_len 1" in err
+
+
+# 3: --out checked before the search, and a write that fails named
+
+
+def test_an_out_that_is_a_file_is_refused_before_the_search(capsys, sizing_file, tmp_path, no_search):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    assert f"--out {taken}: exists and is not a folder" in size_error(capsys, str(sizing_file), "--out", str(taken))
+
+
+def test_an_out_whose_report_name_is_a_folder_is_refused_before_the_search(capsys, sizing_file, tmp_path, no_search):
+    (tmp_path / "out" / "report.md").mkdir(parents=True)
+    err = size_error(capsys, str(sizing_file), "--out", str(tmp_path / "out"))
+    assert f"--out {tmp_path / 'out'}: report.md exists and is not a file" in err
+
+
+def test_an_out_that_cannot_be_created_is_refused_before_the_search(capsys, sizing_file, tmp_path, no_search):
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out"  # under a file: no folder can be made there
+    assert f"--out {out}: cannot create the folder" in size_error(capsys, str(sizing_file), "--out", str(out))
+
+
+def test_a_report_file_that_cannot_be_written_after_the_search_names_it(capsys, sizing_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(files, "check_report_dir", lambda out: None, raising=False)  # it passed, then...
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "out"  # ...the folder went: nothing can be written there
+    err = size_error(capsys, str(sizing_file), "--workers", "1", "--out", str(out))
+    assert f"--out {out}: cannot write latency_vs_load.png: Not a directory" in err
+
+
+# 4: bounds, the scenario's own for the same quantities
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            "search.candidates.tensor_parallel_sizes=[1000000000000]",
+            "search.candidates.tensor_parallel_sizes[0] = 1000000000000: must be in [1, 64]",
+        ),
+        (
+            "search.candidates.replicas=[2, 1000000000000]",
+            "search.candidates.replicas[1] = 1000000000000: must be in [1, 1,024]",
+        ),
+        ("search.candidates.replicas=[0]", "search.candidates.replicas[0] = 0: must be in [1, 1,024]"),
+        (
+            "search.probe.num_requests=100000000000",
+            "search.probe.num_requests = 100000000000: must be in [20, 10,000,000]",
+        ),
+        ("search.probe.max_probes=1000000000", "search.probe.max_probes = 1000000000: must be in [2, 64]"),
+    ],
+)
+def test_search_values_beyond_their_bounds_are_refused(capsys, sizing_file, no_search, override, expected):
+    assert f"{sizing_file}: {expected}" in size_error(capsys, str(sizing_file), *sets(override))
+
+
+def test_workers_beyond_a_few_per_cpu_are_refused(capsys, sizing_file, no_search):
+    err = size_error(capsys, str(sizing_file), "--workers", "100000")
+    assert f"--workers 100000: must be in [1, {size_cli.max_workers():,}]" in err and "per CPU" in err
+
+
+def test_intervals_beyond_the_bound_are_refused(capsys, sizing_file, no_search):
+    err = size_error(capsys, str(sizing_file), "--intervals", "100000000000")
+    assert "--intervals 100000000000: must be a number of runs in [2, 1,000]" in err
+
+
+# 5: a search section that is not a mapping is refused, not replaced by its defaults
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("search.candidates=[]", "search.candidates = []: expected a mapping with keys gpus, tensor_parallel_sizes"),
+        ("search.demand=0", "search.demand = 0: expected a mapping with keys rate, concurrency, headroom"),
+        ("search.candidates.engine=[]", "search.candidates.engine = []: expected a mapping with keys scheduler"),
+        ("search.probe=false", "search.probe = false: expected a mapping with keys num_requests, max_probes"),
+        ("search.money=[]", "search.money = []: expected a mapping with keys objective"),
+    ],
+)
+def test_a_search_section_that_is_not_a_mapping_is_refused(capsys, sizing_file, no_search, override, expected):
+    assert f"{sizing_file}: {expected}" in size_error(capsys, str(sizing_file), *sets(override))
+
+
+def test_an_absent_search_section_means_its_defaults(sizing_file):
+    q = load_sizing(sizing_file, ["search={demand: {concurrency: 4}, candidates: {gpus: [a10]}}"])
+    assert (q.search.probe.num_requests, q.search.probe.max_probes) == (1000, 8)
+    assert q.search.tensor_parallel_sizes == (1, 2, 4, 8) and q.search.engine == {}
+
+
+# 6: a search whose probes ran out is not reported as failing at the lightest load
+
+
+def _probe(load: float, met: bool) -> ProbeResult:
+    return ProbeResult(load, met, False, None, 10, 10, 1.0, 10.0, {}, (), 0.0, 0.0)
+
+
+def test_a_capacity_search_that_runs_out_of_probes_before_its_lightest_load_says_so():
+    short = find_capacity(lambda x: _probe(x, x <= 0.1), "rate", 10.0, None, 2, 0.1)
+    assert short.load == 0 and short.ran_out and short.lightest.load == 5.0
+    full = find_capacity(lambda x: _probe(x, False), "rate", 10.0, None, 12, 0.1)
+    assert full.load == 0 and not full.ran_out  # it reached its floor: the SLOs fail at the lightest load
+
+
+def test_a_search_out_of_probes_tells_to_raise_max_probes(capsys, sizing_file):
+    heavy = sets(
+        "search.demand={rate: 2.4}", "workload.prompt_tokens.value=1500", "workload.output_tokens.value=200",
+        "search.probe.num_requests=100", "slo.tpot_ms={p99: 40}",
+    )  # fmt: skip
+    assert main(["size", str(sizing_file), "--workers", "1", *heavy]) == 2
+    out = capsys.readouterr().out  # the report; the error on stderr says no candidate meets the SLOs
+    assert "search.probe.max_probes = 2 ran out before a lighter load; raise it" in out
+    assert "even at the lightest load" not in out
