@@ -12,8 +12,26 @@ from planner.errors import EXIT_USAGE, PlannerError, one_line
 from sim.errors import WorkloadError
 
 
+def _given(what: str, convert=str):
+    """An argument's type that refuses an empty string: as a path it would silently mean the current folder
+    (Path("") is "."), writing the outputs there (`--out ""`) or reading it as a file (`--calibration ""`)."""
+
+    def check(value: str):
+        if not value:
+            raise argparse.ArgumentTypeError(f"'' is empty: give {what}")
+        return convert(value)
+
+    return check
+
+
+_scenario_file = _given("a scenario file")
+_folder = _given("a folder name (. for the current folder)", Path)
+_profile_file = _given("the profile's file name (e.g. tiny.yaml)", Path)
+_run_output = _given("a run's --out folder or its summary.json", Path)
+
+
 def _scenario_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("scenario", type=_scenario_file, help="scenario YAML file")
     p.add_argument(
         "--set",
         dest="overrides",
@@ -25,7 +43,7 @@ def _scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def _validate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", type=_scenario_file, metavar="FILE")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
 
@@ -42,7 +60,7 @@ def _memory_args(p: argparse.ArgumentParser) -> None:
 
 def _simulate_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
-    p.add_argument("--out", type=Path, help="write summary.json, requests.csv, steps.csv and plots here")
+    p.add_argument("--out", type=_folder, help="write summary.json, requests.csv, steps.csv and plots here")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument(
         "--all-steps",
@@ -51,6 +69,7 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--calibration",
+        type=_given("a profile file or auto"),
         metavar="FILE|auto",
         help="the cost model's calibration profile (default: the scenario's `calibration` key, auto)",
     )
@@ -65,10 +84,12 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
 def _run_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
-    p.add_argument("--model-path", type=Path, help="local HF safetensors directory (default: random weights)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); sampling is seeded")
+    p.add_argument("--model-path", type=_folder, help="local HF safetensors directory (default: random weights)")
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="0 = greedy (default), else >= 0.01; sampling is seeded"
+    )
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold in (0, 1]")
-    p.add_argument("--out", type=Path)
+    p.add_argument("--out", type=_folder)
     p.add_argument("--json", action="store_true")
 
 
@@ -79,15 +100,17 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="catalog model for the built-in default scenario (no SCENARIO given)")
     p.add_argument("--budget-s", type=float, help="seconds for the step sweep (default: 45 on CPU, 240 on CUDA)")
     p.add_argument("--held-out-requests", type=int, help="requests per held-out scenario (default: 32 CPU, 200 CUDA)")
-    p.add_argument("--out", type=Path, help="the profile file to write (default: in the user's profile folder)")
     p.add_argument(
-        "--from", dest="from_runs", nargs="+", type=Path, metavar="RUN_DIR", help="fit `planner run` output folders"
+        "--out", type=_profile_file, help="the profile file to write (default: in the user's profile folder)"
+    )
+    p.add_argument(
+        "--from", dest="from_runs", nargs="+", type=_folder, metavar="RUN_DIR", help="fit `planner run` output folders"
     )
 
 
 def _size_args(p: argparse.ArgumentParser) -> None:
     _scenario_args(p)
-    p.add_argument("--out", type=Path, help="write report.md, report.html, sizing.json and the figures here")
+    p.add_argument("--out", type=_folder, help="write report.md, report.html, sizing.json and the figures here")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--workers", type=int, help="worker processes (default: all cores)")
     p.add_argument("--ray", metavar="ADDRESS", help="run the candidates on this Ray cluster (needs the ray extra)")
@@ -100,8 +123,8 @@ def _size_args(p: argparse.ArgumentParser) -> None:
 
 
 def _compare_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("a", type=Path, help="a run's output folder (or its summary.json)")
-    p.add_argument("b", type=Path)
+    p.add_argument("a", type=_run_output, help="a run's output folder (or its summary.json)")
+    p.add_argument("b", type=_run_output)
     p.add_argument("--json", action="store_true")
 
 

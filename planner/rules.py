@@ -60,6 +60,10 @@ def above_to(lo: float, hi: float, unit: str = "") -> Rule:
 MAX_TOKENS = 1 << 24  # 16,777,216: a context length (Llama 4 Scout's is 10,485,760)
 MAX_NUM_REQUESTS = 10_000_000  # a run's requests; 1,000,000 simulate in < 1 GB (README, "Speed and scale")
 MAX_NUM_GPU_BLOCKS = 1 << 24  # the block pool keeps a few dozen bytes per block
+# Runs of --intervals (simulate, size): each is a whole simulation, and from 1,000 the 90% interval's ends (the 5%
+# and 95% quantiles) are known to within about a percentile point (a 5% quantile's rank has a binomial std of
+# 0.7%); more barely move the figures but take hours of a long scenario. An interval needs at least 2.
+MIN_INTERVAL_RUNS, MAX_INTERVAL_RUNS = 2, 1000
 MAX_LAYERS = 1024  # a model's decoder layers (the largest published have 126); the catalog checks it first
 
 

@@ -100,6 +100,8 @@ def test_from_needs_no_torch(run_dir, tmp_path):
         ([], ["--device cpu", "--gpu", "--from"]),
         (["--gpu", "--device", "cpu"], ["--gpu", "--device cpu"]),
         (["--device", "cpu", "--budget-s", "0"], ["--budget-s", "0", "positive"]),
+        (["--device", "cpu", "--budget-s", "inf"], ["--budget-s inf", "finite positive number of seconds"]),
+        (["--device", "cpu", "--budget-s", "nan"], ["--budget-s nan", "finite positive number of seconds"]),
         (["--device", "cpu", "--held-out-requests", "1"], ["--held-out-requests", "1", "at least 4"]),
         (["--device", "cpu", "nonexistent.yaml"], ["nonexistent.yaml", "no such scenario file"]),
         (["--device", "cpu", "--model", "no-such-model"], ["no-such-model"]),
@@ -115,6 +117,83 @@ def test_calibrate_refuses_clearly(args, words):
     assert "Traceback" not in result.stderr
     for word in words:
         assert word in result.stderr
+
+
+def no_sweep(monkeypatch) -> list:
+    """calibrate up to the sweep: the profile paths it would have written, and no sweep."""
+    from planner.calibration import command
+
+    paths = []
+    monkeypatch.setattr(command, "calibrate_scenario", lambda scenario, device, budget, path, held: paths.append(path))
+    return paths
+
+
+@pytest.mark.parametrize(
+    "case, words",
+    [
+        ("under_a_file", "f.yaml exists and is not a folder"),
+        ("virtual_file_system", "cannot write /proc/x.yaml: No such file or directory"),
+        ("rows_name_is_a_folder", "cannot write {tmp}/q.rows.csv: Is a directory"),
+        ("report_name_is_a_file", "{tmp}/p-validation exists and is not a folder"),
+        ("name_too_long", "File name too long"),
+    ],
+)
+def test_out_is_checked_before_the_sweep(tmp_path, monkeypatch, capsys, case, words):
+    (tmp_path / "f.yaml").write_text("")
+    (tmp_path / "q.rows.csv").mkdir()
+    (tmp_path / "p-validation").write_text("")
+    out = {
+        "under_a_file": tmp_path / "f.yaml" / "x.yaml",
+        "virtual_file_system": Path("/proc/x.yaml"),
+        "rows_name_is_a_folder": tmp_path / "q.yaml",
+        "report_name_is_a_file": tmp_path / "p.yaml",
+        "name_too_long": tmp_path / ("x" * 250 + ".yaml"),
+    }[case]
+    paths = no_sweep(monkeypatch)
+    assert main(["calibrate", "--device", "cpu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"planner: error: --out {out}: " in err and words.format(tmp=tmp_path) in err and not paths
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.yaml", "p-validation", "q.rows.csv"]  # none left
+
+
+def test_a_failed_write_names_the_file(run_dir, tmp_path, monkeypatch, capsys):
+    from planner.calibration import profile
+
+    def full_disk(prof, path):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(profile, "save_profile", full_disk)
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", "--from", str(run_dir), "--out", str(out)]) == 2
+    assert f"planner: error: cannot write {out}: No space left on device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "model, name",
+    [("../../escaped", "_.._escaped"), ("org/model-7B.v2", "org_model-7B.v2"), ("..", "model"), ("a b", "a_b")],
+)
+def test_a_model_name_becomes_a_file_name_in_the_profile_folder(model, name):
+    from planner.calibration.calibrate import file_name
+
+    assert file_name(model) == name
+
+
+def test_a_model_named_like_a_path_stays_in_the_profile_folder(tmp_path, monkeypatch):
+    import json
+
+    model = {"name": "../../escaped", "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
+             "max_position_embeddings": 2048}  # fmt: skip
+    scenario = (
+        (ROOT / "scenarios" / "cpu_tiny.yaml").read_text().replace("model: tiny-llama", f"model: {json.dumps(model)}")
+    )
+    (tmp_path / "escape.yaml").write_text(scenario)
+    folder = tmp_path / "a" / "profiles"
+    monkeypatch.setenv("PLANNER_PROFILE_DIR", str(folder))
+    paths = no_sweep(monkeypatch)
+    assert main(["calibrate", "--device", "cpu", str(tmp_path / "escape.yaml")]) == 0
+    assert paths == [folder / "_.._escaped-float32-cpu.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "escape.yaml"]  # nothing written outside it
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no GPU is visible")

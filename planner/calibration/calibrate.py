@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -69,10 +71,84 @@ class RoundMeter:
         return lambda: (bool(busy_reasons(None, meter.load())), max(first_s, self._time()))
 
 
+def profile_path(scenario: Scenario, device: str, out: Path | None) -> Path:
+    """--out, else <profile folder>/<model>-<dtype>-<device>.yaml."""
+    from planner.calibration.profile import default_profile_dir
+
+    return out or default_profile_dir() / f"{file_name(scenario.model.name)}-{scenario.dtype}-{device}.yaml"
+
+
+def file_name(model: str) -> str:
+    """A model's name as part of a file name in the profile folder. A name may hold a path separator (an HF id,
+    "org/model"; a config.json's path), so one is no error: each run of characters other than letters, digits,
+    '.', '_' and '-' becomes '_', and leading dots go, so that no name ("../../x", "..") leads out of the
+    folder or hides in it. The profile keeps the name as given: `auto` reads it there, not in the file name."""
+    return re.sub(r"[^\w.-]+", "_", model).lstrip(".") or "model"
+
+
+def written_beside(path: Path) -> tuple[Path, Path]:
+    """What calibrating writes beside the profile: its sweep rows (CSV) and the validation report's folder."""
+    return path.with_suffix(".rows.csv"), path.with_name(path.stem + "-validation")
+
+
+def check_profile_path(path: Path, label: str) -> None:
+    """Before the sweep (minutes): the profile, its rows and its validation report can be written where they
+    go, rather than found unwritable after it."""
+    rows_path, report_dir = written_beside(path)
+    check_writable(path, label)
+    check_writable(rows_path, label)
+    check_writable(report_dir, label, folder=True)
+
+
+def check_writable(path: Path, label: str, folder: bool = False) -> None:
+    """Its folder is created (as `check_out` creates an --out folder); the file (or folder) is created as
+    calibrating will create it, then removed unless it was there: what would refuse the real write
+    (permissions, a read-only or virtual file system, a name too long, a file in the way) refuses this one,
+    with a PlannerError starting with `label`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise PlannerError(f"{label}: {path.parent} exists and is not a folder") from None
+    except OSError as e:
+        raise PlannerError(f"{label}: cannot create the folder {path.parent}: {e.strerror or e}") from None
+    if folder and path.exists() and not path.is_dir():
+        raise PlannerError(f"{label}: {path} exists and is not a folder (calibrating writes its report there)")
+    try:
+        _create_and_remove(path, folder)
+    except OSError as e:
+        raise PlannerError(f"{label}: cannot write {path}: {e.strerror or e}") from None
+
+
+def _create_and_remove(path: Path, folder: bool) -> None:
+    existed = path.exists()
+    if folder:
+        path.mkdir(exist_ok=True)
+    else:
+        with open(path, "a"):  # appending changes no file that is there
+            pass
+    if existed:
+        return
+    if folder:
+        path.rmdir()
+    else:
+        path.unlink()
+
+
+@contextlib.contextmanager
+def writing(what: Path) -> Iterator[None]:
+    """An OSError while writing (a full disk; a folder removed or made read-only since check_profile_path) as
+    one message naming the file."""
+    try:
+        yield
+    except OSError as e:
+        raise PlannerError(f"cannot write {e.filename or what}: {e.strerror or e}") from None
+
+
 def calibrate_scenario(
-    scenario: Scenario, device: str, budget_s: float, out: Path | None, held_out_requests: int
+    scenario: Scenario, device: str, budget_s: float, path: Path, held_out_requests: int
 ) -> tuple[Path, list[str]]:
-    """The whole flow for one scenario; returns the profile's path and the report's lines (also printed)."""
+    """The whole flow for one scenario, writing the profile to `path` (profile_path, checked by
+    check_profile_path); returns the profile's path and the report's lines (also printed)."""
     torch, sweep, ModelRunner = engine_modules()
     from gpu_engine.reference_step import ReferenceProbe, reference_shape
     from gpu_engine.sweep_grid import blocks_for_grid
@@ -146,8 +222,7 @@ def calibrate_scenario(
     fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=cuda_graphs)
     say("", *fit.lines())
 
-    path = out or profile.default_profile_dir() / f"{scenario.model.name}-{scenario.dtype}-{device}.yaml"
-    rows_path = path.with_suffix(".rows.csv")
+    rows_path, report_dir = written_beside(path)
     from gpu_engine.engine import CPU_THREADS
 
     engine = dataclasses.asdict(e) | ({"cpu_threads": CPU_THREADS} if device == "cpu" else {})
@@ -155,12 +230,12 @@ def calibrate_scenario(
     prof = profile.profile_from_fit(
         scenario, fit, "live-sweep", engine, rows_path.name, f"step sweep on the live engine: {command}"
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_rows_csv(rows_path, rows)
-    saved = profile.save_profile(prof, path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_rows_csv(rows_path, rows)
+        saved = profile.save_profile(prof, path)
     say("", f"wrote the profile {saved} (id {prof.id}) and its {len(stable)} sweep rows {rows_path}")
 
-    report_dir = path.with_name(path.stem + "-validation")
     held_out = scenario
     if device == "cpu" and e.num_gpu_blocks_override is None:
         # The CPU "device" is host RAM: the memory model would give the held-out engines millions of blocks
@@ -213,8 +288,6 @@ def validate_profile(
         )
     except EngineError as e:
         raise PlannerError(f"held-out validation: {e}") from e
-    report_dir.mkdir(parents=True, exist_ok=True)
-    figures = [latency_cdfs(report_dir / "latency_cdfs.png", [(r.name, r.latencies_ms) for r in runs])]
     groups = []
     for step_class in ("decode", "prefill", "mixed"):
         pick = rows["step_class"] == step_class
@@ -227,7 +300,6 @@ def validate_profile(
         [fitting.predict_rows(r.scenario, coefficients, r.measured_steps, serial=True) for r in runs]
     )
     groups.append(("held-out live steps", measured, predicted))
-    figures.append(step_scatter(report_dir / "step_scatter.png", groups, f"{scenario.model.name} on {device}"))
     what = f"{scenario.model.name} ({scenario.dtype}) on {device}, from {len(rows['duration_s'])} swept step shapes"
     header = [
         f"Profile `{prof.id}`: {what}; {len(runs)} held-out scenarios of {num_requests} requests each.",
@@ -238,7 +310,13 @@ def validate_profile(
         *fit.lines(),
         "```",
     ]
-    (report_dir / "calibration.md").write_text(calibration_markdown(runs, device, header, figures))
+    with writing(report_dir):
+        report_dir.mkdir(parents=True, exist_ok=True)
+        figures = [
+            latency_cdfs(report_dir / "latency_cdfs.png", [(r.name, r.latencies_ms) for r in runs]),
+            step_scatter(report_dir / "step_scatter.png", groups, f"{scenario.model.name} on {device}"),
+        ]
+        (report_dir / "calibration.md").write_text(calibration_markdown(runs, device, header, figures))
     lines = report_lines(runs, device)
     return [*lines, f"wrote {report_dir / 'calibration.md'} and {', '.join(p.name for p in figures)}"]
 

@@ -12,9 +12,19 @@ machine a second thread turns other processes' time slices into stalls of a whol
 
 from __future__ import annotations
 
+import math
 import time
 
-from planner.calibration.calibrate import calibrate_scenario, engine_modules, say
+from planner.calibration.calibrate import (
+    calibrate_scenario,
+    check_profile_path,
+    check_writable,
+    engine_modules,
+    file_name,
+    profile_path,
+    say,
+    writing,
+)
 from planner.calibration.defaults import DEFAULT_BUDGET_S, DEFAULT_HELD_OUT_REQUESTS, default_scenario
 from planner.errors import PlannerError
 
@@ -30,8 +40,8 @@ def cmd_calibrate(args) -> int:
         raise PlannerError("say what to calibrate: --device cpu, --gpu (= --device cuda), or --from RUN_DIR ...")
     if args.gpu and args.device not in (None, "cuda"):
         raise PlannerError(f"--gpu means --device cuda; it contradicts --device {args.device}")
-    if args.budget_s is not None and not args.budget_s > 0:
-        raise PlannerError(f"--budget-s {args.budget_s}: must be a positive number of seconds")
+    if args.budget_s is not None and not (math.isfinite(args.budget_s) and args.budget_s > 0):
+        raise PlannerError(f"--budget-s {args.budget_s}: must be a finite positive number of seconds")
     if args.held_out_requests is not None and args.held_out_requests < 4:
         raise PlannerError(f"--held-out-requests {args.held_out_requests}: must be at least 4")
     if args.out and len(args.scenarios) > 1:
@@ -46,6 +56,9 @@ def cmd_calibrate(args) -> int:
     scenarios = [load_scenario(path) for path in args.scenarios] or [default_scenario(device, args.model)]
     if args.model and args.scenarios:
         raise PlannerError("--model picks the built-in default's model; a scenario names its own model")
+    paths = [profile_path(scenario, device, args.out) for scenario in scenarios]
+    for path in paths:
+        check_profile_path(path, _label(args.out))
     budget_s = (args.budget_s or DEFAULT_BUDGET_S[device]) / len(scenarios)
     held_out = args.held_out_requests or DEFAULT_HELD_OUT_REQUESTS[device]
     from gpu_engine.engine import CPU_THREADS
@@ -54,8 +67,8 @@ def cmd_calibrate(args) -> int:
     if device == "cpu":
         torch.set_num_threads(CPU_THREADS)
     try:
-        for scenario in scenarios:
-            calibrate_scenario(scenario, device, budget_s, args.out, held_out)
+        for scenario, path in zip(scenarios, paths, strict=True):
+            calibrate_scenario(scenario, device, budget_s, path, held_out)
     finally:
         torch.set_num_threads(threads)
     return 0
@@ -65,12 +78,18 @@ def _from_runs(args) -> int:
     from planner.calibration import fitting, profile
 
     started = time.perf_counter()
-    prof = fitting.fit_from_runs(args.from_runs, warn=say)
-    path = args.out or profile.default_profile_dir() / f"{prof.model}-{prof.dtype}-runs-{prof.id}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    saved = profile.save_profile(prof, path)
+    prof = fitting.fit_from_runs(args.from_runs, warn=say)  # seconds: the default name needs the fit
+    path = args.out or profile.default_profile_dir() / f"{file_name(prof.model)}-{prof.dtype}-runs-{prof.id}.yaml"
+    check_writable(path, _label(args.out))  # what refuses the write, said clearly; `writing`: a failure during it
+    with writing(path):
+        saved = profile.save_profile(prof, path)
     say(*profile_lines(prof), f"wrote the profile {saved} in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _label(out) -> str:
+    """How a message names where the profile goes."""
+    return f"--out {out}" if out else "the profile's default place (give --out, or set PLANNER_PROFILE_DIR)"
 
 
 def profile_lines(prof) -> list[str]:

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from planner.commands.output import check_out, emit
 from planner.commands.scenario_checks import load_scenario_args, refuse, workload_problems
 from planner.errors import PlannerError
 from planner.progress import ProgressBar
+
+# Below it logits / temperature overflows float32 (inf, then nan probabilities); vLLM raises a lower one to it.
+MIN_TEMPERATURE = 0.01
+
+
+def _check_sampling(temperature: float, top_p: float) -> None:
+    """Before the model loads. nan passes no comparison, so each check says what passes; an infinite
+    temperature would sample uniformly, whatever the model says."""
+    if temperature != 0 and not (math.isfinite(temperature) and temperature >= MIN_TEMPERATURE):
+        raise PlannerError(f"--temperature {temperature}: must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}")
+    if not 0 < top_p <= 1:
+        raise PlannerError(f"--top-p {top_p}: must be a number in (0, 1]")
 
 
 def cmd_run(args) -> int:
@@ -18,10 +31,7 @@ def cmd_run(args) -> int:
         raise PlannerError(f"the live engine needs the engine extra (pip install 'planner[engine]'): {e}") from e
     from planner.results import build_summary
 
-    if args.temperature < 0 or not 0 < args.top_p <= 1:
-        raise PlannerError(
-            f"--temperature {args.temperature} --top-p {args.top_p}: temperature must be >= 0 and top-p in (0, 1]"
-        )
+    _check_sampling(args.temperature, args.top_p)
     scenario = load_scenario_args(args)
     refuse(scenario, workload_problems(scenario))  # the fit is measured by the engine itself
     check_out(args)

@@ -15,8 +15,7 @@ def cmd_simulate(args) -> int:
 
     scenario = load_scenario_args(args)
     refuse(scenario, run_problems(scenario))
-    if args.intervals is not None and args.intervals < 1:
-        raise PlannerError(f"--intervals {args.intervals}: must be a number of runs >= 1")
+    _check_intervals(args.intervals)
     if args.all_steps and args.out is None:
         raise PlannerError("--all-steps: it says what steps.csv holds, and only --out DIR writes steps.csv")
     coefficients, provenance = resolve_cost_model(scenario, args.calibration)
@@ -34,6 +33,17 @@ def cmd_simulate(args) -> int:
         if isinstance(steps_csv, StepsCsvWriter):
             steps_csv.abort()  # a no-op once it has written the file; else (a failed run) it exits
     return 0
+
+
+def _check_intervals(runs: int | None) -> None:
+    """A 90% interval of one run is that run's figures three times over: it needs a spread (as `planner size`)."""
+    from planner.rules import MAX_INTERVAL_RUNS, MIN_INTERVAL_RUNS
+
+    if runs is not None and not MIN_INTERVAL_RUNS <= runs <= MAX_INTERVAL_RUNS:
+        raise PlannerError(
+            f"--intervals {runs}: must be a number of runs in [{MIN_INTERVAL_RUNS}, {MAX_INTERVAL_RUNS:,}]"
+            " (an interval needs a spread)"
+        )
 
 
 def _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv) -> None:

@@ -8,16 +8,13 @@ import sys
 
 from planner.errors import PlannerError
 from planner.progress import ProgressBar
+from planner.rules import MAX_INTERVAL_RUNS, MIN_INTERVAL_RUNS
 from planner.sizing.executor import WORKERS_PER_CPU, max_workers
 from planner.sizing.rank import rank
 from planner.sizing.report.data import sizing_data
 from planner.sizing.report.tables import terminal_lines
 from planner.sizing.search import run_search
 from planner.sizing.spec import load_sizing
-
-# Runs per picked candidate for --intervals: the 5th and 95th percentiles of 1,000 draws are within about a
-# percentile rank of the truth; more draws only multiply the simulations (draws x picks x probes).
-MAX_INTERVAL_RUNS = 1_000
 
 
 def command_line(args) -> str:
@@ -35,9 +32,9 @@ def run_size(args) -> int:
             f"--workers {args.workers}: must be in [1, {max_workers():,}] (at most {WORKERS_PER_CPU} per CPU of"
             " this machine: more processes only wait for the cores)"
         )
-    if args.intervals is not None and not 2 <= args.intervals <= MAX_INTERVAL_RUNS:
+    if args.intervals is not None and not MIN_INTERVAL_RUNS <= args.intervals <= MAX_INTERVAL_RUNS:
         raise PlannerError(
-            f"--intervals {args.intervals}: must be a number of runs in [2, {MAX_INTERVAL_RUNS:,}]"
+            f"--intervals {args.intervals}: must be a number of runs in [{MIN_INTERVAL_RUNS}, {MAX_INTERVAL_RUNS:,}]"
             " (an interval needs a spread)"
         )
     question = load_sizing(args.scenario, args.overrides)
