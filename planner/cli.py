@@ -113,7 +113,12 @@ def _size_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=_folder, help="write report.md, report.html, sizing.json and the figures here")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--workers", type=int, help="worker processes (default: all cores)")
-    p.add_argument("--ray", metavar="ADDRESS", help="run the candidates on this Ray cluster (needs the ray extra)")
+    p.add_argument(
+        "--ray",
+        type=_given("a Ray cluster's address (host:port, or auto)"),
+        metavar="ADDRESS",
+        help="run the candidates on this Ray cluster (needs the ray extra)",
+    )
     p.add_argument(
         "--intervals",
         type=int,

@@ -65,6 +65,7 @@ def test_run_refuses_sampling_values_before_the_engine_starts(option, value, all
         (["calibrate", "--device", "cpu", "--out", ""], "--out", "the profile's file name"),
         (["calibrate", "--from", ""], "--from", "a folder name"),
         (["compare", "", CPU_TINY], "a", "a run's --out folder or its summary.json"),
+        (["size", CPU_TINY, "--ray", ""], "--ray", "a Ray cluster's address"),  # ran locally
     ],
 )
 def test_an_empty_path_is_refused_not_taken_for_the_current_folder(argv, argument, allowed, no_simulation, capsys):
