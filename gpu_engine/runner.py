@@ -189,6 +189,9 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_probs, order = probs.sort(dim=-1, descending=True)
+    # A top_p below the dtype's smallest normal number would compare as 0 and mask every token: the most likely
+    # one (0 before it) must stay in, whatever top_p > 0 is given.
+    top_p = max(top_p, torch.finfo(probs.dtype).tiny)
     outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # the tokens before it already reach top_p
     sorted_probs.masked_fill_(outside, 0.0)  # the most likely token is never outside; no host sync
     return torch.zeros_like(probs).scatter_(-1, order, sorted_probs)

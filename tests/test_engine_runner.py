@@ -103,6 +103,8 @@ def test_seeded_sampling_repeats_and_top_p_near_zero_is_greedy():
     assert run(1, hot) == run(1, hot)
     assert run(1, hot) != run(2, hot)
     assert run(1, SamplingParams(temperature=1.0, top_p=1e-6)) == run(1, SamplingParams())
+    # below float32's smallest normal number (1.2e-38) top_p compared as 0 and masked every token
+    assert run(1, SamplingParams(temperature=1.0, top_p=1e-50)) == run(1, SamplingParams())
 
 
 def test_a_prefill_chunk_short_of_the_end_samples_nothing_and_blocks_must_cover_the_step():
