@@ -144,6 +144,20 @@ def test_intervals_beyond_the_bound_are_refused(capsys, sizing_file, no_search):
     assert "--intervals 100000000000: must be a number of runs in [2, 1,000]" in err
 
 
+def test_a_sweep_of_millions_of_candidates_is_refused_before_it_is_built(capsys, sizing_file, no_search):
+    """Each candidate is a scenario in memory: 1.2 million of them grew the process for minutes, silently."""
+    seqs, tokens = (", ".join(map(str, values)) for values in (range(1, 257), range(4096, 4296)))
+    sweep = f"search.candidates.engine={{max_num_seqs: [{seqs}], max_num_batched_tokens: [{tokens}]}}"
+    err = size_error(capsys, str(sizing_file), *sets(sweep))
+    expected = "search.candidates: 51,200 combinations (256 engine.max_num_seqs x 200 engine.max_num_batched_tokens)"
+    assert f"{sizing_file}: {expected}: at most 10,000; sweep fewer values" in err
+
+
+def test_a_value_swept_twice_is_one_candidate(sizing_file):
+    question = load_sizing(sizing_file, ["search.candidates.engine={max_num_seqs: [32, 32, 64, 32]}"])
+    assert question.search.engine["max_num_seqs"] == (32, 64)
+
+
 # 5: a search section that is not a mapping is refused, not replaced by its defaults
 
 

@@ -41,6 +41,9 @@ PROBE_REQUESTS = in_range(20, MAX_NUM_REQUESTS)
 PROBES = in_range(2, 64)
 # The catalog's host-CPU placeholder is not something to buy for serving.
 NOT_DEFAULT_GPUS = ("cpu",)
+# Candidates a search may enumerate: the whole catalogue at 4 tensor parallel sizes is ~100; 10,000 is a sweep
+# of several engine settings on top, hours of simulations; millions only fill memory before the first one.
+MAX_CANDIDATES = 10_000
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,7 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
     gpus, given = _gpus(cands.get("gpus"), scenario, ctx)
     money = _money(_section(s, "money"), ctx)
     _check_prices(gpus, given, money, ctx)
-    return SearchSpec(
+    spec = SearchSpec(
         demand=_demand(_section(s, "demand"), scenario, ctx),
         gpus=gpus,
         gpus_given=given,
@@ -157,6 +160,26 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
         probe=_probe(_section(s, "probe"), ctx),
         bound_pruning=_scalar(cands, "bound_pruning", bool, True, "search.candidates", ctx, lambda v: True, ""),
     )
+    _check_num_candidates(spec, ctx)
+    return spec
+
+
+def _check_num_candidates(s: SearchSpec, ctx: Ctx) -> None:
+    """The product of the swept values, before it is built: a few values for each of a few settings multiply
+    into millions of candidates, each a scenario in memory and a capacity search."""
+    factors = {
+        "GPUs": len(s.gpus),
+        "tensor parallel sizes": len(s.tensor_parallel_sizes),
+        "dtypes": len(s.dtypes),
+        **{f"engine.{name}": len(values) for name, values in s.engine.items()},
+    }
+    num_candidates = math.prod(factors.values())
+    if num_candidates > MAX_CANDIDATES:
+        counts = " x ".join(f"{n} {what}" for what, n in factors.items() if n > 1)
+        raise ScenarioError(
+            ctx.file, "search.candidates", NO_VALUE,
+            f"{num_candidates:,} combinations ({counts}): at most {MAX_CANDIDATES:,}; sweep fewer values",
+        )  # fmt: skip
 
 
 def _check_requests_fit(scenario: Scenario, probe: Probe, ctx: Ctx) -> None:
@@ -299,9 +322,10 @@ def _engine(raw: Any, scenario: Scenario, ctx: Ctx) -> dict[str, tuple]:
         hint = hints[name]
         if typing.get_origin(hint) is not None:  # `int | None`: a sweep takes the value itself
             hint = next(a for a in typing.get_args(hint) if a is not type(None))
-        sweep[name] = tuple(
+        converted = (
             _convert_scalar(EngineConfig, name, hint, v, f"{where}.{name}[{i}]", ctx) for i, v in enumerate(values)
         )
+        sweep[name] = tuple(dict.fromkeys(converted))  # a value given twice is one candidate, searched once
     return sweep
 
 
