@@ -79,7 +79,7 @@ def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int |
     n = cfg.num_requests
     trace = _trace_columns(cfg)
     rows = _trace_rows(cfg.trace, trace, n, rngs[TRACE_ROW_STREAM]) if trace else None
-    arrival_s = _arrivals(cfg.arrival, n, rngs[ARRIVAL_STREAM], trace.get("arrival"))
+    arrival_s = _arrivals(cfg.arrival, n, rngs[ARRIVAL_STREAM], trace.get("arrival"), cfg.trace)
     prompt = _lengths(cfg.prompt_tokens, n, rngs[PROMPT_STREAM], trace.get("prompt"), rows)
     output = _lengths(cfg.output_tokens, n, rngs[OUTPUT_STREAM], trace.get("output"), rows)
 
@@ -164,7 +164,7 @@ def _trace_rows(trace: TraceConfig, columns: dict[str, np.ndarray], n: int, rng:
 
 
 def _arrivals(
-    arrival: ArrivalConfig, n: int, rng: np.random.Generator, trace_s: np.ndarray | None
+    arrival: ArrivalConfig, n: int, rng: np.random.Generator, trace_s: np.ndarray | None, trace: TraceConfig | None
 ) -> np.ndarray | None:
     process = arrival.process
     if process == "closed":
@@ -178,7 +178,14 @@ def _arrivals(
             return np.full(n, n / arrival.rate)
         return arrival_s * (n / arrival.rate / arrival_s[-1])  # vLLM's rescale: the last lands at n/rate
     if process == "trace":
-        return _replay_arrivals(trace_s, n, arrival.rate)
+        arrival_s = _replay_arrivals(trace_s, n, arrival.rate)
+        if arrival.rate is not None and n > 1 and not arrival_s[-1] > 0:
+            raise WorkloadError(
+                f"workload.arrival.rate = {arrival.rate:g}: every arrival of trace file {trace.path} is at the same"
+                " time (one row, or one time in every row): there are no gaps to scale to a rate; leave rate out"
+                " to replay them as one burst"
+            )
+        return arrival_s
     raise ValueError(f"unknown arrival process {process!r}")
 
 

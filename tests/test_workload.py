@@ -129,6 +129,17 @@ def test_trace_rescaled_to_target_rate():
     np.testing.assert_array_equal(wl.prompt_tokens, prompt[:2000])
 
 
+@pytest.mark.parametrize("times", [[5.0], [5.0, 5.0, 5.0]])
+def test_a_rate_for_a_trace_without_gaps_is_an_error_not_ignored(tmp_path, times):
+    """One row, or one time in every row: no gap to scale, and the rate was silently dropped (a burst at 0)."""
+    path = tmp_path / "t.csv"
+    path.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "".join(f"{t},10,10\n" for t in times))
+    with pytest.raises(WorkloadError, match=f"rate = 2: every arrival of trace file {path} is at the same time"):
+        generate_workload(trace_config(20, rate=2.0, path=path), BIG)
+    assert not generate_workload(trace_config(20, path=path), BIG).arrival_s.any()  # no rate: one burst
+    assert len(generate_workload(trace_config(1, rate=2.0, path=path), BIG)) == 1  # one request: no gap needed
+
+
 def test_trace_rows_sampled_at_random():
     cfg = trace_config(500, row_order="sample")
     wl = generate_workload(replace(cfg, arrival=poisson()), BIG)
