@@ -66,6 +66,17 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
             ]
         return []
     if e.num_gpu_blocks_override is not None:
+        if mem.num_gpu_blocks * mem.block_bytes > max(mem.kv_cache_bytes, 0):
+            # vLLM allocates the pool it is told to (the override replaces the profiled count): more than the
+            # memory left for it fails at start-up, out of memory
+            return [
+                (
+                    f"engine.num_gpu_blocks_override {mem.num_gpu_blocks:,} blocks x {mem.block_bytes / GIB:.4f} GiB ="
+                    f" {mem.num_gpu_blocks * mem.block_bytes / GIB:,.2f} GiB per GPU, more than the"
+                    f" {max(mem.kv_cache_bytes, 0) / GIB:.2f} GiB left for the KV cache: the engine would run out of"
+                    f" memory allocating them; lower it to at most {max(mem.kv_cache_bytes, 0) // mem.block_bytes:,}"
+                )
+            ]
         if usable_tokens < mem.max_model_len:
             return [
                 (

@@ -93,3 +93,17 @@ def test_moe_activation_peak_follows_fused_moe_workspaces() -> None:
     expected = t * 2 * 3 * 2048 + workspace + t * 128 * 4
     assert forward_peak_bytes(s, t) == expected
     assert forward_peak_bytes(s, t) != dense_formula
+
+
+def test_a_block_override_beyond_the_memory_left_cannot_run():
+    """vLLM allocates the pool it is told to: 16M blocks on an A10 printed a 131,072 GiB pool, unwarned."""
+    from sim.memory_fit import fit_problems
+
+    s = load_scenario(SCENARIOS / "a10_qwen7b.yaml")
+    fits = memory_breakdown(s).kv_cache_bytes // memory_breakdown(s).block_bytes
+    at_most = dataclasses.replace(s, engine=dataclasses.replace(s.engine, num_gpu_blocks_override=fits))
+    assert fit_problems(at_most, memory_breakdown(at_most)) == []
+    beyond = dataclasses.replace(s, engine=dataclasses.replace(s.engine, num_gpu_blocks_override=fits + 1))
+    (problem,) = fit_problems(beyond, memory_breakdown(beyond))
+    assert problem.startswith(f"engine.num_gpu_blocks_override {fits + 1:,} blocks x ")
+    assert f"the engine would run out of memory allocating them; lower it to at most {fits:,}" in problem
