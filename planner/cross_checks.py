@@ -92,6 +92,13 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
             fail(f"{where}.low", d.low, f"must be <= high ({d.high})")
         if d.max is not None and d.min > d.max:
             fail(f"{where}.min", d.min, f"must be <= max ({d.max})")
+        # Lengths are clipped to [min, max]: a length that always lands outside would be changed, every time
+        # and without a word (a random draw outside is clipped as documented).
+        bounds = f"[min {d.min}, max {d.max}]" if d.max is not None else f"[min {d.min}, no max]"
+        if d.dist == "fixed" and (d.value < d.min or (d.max is not None and d.value > d.max)):
+            fail(f"{where}.value", d.value, f"must be within {bounds}, which clip every length")
+        if d.dist == "uniform" and (d.high < d.min or (d.max is not None and d.low > d.max)):
+            fail(f"{where}.low", d.low, f"with high {d.high}: the range must overlap {bounds}, which clip every length")
         if d.dist == "trace" and wl.trace is None:
             fail(f"{where}.dist", d.dist, "needs workload.trace (path and columns of a CSV trace)")
     a = wl.arrival

@@ -147,6 +147,14 @@ def test_full_example_file(tmp_path):
             "workload.output_tokens={dist: normal, mean: 9, std: 1, min: 5, max: 3}",
             r"output_tokens\.min = 5: must be <= max \(3\)",
         ),
+        (  # every length would be clipped to max: changed without a word
+            "workload.prompt_tokens={dist: fixed, value: 100, max: 10}",
+            r"prompt_tokens\.value = 100: must be within \[min 1, max 10\], which clip every length",
+        ),
+        (
+            "workload.prompt_tokens={dist: uniform, low: 5, high: 8, min: 10}",
+            r"prompt_tokens\.low = 5: with high 8: the range must overlap \[min 10, no max\]",
+        ),
         ("workload.prompt_tokens.dist=trace", r"workload\.prompt_tokens\.dist = \"trace\": needs workload\.trace"),
         ("workload.arrival={process: trace}", r"workload\.arrival\.process = \"trace\": needs workload\.trace"),
         (
