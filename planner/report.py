@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+from planner.errors import one_line
 from sim.memory import GIB, MemoryBreakdown
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
@@ -146,6 +149,10 @@ def compare_rows(a: dict, b: dict) -> list[dict]:
         if va is None and vb is None:
             continue
         diff = None if va in (None, 0) or vb is None else (vb - va) / abs(va) * 100
+        if diff is not None and not math.isfinite(diff):
+            # a baseline too small to divide by (subnormal) or a ratio beyond a float (1e308 against 1) has no
+            # percentage, as a zero baseline has none (and JSON has no Infinity)
+            diff = None
         rows.append({"metric": key, "label": label, "a": va, "b": vb, "diff_percent": diff})
     return rows
 
@@ -154,8 +161,9 @@ def compare_lines(a: dict, b: dict, name_a: str, name_b: str) -> list[str]:
     def fmt(v):
         return "-" if v is None else (f"{v:,}" if isinstance(v, int) else f"{v:,.2f}")
 
-    head_a = f"{name_a} ({a.get('mode', '?')})"
-    head_b = f"{name_b} ({b.get('mode', '?')})"
+    # the mode comes from the file and the names from the command line: neither may break the table's lines
+    head_a = one_line(f"{name_a} ({a.get('mode', '?')})")
+    head_b = one_line(f"{name_b} ({b.get('mode', '?')})")
     lines = [f"{'':<26}{head_a:>24}{head_b:>24}{'diff':>12}"]
     for row in compare_rows(a, b):
         diff = "-" if row["diff_percent"] is None else f"{row['diff_percent']:+.1f}%"

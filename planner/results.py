@@ -48,7 +48,8 @@ def check_out_dir(out_dir: Path) -> None:
 
 def read_summary(path: Path) -> dict:
     """A run's summary.json (or the --out folder holding it), checked: a JSON object whose compared metrics
-    are finite numbers or null, with at least one of them. Anything else is a PlannerError naming the file."""
+    are finite numbers >= 0 or null, with at least one of them, whose `memory` (when there) is an object and
+    whose `mode` (when there) is a string. Anything else is a PlannerError naming the file."""
     from planner.report import COMPARE_ROWS  # the metrics `compare` reads
 
     file = path / "summary.json" if path.is_dir() else path
@@ -65,6 +66,10 @@ def read_summary(path: Path) -> dict:
         raise PlannerError(
             f"{file}: expected a JSON object (a run's summary), found {_JSON_KINDS.get(type(data), 'a number')}"
         )
+    # planner writes both; an edited one of another type would drop the memory rows or break the header
+    for key, kind, allowed in (("memory", dict, "an object"), ("mode", str, "a string")):
+        if key in data and not isinstance(data[key], kind):
+            raise PlannerError(f"{file}: {key} = {_shown(data[key])}: must be {allowed}")
     found = 0
     for key, _ in COMPARE_ROWS:
         value = data
@@ -72,13 +77,31 @@ def read_summary(path: Path) -> dict:
             value = value.get(part) if isinstance(value, dict) else None
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise PlannerError(f"{file}: {key} = {json.dumps(value)[:40]}: must be a finite number or null")
+        if not _finite_number(value):
+            raise PlannerError(f"{file}: {key} = {_shown(value)}: must be a finite number or null")
+        if value < 0:
+            raise PlannerError(f"{file}: {key} = {_shown(value)}: must be >= 0 or null (a rate, a latency or a size)")
         found += 1
     if not found:
         names = ", ".join(key for key, _ in COMPARE_ROWS[:3])
         raise PlannerError(f"{file}: not a run's summary: none of its metrics ({names}, ...) is there")
     return data
+
+
+def _shown(value) -> str:
+    """A JSON value as a message quotes it, cut short visibly (a number cut to its first digits would read as
+    another number)."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite_number(value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # JSON allows an integer of 400 digits: beyond any float, so no number compare can use
+        return False
 
 
 def build_summary(

@@ -11,7 +11,8 @@ def cmd_compare(args) -> int:
 
     a, b = read_summary(args.a), read_summary(args.b)
     if args.json:
-        print(json.dumps({"a": str(args.a), "b": str(args.b), "rows": compare_rows(a, b)}, indent=2))
+        rows = compare_rows(a, b)  # JSON has no Infinity or NaN: allow_nan=False keeps it so
+        print(json.dumps({"a": str(args.a), "b": str(args.b), "rows": rows}, indent=2, allow_nan=False))
     else:
         print("\n".join(compare_lines(a, b, args.a.name or str(args.a), args.b.name or str(args.b))))
     return 0

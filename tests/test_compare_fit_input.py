@@ -1,0 +1,180 @@
+"""Edited run folders given to `planner compare` and `planner calibrate --from`: each is refused with one line
+naming the file, the key or column, the value and what is allowed (exit 2, no traceback), and what compare
+prints stays one valid table or one valid JSON document."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from planner.cli import main
+
+
+def error_of(argv: list[str], capsys) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("planner: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sim") / "a"
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--set", "workload.num_requests=20", "--out", str(folder)]) == 0
+    return json.loads((folder / "summary.json").read_text())
+
+
+def write_summary(folder, summary: dict | str):
+    folder.mkdir()
+    (folder / "summary.json").write_text(summary if isinstance(summary, str) else json.dumps(summary))
+    return folder
+
+
+# --- compare ---
+
+
+def test_compare_refuses_an_integer_no_float_holds(simulated, tmp_path, capsys):
+    a = write_summary(tmp_path / "a", simulated)
+    text = json.dumps(simulated).replace(
+        f'"mean_ttft_ms": {simulated["mean_ttft_ms"]}', '"mean_ttft_ms": 1' + "0" * 400
+    )
+    b = write_summary(tmp_path / "b", text)
+    err = error_of(["compare", str(a), str(b)], capsys)
+    assert f"{b / 'summary.json'}: mean_ttft_ms = 1000" in err and "...: must be a finite number or null" in err
+
+
+def test_compare_refuses_a_negative_latency(simulated, tmp_path, capsys):
+    a = write_summary(tmp_path / "a", simulated)
+    b = write_summary(tmp_path / "b", simulated | {"p99_ttft_ms": -5})
+    err = error_of(["compare", str(a), str(b)], capsys)
+    assert f"{b / 'summary.json'}: p99_ttft_ms = -5: must be >= 0 or null" in err
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        ({"memory": "x"}, 'memory = "x": must be an object'),
+        ({"memory": None}, "memory = null: must be an object"),
+        ({"mode": 5}, "mode = 5: must be a string"),
+    ],
+)
+def test_compare_refuses_memory_or_mode_of_another_type(simulated, tmp_path, capsys, edit, words):
+    a = write_summary(tmp_path / "a", simulated)
+    b = write_summary(tmp_path / "b", simulated | edit)
+    assert f"{b / 'summary.json'}: {words}" in error_of(["compare", str(a), str(b)], capsys)
+
+
+def strict_json(text: str):
+    def refuse(constant):
+        raise AssertionError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(("a_ttft", "b_ttft"), [(1.0, 1e308), (1e-320, 2.0), (0, 2.0)])
+def test_compare_has_no_percentage_of_a_baseline_too_small_or_too_far(simulated, tmp_path, capsys, a_ttft, b_ttft):
+    a = write_summary(tmp_path / "a", simulated | {"mean_ttft_ms": a_ttft})
+    b = write_summary(tmp_path / "b", simulated | {"mean_ttft_ms": b_ttft})
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "inf" not in out and "nan" not in out
+    (row,) = [line for line in out.splitlines() if line.startswith("TTFT mean (ms)")]
+    assert row.split()[-1] == "-"  # as for a zero baseline
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    rows = strict_json(capsys.readouterr().out)["rows"]
+    (row,) = [r for r in rows if r["metric"] == "mean_ttft_ms"]
+    assert row["diff_percent"] is None and row["b"] == b_ttft
+
+
+def test_compare_prints_a_mode_of_control_characters_on_one_line(simulated, tmp_path, capsys):
+    a = write_summary(tmp_path / "a", simulated)
+    b = write_summary(tmp_path / "b", simulated | {"mode": "sim\nulated\x1b[31m"})
+    capsys.readouterr()
+    assert main(["compare", str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "\x1b" not in "".join(lines) and r"b (sim\nulated\x1b[31m)" in lines[0]
+    assert main(["compare", str(a), str(b), "--json"]) == 0
+    assert len(lines) == 1 + len(strict_json(capsys.readouterr().out)["rows"])  # a header line, a line per row
+
+
+# --- calibrate --from ---
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("run") / "cpu_tiny"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as tests/test_calibrate_cli.py's: two threads on a busy CI box stall whole steps
+    try:
+        argv = ["run", "scenarios/cpu_tiny.yaml", "--device", "cpu", "--set", "workload.num_requests=16"]
+        assert main([*argv, "--out", str(folder), "--json"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return folder
+
+
+def edited_run(run_dir, tmp_path, steps=None, scenario=None):
+    """A copy of the run folder; steps(header, rows) -> rows, or the scenario's keys replaced."""
+    folder = tmp_path / "edited"
+    shutil.copytree(run_dir, folder)
+    if steps is not None:
+        header, *rows = (folder / "steps.csv").read_text().splitlines()
+        names = header.split(",")
+        (folder / "steps.csv").write_text("\n".join([header, *steps(names, [r.split(",") for r in rows])]) + "\n")
+    if scenario is not None:
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["scenario"] |= scenario
+        (folder / "summary.json").write_text(json.dumps(summary))
+    return folder
+
+
+def with_values(values: dict[str, str]):
+    def edit(names, rows):
+        for row in rows:
+            for name, value in values.items():
+                row[names.index(name)] = value
+        return [",".join(row) for row in rows]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        (
+            {"duration_s": "0", "host_s": "0", "device_s": "0"},
+            "row 1, duration_s = 0: must be a finite number of seconds >= 1e-06",
+        ),
+        ({"device_s": "1e-300"}, "row 1, device_s = 1e-300: must be 0 or a finite number of seconds >= 1e-06"),
+        ({"attention_pairs": "1e300"}, "row 1, attention_pairs = 1e+300: must be a whole number from 0 to "),
+        ({"num_sampled": "x"}, "row 1, num_sampled = empty or not a number: must be a whole number"),
+    ],
+)
+def test_from_refuses_steps_the_fit_cannot_use(run_dir, tmp_path, capsys, values, words):
+    folder = edited_run(run_dir, tmp_path, steps=with_values(values))
+    err = error_of(["calibrate", "--from", str(folder), "--out", str(tmp_path / "p.yaml")], capsys)
+    assert f"{folder / 'steps.csv'}: {words}" in err and not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("scenario", "words"),
+    [
+        ({"model": 5}, "scenario.model = 5: must be an object"),
+        ({"hardware": {"tensor_parallel_size": 1}}, "scenario.hardware.gpu is missing: must be an object"),
+    ],
+)
+def test_from_refuses_a_scenario_section_that_is_no_object(run_dir, tmp_path, capsys, scenario, words):
+    folder = edited_run(run_dir, tmp_path, scenario=scenario)
+    err = error_of(["calibrate", "--from", str(folder), "--out", str(tmp_path / "p.yaml")], capsys)
+    assert f"{folder / 'summary.json'}: {words}" in err
+
+
+def test_from_refuses_too_few_steps_to_fit(run_dir, tmp_path, capsys):
+    folder = edited_run(run_dir, tmp_path, steps=lambda names, rows: [",".join(rows[0])])
+    err = error_of(["calibrate", "--from", str(folder), "--out", str(tmp_path / "p.yaml")], capsys)
+    assert f"{folder / 'steps.csv'}: 1 step rows (0 decode, 1 with prompt tokens)" in err
+    assert "fitting 6 coefficients needs at least 30 rows, 5 of each kind" in err
+    assert not (tmp_path / "p.yaml").exists()
