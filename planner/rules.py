@@ -138,13 +138,21 @@ RULES: dict[tuple[type, str], Rule] = {
     **{(SloConfig, f.name): above_to(0, 1e9, " ms") for f in dataclasses.fields(SloConfig)},  # the bounds
     # Inline GPU and model mappings (planner.special_fields checks them after the catalog has read them).
     (GpuSpec, "memory_bytes"): in_range(1 << 20, 1 << 44, " bytes (1 MiB to 16 TiB)"),
+    # The rates a step's time divides by have floors far below any device that serves a model (the catalog's
+    # slowest, the 2-core `cpu` entry, is estimated at 0.2 TFLOPS and 10 GB/s; 1 Gb Ethernet between GPUs moves
+    # 0.125 GB/s): a rate near 0 (1e-300) is a typo, and would make every step take an infinite time.
+    **{
+        (GpuSpec, name): in_range(lo, hi, unit)
+        for name, lo, hi, unit in (
+            ("bf16_tflops", 0.01, 1e5, " TFLOPS"),
+            ("fp8_tflops", 0.01, 1e5, " TFLOPS"),
+            ("memory_bandwidth_gbps", 1, 1e6, " GB/s"),
+            ("interconnect_bandwidth_gbps", 0.1, 1e6, " GB/s"),
+        )
+    },
     **{
         (GpuSpec, name): above_to(0, hi, unit)
         for name, hi, unit in (
-            ("bf16_tflops", 1e5, " TFLOPS"),
-            ("fp8_tflops", 1e5, " TFLOPS"),
-            ("memory_bandwidth_gbps", 1e6, " GB/s"),
-            ("interconnect_bandwidth_gbps", 1e6, " GB/s"),
             ("tdp_w", 1e5, " W"),
             ("rental_usd_per_hour", 1e4, " $/h"),
             ("purchase_usd", 1e8, " $"),
@@ -167,7 +175,8 @@ RULES: dict[tuple[type, str], Rule] = {
 
 
 def is_percentile_key(key: Any) -> bool:
-    m = re.fullmatch(r"p(\d+(?:\.\d+)?)", key) if isinstance(key, str) else None
+    # [0-9], not \d: \d also takes other scripts' digits (p٩٩), which float() reads but no reader of the file would
+    m = re.fullmatch(r"p([0-9]+(?:\.[0-9]+)?)", key) if isinstance(key, str) else None
     return key == "mean" or (m is not None and 0 < float(m.group(1)) < 100)
 
 

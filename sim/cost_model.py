@@ -48,11 +48,18 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sim.config import DTYPE_BYTES, Scenario
+from sim.errors import WorkloadError
 from sim.kv_sizing import kv_bytes_per_token_per_layer
 from sim.weights import expert_parallel_size, expert_tensor_parallel_size, max_local_experts
 
 HOST_DEVICES = ("cpu",)  # catalog GPUs that are the host itself: no CUDA graphs, nothing overlaps
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vLLM's cap on the default capture sizes (VllmConfig._set_cudagraph_sizes)
+
+
+class StepTimeError(WorkloadError):
+    """A GPU spec or coefficients under which a step takes no finite time (a rate of ~0, an overhead of 1e308).
+    The scenario and profile checks bound both far outside any real device first; this is the last defence,
+    before the simulator's statistics meet an inf or NaN. A WorkloadError: the CLI reports it as one line."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,9 @@ class CostModel:
         self.flops_per_s = peak_flops(scenario) * c.flops_efficiency
         self.linear_flops_per_s = linear_peak_flops(scenario) * c.flops_efficiency
         self.bytes_per_s = scenario.hardware.gpu.memory_bandwidth_gbps * 1e9 * c.bandwidth_efficiency
+        rates = (self.flops_per_s, self.linear_flops_per_s, self.bytes_per_s)
+        if not all(0 < rate < math.inf for rate in rates):  # before anything divides by them
+            self._refuse(scenario, f"compute at {self.flops_per_s:g} flop/s, memory at {self.bytes_per_s:g} B/s")
         # The decoder layers' weights: everything stored but the embeddings, the lm_head and the final norm.
         outside = m.embedding_params * (1 if m.tie_word_embeddings else 2) + m.hidden_size
         dense_bytes, expert_bytes = m.weight_bytes(dtype_bytes)
@@ -257,6 +267,22 @@ class CostModel:
             self.launch_s += calls * c.allreduce_launch_wait_s  # paid where launches are, gone under graphs
         self._other_s_by_rows: dict[int, float] = {}  # decode_window_s's other terms' sum, by number of rows
         self._other_s_table = np.empty(0)  # the same, indexed by number of rows from 0: for arrays of rows
+        # Every term grows with the step, so if the largest step the engine schedules (its token and row budgets,
+        # every row at the longest context) takes a finite time, every step does: checked once, not per step.
+        tokens, rows = scenario.engine.max_num_batched_tokens, scenario.engine.max_num_seqs
+        context = scenario.engine.max_model_len or m.max_position_embeddings
+        full_s = self.step_time_s(tokens, rows, rows, tokens * context, rows * context, after_idle=True)
+        if not math.isfinite(full_s):
+            self._refuse(scenario, f"a step of {tokens} tokens in {rows} rows at {context} context takes {full_s} s")
+
+    def _refuse(self, scenario: Scenario, what: str) -> None:
+        gpu = scenario.hardware.gpu
+        coefficients = ", ".join(f"{k} {v:g}" for k, v in asdict(self.coefficients).items())
+        raise StepTimeError(
+            f"the cost model has no finite step time: {what} (GPU {gpu.name}: bf16_tflops {gpu.bf16_tflops:g},"
+            f" memory_bandwidth_gbps {gpu.memory_bandwidth_gbps:g}; coefficients: {coefficients}); every step must"
+            " take a finite time: give the GPU's spec and the calibration's coefficients within a real device's range"
+        )
 
     def linear_step_bytes(self, num_tokens):
         """Weight bytes a step of num_tokens tokens reads (one GPU): the dense part, and for a mixture of

@@ -23,8 +23,21 @@ from planner.calibration.profile import (
     ProfileError,
 )
 from planner.errors import PlannerError, read_text_file, show_value
+from planner.yaml_loader import parse_packaged_yaml
 
 MAX_PROFILE_BYTES = 1 << 20  # a profile is ~2 kB of coefficients and a validation table; a larger file is not one
+# Bounds no real measurement comes near, so that a typo (1e300, 5e-324) cannot make a step take an infinite time.
+# An efficiency is a share of the spec peak: fits are kept >= 0.01 (fitting.BOUNDS), so 1e-4 is a hundred times
+# below any fitted value. The overheads and latencies (every `_s` coefficient of CostCoefficients: per step, per
+# scheduled row, per layer, per all-reduce call) measure microseconds to a millisecond (fits are kept <= 0.1 s),
+# so 10 s is none.
+MIN_EFFICIENCY = 1e-4
+MAX_OVERHEAD_S = 10.0
+# The fit's median and p90 |relative error| (0.03: 3%): a fit 1000% off is no calibration; above it the
+# residual spread `--intervals` draws from (provenance.residual_spread) scales steps by overflowing factors.
+MAX_RELATIVE_ERROR = 10.0
+FIT_KEYS = ("rows", "median_abs_error", "p90_abs_error", "by_class")
+CLASS_KEYS = ("rows", "median", "p90")  # each step class's in fit.by_class
 
 
 def _fail(path: Path, key: str, value: Any, allowed: str) -> ProfileError:
@@ -77,8 +90,67 @@ def _number_map(value: Any, key: str, path: Path, check) -> dict[str, float]:
 
 def _coefficient_problem(name: str, value: float) -> str:
     if name in EFFICIENCIES:
-        return "" if 0 < value <= 1 else "an efficiency must be in (0, 1]"
-    return "" if value >= 0 else "an overhead or latency must be >= 0 (seconds)"
+        return "" if MIN_EFFICIENCY <= value <= 1 else f"an efficiency must be in (0, 1] and >= {MIN_EFFICIENCY:g}"
+    return "" if 0 <= value <= MAX_OVERHEAD_S else f"an overhead or latency must be in [0, {MAX_OVERHEAD_S:g}] seconds"
+
+
+def _relative_error(value: Any, key: str, path: Path) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_RELATIVE_ERROR:
+        raise _fail(path, key, value, f"expected a relative error in [0, {MAX_RELATIVE_ERROR:g}] (0.05: 5%)")
+
+
+def _fit(value: Any, path: Path) -> dict:
+    """The fit section, checked: its errors feed `--intervals` (a NaN or 1e300 there would overflow a draw)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _fail(path, "fit", value, "expected a mapping with keys " + ", ".join(FIT_KEYS))
+    for key, item in value.items():
+        if key == "rows":
+            _int(item, "fit.rows", path)
+        elif key == "by_class":
+            if not isinstance(item, dict):
+                raise _fail(path, "fit.by_class", item, "expected a mapping of step class to " + ", ".join(CLASS_KEYS))
+            for name, stats in item.items():
+                where = f"fit.by_class.{name}"
+                if not isinstance(stats, dict):
+                    raise _fail(path, where, stats, "expected a mapping with keys " + ", ".join(CLASS_KEYS))
+                for stat, number in stats.items():
+                    if stat not in CLASS_KEYS:
+                        raise _fail(path, f"{where}.{stat}", _MISSING, "unknown key; allowed: " + ", ".join(CLASS_KEYS))
+                    if stat == "rows":
+                        _int(number, f"{where}.rows", path)
+                    else:
+                        _relative_error(number, f"{where}.{stat}", path)
+        elif key in ("median_abs_error", "p90_abs_error"):
+            _relative_error(item, f"fit.{key}", path)
+        else:
+            raise _fail(path, f"fit.{key}", _MISSING, "unknown key; allowed: " + ", ".join(FIT_KEYS))
+    return value
+
+
+def _parse(text: str, path: Path) -> Any:
+    """The file's data, as `save_profile` wrote it: by YAML 1.1 (yaml.safe_dump's), which the scenarios' YAML 1.2
+    loader would misread (a content id 012345678901 as a number); any problem one line naming the file."""
+    where = f"{path}: calibration profile: "
+    try:
+        return parse_packaged_yaml(text)  # libyaml refuses nesting beyond 1,000 levels
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = "; ".join(p for p in (e.context, e.problem) if p)
+        raise ProfileError(f"{where}{at}invalid YAML: {what}") from None
+    except yaml.reader.ReaderError as e:  # a control character
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - text.rfind("\n", 0, e.position)
+        char = e.character if isinstance(e.character, str) else chr(e.character)
+        raise ProfileError(
+            f"{where}line {line}, column {column}: invalid YAML: character U+{ord(char):04X}: {e.reason}"
+        ) from None
+    except yaml.YAMLError as e:
+        raise ProfileError(f"{where}invalid YAML: {' '.join(str(e).split())}") from None
+    except RecursionError:  # PyYAML's pure-Python parser, where it has no libyaml, recurses per level
+        raise ProfileError(f"{where}invalid YAML: nested too deeply (a profile nests 4 levels)") from None
 
 
 def load_profile(path: str | Path) -> Profile:
@@ -88,10 +160,7 @@ def load_profile(path: str | Path) -> Profile:
         text = read_text_file(path, "calibration profile", MAX_PROFILE_BYTES)
     except PlannerError as e:
         raise ProfileError(str(e)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ProfileError(f"{path}: calibration profile: invalid YAML: {e}") from None
+    data = _parse(text, path)
     if not isinstance(data, dict):
         raise _fail(path, "top level", data, "expected a mapping with keys " + ", ".join(KEYS))
     for key in data:
@@ -133,9 +202,7 @@ def load_profile(path: str | Path) -> Profile:
     engine = data.get("engine") or {}
     if not isinstance(engine, dict):
         raise _fail(path, "engine", engine, "expected a mapping of engine settings (may be {})")
-    fit = data.get("fit") or {}
-    if not isinstance(fit, dict):
-        raise _fail(path, "fit", fit, "expected a mapping (rows, median_abs_error, p90_abs_error, by_class)")
+    fit = _fit(data.get("fit"), path)
     coefficients = _number_map(_get(data, "coefficients", path), "coefficients", path, _coefficient_problem)
     uncertainty = _number_map(
         data.get("uncertainty"), "uncertainty", path, lambda n, v: "" if v >= 0 else "a std must be >= 0"

@@ -19,12 +19,25 @@ def profile_path(gpu: str, tp: int) -> Path:
 
 
 def default_profile_dir() -> Path:
-    """$PLANNER_PROFILE_DIR, else $XDG_CONFIG_HOME/planner/profiles, else ~/.config/planner/profiles."""
+    """$PLANNER_PROFILE_DIR, else $XDG_CONFIG_HOME/planner/profiles, else ~/.config/planner/profiles: a folder,
+    or a path where none exists yet (no profile saved)."""
     for variable in ("PLANNER_PROFILE_DIR", "XDG_CONFIG_HOME"):
         value = os.environ.get(variable)
         if value:
+            where = f"environment variable {variable} = {show_value(value)}"
             path = expand_user(value)
             if path is None:
-                raise PlannerError(f"environment variable {variable} = {show_value(value)}: {NO_SUCH_USER}")
-            return path if variable == "PLANNER_PROFILE_DIR" else path / "planner" / "profiles"
-    return Path.home() / ".config" / "planner" / "profiles"
+                raise PlannerError(f"{where}: {NO_SUCH_USER}")
+            return _folder(path if variable == "PLANNER_PROFILE_DIR" else path / "planner" / "profiles", where)
+    return _folder(Path.home() / ".config" / "planner" / "profiles", "the calibration profile folder")
+
+
+def _folder(path: Path, where: str) -> Path:
+    # A file there would make `calibration: auto` skip the user's profiles without a word and use the public
+    # ones, and `planner calibrate` fail to save.
+    if path.exists() and not path.is_dir():
+        raise PlannerError(
+            f"{where}: {path} is not a folder; expected the folder of your calibration profiles"
+            " (one that does not exist yet is fine: it is made when a profile is saved)"
+        )
+    return path
