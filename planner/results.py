@@ -24,9 +24,10 @@ _JSON_KINDS = {list: "an array", str: "a string", bool: "true/false", type(None)
 MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not one
 
 
-def check_out_dir(out_dir: Path) -> None:
-    """Make sure the outputs can be written, before the run: the folder is created (or exists), a file can
-    be created in it, and no output name is taken by a folder. A PlannerError says what is wrong."""
+def check_out_dir(out_dir: Path, names: tuple[str, ...] = OUTPUT_NAMES) -> None:
+    """Make sure the outputs (a run's, or those `names`) can be written, before the run: the folder is created
+    (or exists), a file can be created in it, and no output name is taken by a folder. A PlannerError says what
+    is wrong."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -38,7 +39,7 @@ def check_out_dir(out_dir: Path) -> None:
             pass
     except OSError as e:
         raise PlannerError(f"--out {out_dir}: cannot write in the folder: {e.strerror or e}") from None
-    for name in OUTPUT_NAMES:
+    for name in names:
         path = out_dir / name
         if path.exists() and not path.is_file():
             raise PlannerError(f"--out {out_dir}: {name} exists and is not a file; remove it or choose another --out")

@@ -5,8 +5,6 @@ from __future__ import annotations
 import base64
 import html
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from planner.errors import PlannerError
@@ -21,25 +19,11 @@ REPORT_NAMES = (*(name for name, _, _ in FIGURES), *TEXT_NAMES)
 
 
 def check_report_dir(out_dir: Path) -> None:
-    """--out must be writable before the search starts, not found unwritable after it (as simulate's
-    planner.results.check_out_dir, for the report's file names)."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise PlannerError(f"--out {out_dir}: exists and is not a folder") from None
-    except OSError as e:  # a parent is a file (ENOTDIR), no permission, a name too long, a read-only disk...
-        raise PlannerError(f"--out {out_dir}: cannot create the folder: {e.strerror or e}") from None
-    try:
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
-    except OSError as e:
-        raise PlannerError(f"--out {out_dir}: cannot write in the folder: {e.strerror or e}") from None
-    for name in REPORT_NAMES:
-        path = out_dir / name
-        if path.exists() and not path.is_file():
-            raise PlannerError(f"--out {out_dir}: {name} exists and is not a file; remove it or choose another --out")
-        if path.exists() and not os.access(path, os.W_OK):
-            raise PlannerError(f"--out {out_dir}: {name} exists and cannot be overwritten")
+    """--out must be writable before the search starts, not found unwritable after it: simulate's check, for
+    the report's file names."""
+    from planner.results import check_out_dir
+
+    check_out_dir(out_dir, REPORT_NAMES)
 
 
 def write_report(out_dir: Path, out: SizingResult, ranking: Ranking, command: str, data: dict) -> list[Path]:
