@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import MAX_NUM_REQUESTS, RULES, Ctx, Rule, did_you_mean, in_range
+from planner.rules import MAX_NUM_REQUESTS, RULES, Ctx, did_you_mean, in_range
 from planner.scenario import read_overridden, validate_mapping
+from planner.sizing.spec_fields import int_list, mapping, one_of, price_map, scalar, section
 from planner.special_fields import SPECIAL
 from planner.validation import _convert_scalar, allowed_keys
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
@@ -138,16 +139,16 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
 
 
 def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
-    s = _mapping(raw, "search", SEARCH_KEYS, ctx)
-    cands = _mapping(_section(s, "candidates"), "search.candidates", CANDIDATE_KEYS, ctx)
+    s = mapping(raw, "search", SEARCH_KEYS, ctx)
+    cands = mapping(section(s, "candidates"), "search.candidates", CANDIDATE_KEYS, ctx)
     gpus, given = _gpus(cands.get("gpus"), scenario, ctx)
-    money = _money(_section(s, "money"), ctx)
+    money = _money(section(s, "money"), ctx)
     _check_prices(gpus, given, money, ctx)
     spec = SearchSpec(
-        demand=_demand(_section(s, "demand"), scenario, ctx),
+        demand=_demand(section(s, "demand"), scenario, ctx),
         gpus=gpus,
         gpus_given=given,
-        tensor_parallel_sizes=_int_list(
+        tensor_parallel_sizes=int_list(
             cands.get("tensor_parallel_sizes", list(DEFAULT_TENSOR_PARALLEL)),
             "search.candidates.tensor_parallel_sizes",
             TENSOR_PARALLEL_RULE,
@@ -155,10 +156,10 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
         ),
         replicas=_replicas(cands.get("replicas", "as_needed"), ctx),
         dtypes=_dtypes(cands.get("dtypes", [scenario.dtype]), ctx),
-        engine=_engine(_section(cands, "engine"), scenario, ctx),
+        engine=_engine(section(cands, "engine"), scenario, ctx),
         money=money,
-        probe=_probe(_section(s, "probe"), ctx),
-        bound_pruning=_scalar(cands, "bound_pruning", bool, True, "search.candidates", ctx, lambda v: True, ""),
+        probe=_probe(section(s, "probe"), ctx),
+        bound_pruning=scalar(cands, "bound_pruning", bool, True, "search.candidates", ctx, lambda v: True, ""),
     )
     _check_num_candidates(spec, ctx)
     return spec
@@ -201,16 +202,16 @@ def _check_requests_fit(scenario: Scenario, probe: Probe, ctx: Ctx) -> None:
 
 
 def _demand(raw: Any, scenario: Scenario, ctx: Ctx) -> Demand:
-    d = _mapping(raw, "search.demand", DEMAND_KEYS, ctx)
+    d = mapping(raw, "search.demand", DEMAND_KEYS, ctx)
     where = "search.demand"
-    headroom = _scalar(d, "headroom", float, 1.2, where, ctx, lambda v: v >= 1, "must be >= 1 (1.2 = 20% spare)")
+    headroom = scalar(d, "headroom", float, 1.2, where, ctx, lambda v: v >= 1, "must be >= 1 (1.2 = 20% spare)")
     if "rate" in d and "concurrency" in d:
         raise ScenarioError(ctx.file, f"{where}.concurrency", d["concurrency"], "give rate or concurrency, not both")
     if "rate" in d:
-        rate = _scalar(d, "rate", float, None, where, ctx, lambda v: v > 0, "must be > 0 (requests/s)")
+        rate = scalar(d, "rate", float, None, where, ctx, lambda v: v > 0, "must be > 0 (requests/s)")
         return Demand("rate", rate, headroom, f"{where}.rate")
     if "concurrency" in d:
-        users = _scalar(d, "concurrency", int, None, where, ctx, lambda v: v >= 1, "must be >= 1 (users)")
+        users = scalar(d, "concurrency", int, None, where, ctx, lambda v: v >= 1, "must be >= 1 (users)")
         return Demand("users", users, headroom, f"{where}.concurrency")
     return _demand_from_workload(scenario, headroom, ctx)
 
@@ -253,18 +254,20 @@ def _gpus(raw: Any, scenario: Scenario, ctx: Ctx) -> tuple[tuple[GpuSpec, ...], 
 
 
 def _money(raw: Any, ctx: Ctx) -> Money:
-    m = _mapping(raw, "search.money", MONEY_KEYS, ctx)
+    m = mapping(raw, "search.money", MONEY_KEYS, ctx)
     w = "search.money"
     return Money(
-        objective=_scalar(m, "objective", str, "rental", w, ctx, lambda v: v in OBJECTIVES, _one_of(OBJECTIVES)),
-        rental_usd_per_gpu_hour=_price_map(m.get("rental_usd_per_gpu_hour"), f"{w}.rental_usd_per_gpu_hour", ctx),
-        purchase_usd_per_gpu=_price_map(m.get("purchase_usd_per_gpu"), f"{w}.purchase_usd_per_gpu", ctx),
+        objective=scalar(
+            m, "objective", str, "rental", w, ctx, lambda v: v in OBJECTIVES, one_of(OBJECTIVES), OBJECTIVES
+        ),
+        rental_usd_per_gpu_hour=price_map(m.get("rental_usd_per_gpu_hour"), f"{w}.rental_usd_per_gpu_hour", ctx),
+        purchase_usd_per_gpu=price_map(m.get("purchase_usd_per_gpu"), f"{w}.purchase_usd_per_gpu", ctx),
         # US average commercial electricity, 2025: ~$0.13-0.14/kWh (EIA Electric Power Monthly, table 5.6.A).
-        power_usd_per_kwh=_scalar(m, "power_usd_per_kwh", float, 0.14, w, ctx, lambda v: v >= 0, "must be >= 0"),
+        power_usd_per_kwh=scalar(m, "power_usd_per_kwh", float, 0.14, w, ctx, lambda v: v >= 0, "must be >= 0"),
         # A serving GPU's average draw sits well below its board limit; 0.7 is an assumption, not a measurement.
-        power_utilization=_scalar(m, "power_utilization", float, 0.7, w, ctx, lambda v: 0 < v <= 1, "must be in (0, 1]"),
-        amortization_months=_scalar(m, "amortization_months", float, 36.0, w, ctx, lambda v: v > 0, "must be > 0"),
-        hours_per_month=_scalar(m, "hours_per_month", float, 730.0, w, ctx, lambda v: 0 < v <= 744, "must be in (0, 744]"),
+        power_utilization=scalar(m, "power_utilization", float, 0.7, w, ctx, lambda v: 0 < v <= 1, "must be in (0, 1]"),
+        amortization_months=scalar(m, "amortization_months", float, 36.0, w, ctx, lambda v: v > 0, "must be > 0"),
+        hours_per_month=scalar(m, "hours_per_month", float, 730.0, w, ctx, lambda v: 0 < v <= 744, "must be in (0, 744]"),
     )  # fmt: skip
 
 
@@ -310,7 +313,7 @@ def _engine(raw: Any, scenario: Scenario, ctx: Ctx) -> dict[str, tuple]:
     """Engine field -> the values to sweep, each checked by the scenario's rule for that field."""
     where = "search.candidates.engine"
     names = [f.name for f in dataclasses.fields(EngineConfig) if f.name not in NOT_SWEPT]
-    e = _mapping(raw, where, tuple(names), ctx)
+    e = mapping(raw, where, tuple(names), ctx)
     hints = typing.get_type_hints(EngineConfig)
     sweep = {}
     for name in names:
@@ -339,7 +342,7 @@ def _dtypes(raw: Any, ctx: Ctx) -> tuple[str, ...]:
             hint = did_you_mean(str(v), WEIGHT_DTYPES)
             raise ScenarioError(
                 ctx.file, f"{key}[{i}]", v,
-                f"{_one_of(WEIGHT_DTYPES)}{hint}; fp8/int8/int4 weights are not priced by the memory and cost"
+                f"{one_of(WEIGHT_DTYPES)}{hint}; fp8/int8/int4 weights are not priced by the memory and cost"
                 " models yet (the KV cache can be fp8: candidates.engine.kv_cache_dtype)",
             )  # fmt: skip
     return tuple(dict.fromkeys(values))
@@ -355,86 +358,14 @@ def _replicas(raw: Any, ctx: Ctx) -> tuple[int, ...] | None:
             raw,
             "must be as_needed or a list of replica counts" + did_you_mean(raw, ["as_needed"]),
         )
-    return _int_list(raw, "search.candidates.replicas", REPLICAS_RULE, ctx)
+    return int_list(raw, "search.candidates.replicas", REPLICAS_RULE, ctx)
 
 
 def _probe(raw: Any, ctx: Ctx) -> Probe:
-    p = _mapping(raw, "search.probe", PROBE_KEYS, ctx)
+    p = mapping(raw, "search.probe", PROBE_KEYS, ctx)
     w = "search.probe"
     return Probe(
-        num_requests=_scalar(p, "num_requests", int, 1000, w, ctx, PROBE_REQUESTS.ok, PROBE_REQUESTS.allowed),
-        max_probes=_scalar(p, "max_probes", int, 8, w, ctx, PROBES.ok, PROBES.allowed),
-        tolerance=_scalar(p, "tolerance", float, 0.1, w, ctx, lambda v: 0 < v < 1, "must be in (0, 1)"),
+        num_requests=scalar(p, "num_requests", int, 1000, w, ctx, PROBE_REQUESTS.ok, PROBE_REQUESTS.allowed),
+        max_probes=scalar(p, "max_probes", int, 8, w, ctx, PROBES.ok, PROBES.allowed),
+        tolerance=scalar(p, "tolerance", float, 0.1, w, ctx, lambda v: 0 < v < 1, "must be in (0, 1)"),
     )
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Helpers: the same message shape as the scenario's (file: key = value: what is allowed)
-
-
-def _section(parent: dict, key: str) -> Any:
-    """A sub-section as written; absent (or left empty in YAML: null) means its defaults. Anything else,
-    a list or a number, goes to `_mapping` to be refused, not replaced by the defaults."""
-    value = parent.get(key)
-    return {} if value is None else value
-
-
-def _mapping(raw: Any, where: str, keys: Sequence[str], ctx: Ctx) -> dict:
-    if not isinstance(raw, dict):
-        raise ScenarioError(ctx.file, where, raw, f"expected a mapping with keys {', '.join(keys)}")
-    for key in raw:
-        if key not in keys:
-            hint = did_you_mean(str(key), list(keys))
-            raise ScenarioError(ctx.file, f"{where}.{key}", NO_VALUE, f"unknown key{hint}; allowed: {', '.join(keys)}")
-    return raw
-
-
-_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
-
-
-def _scalar(d: dict, key: str, kind: type, default: Any, where: str, ctx: Ctx, ok, allowed: str) -> Any:
-    path = f"{where}.{key}"
-    if key not in d:
-        if default is None:
-            raise ScenarioError(ctx.file, path, NO_VALUE, f"missing; {allowed}")
-        return default
-    v = d[key]
-    good_type = isinstance(v, (int, float)) if kind is float else isinstance(v, kind)
-    if isinstance(v, bool) and kind is not bool or not good_type:
-        raise ScenarioError(ctx.file, path, v, f"expected {_TYPE_WORDS[kind]}" + (f" ({allowed})" if allowed else ""))
-    if kind is float:
-        v = float(v)
-        if not math.isfinite(v):
-            raise ScenarioError(ctx.file, path, v, "must be a finite number")
-    if not ok(v):
-        hint = did_you_mean(v, OBJECTIVES) if kind is str else ""
-        raise ScenarioError(ctx.file, path, v, allowed + hint)
-    return v
-
-
-def _int_list(raw: Any, key: str, rule: Rule, ctx: Ctx) -> tuple[int, ...]:
-    """Integers, each allowed by `rule` (the scenario's rule for the same quantity)."""
-    values = raw if isinstance(raw, list) else [raw]
-    if not values:
-        raise ScenarioError(ctx.file, key, raw, "is empty: give at least one value")
-    for i, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ScenarioError(ctx.file, f"{key}[{i}]", v, f"expected an integer ({rule.allowed})")
-        if not rule.ok(v):
-            raise ScenarioError(ctx.file, f"{key}[{i}]", v, rule.allowed)
-    return tuple(dict.fromkeys(values))
-
-
-def _price_map(raw: Any, key: str, ctx: Ctx) -> dict[str, float]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ScenarioError(ctx.file, key, raw, "expected a mapping of GPU name to USD, e.g. {a10: 0.75}")
-    for name, v in raw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
-            raise ScenarioError(ctx.file, f"{key}.{name}", v, "must be a number of USD >= 0")
-    return {str(k): float(v) for k, v in raw.items()}
-
-
-def _one_of(choices: Sequence[str]) -> str:
-    return "must be one of " + ", ".join(choices)
