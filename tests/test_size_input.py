@@ -204,3 +204,19 @@ def test_a_search_out_of_probes_tells_to_raise_max_probes(capsys, sizing_file):
     out = capsys.readouterr().out  # the report; the error on stderr says no candidate meets the SLOs
     assert "search.probe.max_probes = 2 ran out before a lighter load; raise it" in out
     assert "even at the lightest load" not in out
+
+
+def test_a_closed_loop_probe_sends_every_user_several_requests(sizing_file):
+    """With no more requests than users every request is sent at t=0 and none waits for a reply: probes at
+    1,024 and 1,933 users gave the same TTFT, and a recommendation missed its own SLOs."""
+    from planner.sizing.probe import MIN_REQUESTS_PER_USER, run_probe, scenario_at
+    from sim.cost_model import CostCoefficients
+
+    base = load_sizing(sizing_file, ["engine.max_num_seqs=8"]).scenario
+    assert scenario_at(base, "users", 100, 20).workload.num_requests == MIN_REQUESTS_PER_USER * 100
+    assert scenario_at(base, "users", 3, 20).workload.num_requests == 20
+    ttft = [
+        run_probe(base, "users", users, 20, CostCoefficients(), stop_early=False).latency_ms["p99_ttft"]
+        for users in (40, 80)
+    ]
+    assert ttft[1] > 1.5 * ttft[0]  # twice the users queue twice as long for the same 8 rows

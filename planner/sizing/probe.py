@@ -52,12 +52,20 @@ class _Stop(Exception):
         self.reason, self.saturated = reason, saturated
 
 
+# A closed loop's users each send this many requests at least: with no more requests than users, every request
+# is sent at once and none waits for a reply, so a probe of N users never has more than its requests in flight
+# (probes at 1,024 and 1,933 users once gave the same TTFT, and a recommendation missed its own SLOs).
+MIN_REQUESTS_PER_USER = 4
+
+
 def scenario_at(scenario: Scenario, kind: str, load: float, num_requests: int) -> Scenario:
-    """The candidate's scenario offered `load`: its own arrival process at that rate, or `load` users."""
+    """The candidate's scenario offered `load`: its own arrival process at that rate, or `load` users (each
+    sending MIN_REQUESTS_PER_USER requests or more: num_requests is raised if need be)."""
     a = scenario.workload.arrival
     if kind == "users":
         think = a.think_time_s if a.process == "closed" else 0.0
         arrival = ArrivalConfig(process="closed", concurrency=int(load), think_time_s=think)
+        num_requests = max(num_requests, MIN_REQUESTS_PER_USER * int(load))
     else:
         process = a.process if a.process in ("poisson", "gamma", "constant", "trace") else "poisson"
         arrival = ArrivalConfig(process=process, rate=float(load), burstiness=a.burstiness)
