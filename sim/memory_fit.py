@@ -66,23 +66,30 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
             ]
         return []
     if e.num_gpu_blocks_override is not None:
-        if mem.num_gpu_blocks * mem.block_bytes > max(mem.kv_cache_bytes, 0):
+        # The override counts blocks of one layer group (vLLM's pool); a block here holds every layer's K/V, so
+        # num_gpu_blocks is override // groups (sim/memory.py) and the override's limits are those times groups.
+        override, groups = e.num_gpu_blocks_override, mem.kv_cache_groups
+        as_blocks = f"{mem.num_gpu_blocks:,} blocks of all {groups} layer groups" if groups > 1 else ""
+        kv_bytes = max(mem.kv_cache_bytes, 0)
+        if mem.num_gpu_blocks * mem.block_bytes > kv_bytes:
             # vLLM allocates the pool it is told to (the override replaces the profiled count): more than the
             # memory left for it fails at start-up, out of memory
             return [
                 (
-                    f"engine.num_gpu_blocks_override {mem.num_gpu_blocks:,} blocks x {mem.block_bytes / GIB:.4f} GiB ="
+                    f"engine.num_gpu_blocks_override {override:,}{f' ({as_blocks})' if as_blocks else ''} x"
+                    f" {mem.block_bytes / GIB:.4f} GiB ="
                     f" {mem.num_gpu_blocks * mem.block_bytes / GIB:,.2f} GiB per GPU, more than the"
-                    f" {max(mem.kv_cache_bytes, 0) / GIB:.2f} GiB left for the KV cache: the engine would run out of"
-                    f" memory allocating them; lower it to at most {max(mem.kv_cache_bytes, 0) // mem.block_bytes:,}"
+                    f" {kv_bytes / GIB:.2f} GiB left for the KV cache: the engine would run out of memory allocating"
+                    f" them; lower it to at most {(kv_bytes // mem.block_bytes + 1) * groups - 1:,}"
                 )
             ]
         if usable_tokens < mem.max_model_len:
             return [
                 (
-                    f"engine.num_gpu_blocks_override {mem.num_gpu_blocks} blocks (one is vLLM's null block) x"
-                    f" {mem.block_size} = {usable_tokens} tokens cannot hold one request of max_model_len"
-                    f" {mem.max_model_len}; raise it to at least {blocks_per_request + 1} or lower engine.max_model_len"
+                    f"engine.num_gpu_blocks_override {override:,} ({as_blocks + '; ' if as_blocks else ''}one is"
+                    f" vLLM's null block) x {mem.block_size} = {usable_tokens:,} tokens cannot hold one request of max_model_len"
+                    f" {mem.max_model_len:,}; raise it to at least {(blocks_per_request + 1) * groups:,} or lower"
+                    " engine.max_model_len"
                 )
             ]
         return []

@@ -105,5 +105,24 @@ def test_a_block_override_beyond_the_memory_left_cannot_run():
     assert fit_problems(at_most, memory_breakdown(at_most)) == []
     beyond = dataclasses.replace(s, engine=dataclasses.replace(s.engine, num_gpu_blocks_override=fits + 1))
     (problem,) = fit_problems(beyond, memory_breakdown(beyond))
-    assert problem.startswith(f"engine.num_gpu_blocks_override {fits + 1:,} blocks x ")
+    assert problem.startswith(f"engine.num_gpu_blocks_override {fits + 1:,} x ")
     assert f"the engine would run out of memory allocating them; lower it to at most {fits:,}" in problem
+
+
+def test_a_block_override_of_a_sliding_window_model_is_counted_in_layer_groups():
+    """Gemma-3 in a contiguous cache: the override counts blocks of one of 7 layer groups, so its minimum is the
+    request's blocks (and the null block) times 7; the message once said 36 blocks, and 'raise it to 257' of 257."""
+    from sim.memory_fit import fit_problems
+
+    base = _scenario("gemma-3-27b", max_model_len=4096, kv_cache="contiguous")
+    groups = memory_breakdown(base).kv_cache_groups
+    needed = (4096 // base.engine.block_size + 1) * groups
+
+    def problems(override):
+        s = dataclasses.replace(base, engine=dataclasses.replace(base.engine, num_gpu_blocks_override=override))
+        return fit_problems(s, memory_breakdown(s))
+
+    assert groups == 7 and problems(needed) == []
+    (problem,) = problems(needed - 1)
+    assert problem.startswith(f"engine.num_gpu_blocks_override {needed - 1:,} ({needed // groups - 1} blocks of all")
+    assert f"raise it to at least {needed:,}" in problem
