@@ -31,9 +31,7 @@ def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_t
         ),
         f"  non-torch                    {_gib(mem.non_torch_bytes)}",
         f"  CUDA graphs (vLLM estimate)  {_gib(mem.cuda_graph_bytes) if mem.cuda_graph_bytes else '0 (enforce_eager)'}",
-        f"  KV cache pool                {_gib(mem.kv_cache_bytes)}"
-        if mem.kv_cache_bytes >= 0
-        else f"  KV cache pool                none: short by {_gib(-mem.kv_cache_bytes)}",
+        _pool_line(mem),
         (
             f"  KV per token                 {mem.kv_bytes_per_token:,} B   block ({mem.block_size} tokens) "
             f"{mem.block_bytes:,} B"
@@ -50,6 +48,18 @@ def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_t
         f"GPU KV cache size: {mem.max_kv_tokens:,} tokens",
         f"Maximum concurrency for {mem.max_model_len:,} tokens per request: {mem.max_concurrency_at_max_len:.2f}x",
     ]
+
+
+def _pool_line(mem: MemoryBreakdown) -> str:
+    """The KV cache pool: what is left for it, or the blocks engine.num_gpu_blocks_override sets (the only way
+    the pool differs from what is left by a block or more)."""
+    pool = mem.num_gpu_blocks * mem.block_bytes
+    if abs(pool - max(mem.kv_cache_bytes, 0)) >= mem.block_bytes:
+        left = _gib(mem.kv_cache_bytes) if mem.kv_cache_bytes >= 0 else "none"
+        return f"  KV cache pool                {_gib(pool)}  (engine.num_gpu_blocks_override; {left} left for it)"
+    if mem.kv_cache_bytes < 0:
+        return f"  KV cache pool                none: short by {_gib(-mem.kv_cache_bytes)}"
+    return f"  KV cache pool                {_gib(mem.kv_cache_bytes)}"
 
 
 def _ms(value: float | None) -> str:

@@ -49,6 +49,15 @@ def test_memory_prints_vllm_start_up_lines(capsys):
     assert "Maximum concurrency for 4,096 tokens per request: " in out
 
 
+def test_memory_shows_the_pool_an_override_sets(capsys):
+    """cpu_tiny's 64-block override: the pool is 64 x 8 KiB, not the 21 GiB left for it (once printed as the pool)."""
+    assert main(["memory", "scenarios/cpu_tiny.yaml"]) == 0
+    out = capsys.readouterr().out
+    assert "KV cache pool                512.00 KiB  (engine.num_gpu_blocks_override; " in out
+    assert main(["memory", "scenarios/a10_qwen7b.yaml"]) == 0
+    assert "KV cache pool                4.33 GiB\n" in capsys.readouterr().out
+
+
 def test_tensor_parallel_halves_weights_and_kv_per_gpu(capsys):
     main(["memory", "scenarios/h100x4_llama31_70b_tp4.yaml", "--json", "--set", "hardware.tensor_parallel_size=2"])
     tp2 = json.loads(capsys.readouterr().out)
