@@ -48,10 +48,11 @@ def cmd_catalog(args) -> int:
     if len(kinds) == 2:
         print()
     if "model" in kinds:
-        print(f"{'model':<14}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv heads':>10}{'vocab':>9}")
+        width = max(14, *(len(name) + 2 for name in catalogs["model"]))  # the longest name and a gap
+        print(f"{'model':<{width}}{'params':>10}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv heads':>10}{'vocab':>9}")
         for name, m in catalogs["model"].items():
             print(
-                f"{name:<14}{params_text(m.num_params):>10}{m.num_hidden_layers:>8}{m.hidden_size:>8}"
+                f"{name:<{width}}{params_text(m.num_params):>10}{m.num_hidden_layers:>8}{m.hidden_size:>8}"
                 f"{m.num_attention_heads:>7}{m.num_key_value_heads:>10}{m.vocab_size:>9}"
             )
     return 0
