@@ -171,6 +171,25 @@ RULES: dict[tuple[type, str], Rule] = {
             ("max_position_embeddings", MAX_TOKENS),
         )
     },
+    # Optional parts (0 or None: absent), bounded far above every published model (DeepSeek-V3: 256 experts of
+    # width 2,048, a latent of 512; Llama 4: 128 experts): a count of 10^40 experts is a typo, whose "short by
+    # 4.2e39 GiB" says nothing useful.
+    **{
+        (ModelSpec, name): in_range(0, hi)
+        for name, hi in (
+            ("num_experts", 1 << 16),
+            ("num_experts_per_tok", 1 << 16),
+            ("moe_intermediate_size", 1 << 20),
+            ("shared_expert_intermediate_size", 1 << 20),
+            ("q_lora_rank", 1 << 17),
+            ("kv_lora_rank", 1 << 17),
+            ("qk_rope_head_dim", 4096),
+            ("qk_nope_head_dim", 4096),
+            ("v_head_dim", 4096),
+            ("quant_group_size", 1 << 24),
+        )
+    },
+    (ModelSpec, "sliding_window"): in_range(1, MAX_TOKENS, " tokens"),
 }
 
 

@@ -131,3 +131,14 @@ def test_inline_model_and_gpu(tmp_path):
     assert message.startswith(f"{path}: model: ") and "hidden_size" in message
     message = error_of(path, ("hardware.gpu.memory_bytes=-1",))
     assert message.startswith(f"{path}: hardware.gpu: ") and "memory_bytes" in message
+
+
+def test_an_inline_model_s_optional_parts_have_ranges(tmp_path):
+    """10^20 experts was read, and failed later as 'short by 4.2e39 GiB'."""
+    path = write(tmp_path, MINIMAL)
+    moe = {**INLINE_MODEL, "model_type": "qwen3_moe", "moe_intermediate_size": 768, "num_experts_per_tok": 8}
+    message = error_of(path, (f"model={json.dumps({**moe, 'num_experts': 10**20})}",))
+    assert message == f"{path}: model.num_experts = {10**20}: must be in [0, 65,536]"
+    window = {**INLINE_MODEL, "model_type": "mistral", "sliding_window": 10**11}
+    message = error_of(path, (f"model={json.dumps(window)}",))
+    assert message == f"{path}: model.sliding_window = {10**11}: must be in [1, 16,777,216] tokens"
