@@ -29,6 +29,8 @@ def build_dataclass(cls: type, data: Any, path: str, ctx: Ctx) -> Any:
     for key in data:
         if key not in fields:
             hint = did_you_mean(str(key), list(fields))
+            if cls is Scenario and key == "search":  # a sizing file given to simulate, run or memory
+                hint = " (a sizing file's section: planner size reads it)"
             raise ScenarioError(
                 ctx.file, _join(path, key), NO_VALUE, f"unknown key{hint}; allowed: {allowed_keys(cls)}"
             )

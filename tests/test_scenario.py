@@ -85,6 +85,7 @@ def test_full_example_file(tmp_path):
             r"scen\.yaml: engine\.max_num_seq: unknown key \(did you mean max_num_seqs\?\); allowed: .*max_num_seqs",
         ),
         ("hardwre.gpu=a10", r"hardwre: unknown key \(did you mean hardware\?\)"),
+        ("search={}", r"search: unknown key \(a sizing file's section: planner size reads it\); allowed: name"),
         (
             "workload.arrival.rate=-1",
             r"scen\.yaml: workload\.arrival\.rate = -1\.0: must be in \[1e-06, 1e\+06\] requests/s",
