@@ -58,6 +58,7 @@ CHECKPOINT_LAYOUTS = {
 }
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some checkpoints carry; recomputed here
 MAX_LISTED = 5  # names shown per problem in an error message
+INDEX_FORM = "a JSON object whose weight_map maps tensor names to .safetensors file names in its folder"
 
 
 class WeightLoadError(Exception):
@@ -127,10 +128,7 @@ def _tensor_files(path: Path) -> dict[str, Path]:
         raise WeightLoadError(f"{path}: not a directory")
     index = path / "model.safetensors.index.json"
     if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError) as e:
-            raise WeightLoadError(f"{index}: not an HF safetensors index (no weight_map)") from e
+        weight_map = _read_index(index)
         absent = sorted({f for f in weight_map.values() if not (path / f).exists()})
         if absent:
             raise WeightLoadError(f"{index} lists shards that are not there: {_first(absent)}")
@@ -145,7 +143,40 @@ def _tensor_files(path: Path) -> dict[str, Path]:
     return files
 
 
+def _read_index(index: Path) -> dict[str, str]:
+    """The index's weight_map, checked: tensor names -> file names in the index's own folder (a name with a
+    folder part, `..` or an absolute path would read a file the checkpoint does not hold)."""
+    if not index.is_file():  # a folder, or a FIFO that would block the read forever: checked before opening
+        raise WeightLoadError(f"{index}: not a regular file (a folder, FIFO, socket or device?); expected {INDEX_FORM}")
+    try:
+        data = json.loads(index.read_bytes())
+    except OSError as e:
+        raise WeightLoadError(f"{index}: cannot read it: {e.strerror or e}") from e
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, or nested deeper than Python follows
+        raise WeightLoadError(f"{index}: not JSON ({e}); expected {INDEX_FORM}") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        found = "no weight_map" if isinstance(data, dict) and "weight_map" not in data else _shown(data)
+        raise WeightLoadError(f"{index}: found {found}; expected {INDEX_FORM}")
+    for name, file in weight_map.items():
+        if not isinstance(file, str) or file in ("", ".", "..") or Path(file).name != file:
+            raise WeightLoadError(f"{index}: weight_map maps {_shown(name)} to {_shown(file)}; expected {INDEX_FORM}")
+    return weight_map
+
+
+def _shown(value) -> str:
+    try:
+        text = json.dumps(value)
+    except (ValueError, RecursionError):  # an integer of > 4,300 digits, or nesting the encoder cannot follow
+        text = f"<a JSON {type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _open(file: Path):
+    if not file.is_file():  # a FIFO would block safe_open forever: checked before opening
+        raise WeightLoadError(
+            f"{file}: not a regular file (a folder, FIFO, socket or device?); expected a safetensors file"
+        )
     try:
         return safe_open(file, framework="pt", device="cpu")
     except Exception as e:  # safetensors raises its own error types for a truncated or foreign file

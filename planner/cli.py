@@ -158,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader (head, less) went away: not an error of ours
         sys.stderr.close()
         return 0
+    finally:
+        from planner.out_lock import release_out_dirs
+
+        release_out_dirs()  # the command's --out is written (or abandoned): another process may write there now
 
 
 # command -> (module, function, help, its arguments): a command's module is imported only when it runs (the CLI

@@ -14,6 +14,7 @@ import numpy as np
 
 from planner.decode_runs import NUM_STEPS, DecodeRunMerger, with_num_steps
 from planner.errors import PlannerError, read_text_file
+from planner.out_lock import lock_out_dir
 from planner.plot_workers import CDF_POINTS, PLOT_STEP_COLUMNS, PlotWorkers
 from planner.scenario import scenario_to_dict
 from sim.config import Scenario
@@ -26,8 +27,8 @@ MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not 
 
 def check_out_dir(out_dir: Path, names: tuple[str, ...] = OUTPUT_NAMES) -> None:
     """Make sure the outputs (a run's, or those `names`) can be written, before the run: the folder is created
-    (or exists), a file can be created in it, and no output name is taken by a folder. A PlannerError says what
-    is wrong."""
+    (or exists), a file can be created in it, and no output name is taken by a folder; then the folder is locked
+    against other planner processes (planner.out_lock). A PlannerError says what is wrong."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -45,6 +46,7 @@ def check_out_dir(out_dir: Path, names: tuple[str, ...] = OUTPUT_NAMES) -> None:
             raise PlannerError(f"--out {out_dir}: {name} exists and is not a file; remove it or choose another --out")
         if path.exists() and not os.access(path, os.W_OK):
             raise PlannerError(f"--out {out_dir}: {name} exists and cannot be overwritten")
+    lock_out_dir(out_dir)
 
 
 def read_summary(path: Path) -> dict:

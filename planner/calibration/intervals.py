@@ -14,6 +14,7 @@ import numpy as np
 
 from planner.calibration.fitting import BOUNDS
 from planner.calibration.provenance import STEP_TIME_SPREAD, Provenance
+from planner.rules import MIN_INTERVAL_RUNS
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 from sim.metrics import summarize
@@ -74,23 +75,26 @@ def simulate_intervals(
         drawn = draw_coefficients(coefficients, provenance.uncertainty, rng)
         result = simulate(run_scenario, drawn, record_steps=False)
         summary = summarize(result.recorder, scenario.slo)
-        for m in METRICS:
-            values[m].append(summary[m])
         checks = summary["slo"]["checks"]
-        slo_met.append([c["met"] for c in checks])
+        if summary["completed"]:  # a run that rejected every request has no figures to add
+            for m in METRICS:
+                values[m].append(summary[m])
+            slo_met.append([c["met"] for c in checks])
         if progress is not None:
             progress(i + 1, num_runs)
+    with_requests = len(slo_met)
+    enough = with_requests >= MIN_INTERVAL_RUNS  # else no spread: nothing is given (interval_lines says why)
     metrics = {}
     for m, vs in values.items():
         finite = np.asarray([v for v in vs if v is not None and np.isfinite(v)], dtype=np.float64)
-        if len(finite):
+        if len(finite) and enough:
             low, mid, high = np.percentile(finite, [LOW_Q, 50, HIGH_Q])
             metrics[m] = {"low": float(low), "median": float(mid), "high": float(high)}
         else:
             metrics[m] = {"low": None, "median": None, "high": None}
     slo = []
     for j, check in enumerate(checks):
-        known = [run[j] for run in slo_met if run[j] is not None]
+        known = [run[j] for run in slo_met if run[j] is not None] if enough else []
         slo.append(
             {
                 "metric": check["metric"],
@@ -102,6 +106,7 @@ def simulate_intervals(
     drawn_names = sorted(n for n, s in provenance.uncertainty.items() if s > 0 and np.isfinite(s))
     return {
         "runs": num_runs,
+        "runs_with_requests": with_requests,  # the others rejected every request: the figures rest on these
         "seeds": [scenario.workload.seed, scenario.workload.seed + num_runs - 1],
         "coefficients_drawn": drawn_names,
         "interval": "90%",
@@ -118,9 +123,18 @@ def interval_lines(intervals: dict, provenance_label: str) -> list[str]:
         else f"fixed coefficients ({provenance_label} gives no uncertainty)"
     )
     first, last = intervals["seeds"]
+    runs, with_requests = intervals["runs"], intervals["runs_with_requests"]
+    if with_requests < MIN_INTERVAL_RUNS:
+        none = f"no 90% intervals: {with_requests} of {runs} runs (workload seeds {first}..{last}) completed requests"
+        return ["", f"{none}, the others rejected every request; an interval needs {MIN_INTERVAL_RUNS}"]
+    over = (
+        f"{runs} runs"
+        if with_requests == runs
+        else f"{with_requests} of {runs} runs ({runs - with_requests} rejected every request)"
+    )
     lines = [
         "",
-        f"90% intervals over {intervals['runs']} runs: workload seeds {first}..{last} x {source}",
+        f"90% intervals over {over}: workload seeds {first}..{last} x {source}",
         f"  {'':<22}{'5%':>12}{'median':>12}{'95%':>12}",
     ]
     for m, v in intervals["metrics"].items():
