@@ -1,6 +1,7 @@
 """Bad input around a run's files: a malformed checkpoint index, a FIFO for a tensor file, an --out folder
 another process is writing, and --intervals runs that rejected every request."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -8,25 +9,14 @@ import sys
 
 import pytest
 import torch
+from test_engine_weights import LLAMA
 
 from gpu_engine.model import build_model
 from gpu_engine.weights import WeightLoadError, load_weights
 from planner.cli import main
 from planner.out_lock import LOCK_NAME
-from sim.config import ModelSpec
 
-TINY = ModelSpec(
-    name="tiny-llama",
-    model_type="llama",
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    vocab_size=512,
-    max_position_embeddings=256,
-)
+TINY = dataclasses.replace(LLAMA, num_hidden_layers=1)  # one layer: the weights tests' model, smaller
 INDEX = "model.safetensors.index.json"
 # 3 of workload seeds 3..7 draw both requests' prompts beyond max_model_len 4096: every request is rejected
 REJECTING = [
