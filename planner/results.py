@@ -72,7 +72,7 @@ def read_summary(path: Path) -> dict:
     # planner writes both; an edited one of another type would drop the memory rows or break the header
     for key, kind, allowed in (("memory", dict, "an object"), ("mode", str, "a string")):
         if key in data and not isinstance(data[key], kind):
-            raise PlannerError(f"{file}: {key} = {_shown(data[key])}: must be {allowed}")
+            raise PlannerError(f"{file}: {key} = {shown_json(data[key])}: must be {allowed}")
     found = 0
     for key, _ in COMPARE_ROWS:
         value = data
@@ -81,9 +81,11 @@ def read_summary(path: Path) -> dict:
         if value is None:
             continue
         if not _finite_number(value):
-            raise PlannerError(f"{file}: {key} = {_shown(value)}: must be a finite number or null")
+            raise PlannerError(f"{file}: {key} = {shown_json(value)}: must be a finite number or null")
         if value < 0:
-            raise PlannerError(f"{file}: {key} = {_shown(value)}: must be >= 0 or null (a rate, a latency or a size)")
+            raise PlannerError(
+                f"{file}: {key} = {shown_json(value)}: must be >= 0 or null (a rate, a latency or a size)"
+            )
         found += 1
     if not found:
         names = ", ".join(key for key, _ in COMPARE_ROWS[:3])
@@ -91,7 +93,7 @@ def read_summary(path: Path) -> dict:
     return data
 
 
-def _shown(value) -> str:
+def shown_json(value) -> str:
     """A JSON value as a message quotes it, cut short visibly (a number cut to its first digits would read as
     another number)."""
     text = json.dumps(value)

@@ -5,14 +5,13 @@ the fit reads checked (a PlannerError naming the file, the row and column, and w
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 from pathlib import Path
 
 import numpy as np
 
 from planner.errors import PlannerError
-from planner.results import read_summary
+from planner.results import read_summary, shown_json
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, ModelSpec, Scenario, SloConfig, WorkloadConfig
 
 SCENARIO_SECTIONS = ("scenario", "scenario.model", "scenario.hardware", "scenario.hardware.gpu", "scenario.engine")
@@ -31,7 +30,7 @@ def _sections(data: dict, where: str) -> dict[str, dict]:
         parent, _, name = key.rpartition(".")
         value = found[parent].get(name)
         if not isinstance(value, dict):
-            shown = "is missing" if name not in found[parent] else f"= {json.dumps(value)[:40]}"
+            shown = "is missing" if name not in found[parent] else f"= {shown_json(value)}"
             raise PlannerError(
                 f"{where}: {key} {shown}: must be an object (the resolved scenario `planner run` writes)"
             )
