@@ -15,12 +15,11 @@ from planner.cross_checks import check_relations
 from planner.errors import ScenarioError
 from planner.rules import Ctx
 from planner.sizing.coefficients import resolve_coefficients
-from planner.sizing.spec import SearchSpec, SizingQuestion
+from planner.sizing.spec import SearchSpec, SizingQuestion, probe_requests_kept
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 from sim.cost_model import CostCoefficients
 from sim.memory import memory_breakdown
 from sim.memory_fit import fit_problems
-from sim.workload import generate_workload
 
 # Short names for the settings in a candidate's label.
 LABELS = {
@@ -123,8 +122,7 @@ def _requests_problem(q: SizingQuestion, max_model_len: int, kept_requests: dict
     """A max_model_len (swept) under which a probe keeps no request: there is nothing to simulate.
     `kept_requests` caches the count per max_model_len: a sweep has many candidates per value."""
     if max_model_len not in kept_requests:
-        workload = dataclasses.replace(q.scenario.workload, num_requests=q.search.probe.num_requests)
-        kept_requests[max_model_len] = len(generate_workload(workload, max_model_len))
+        kept_requests[max_model_len] = probe_requests_kept(q.scenario, q.search.probe, max_model_len)
     if kept_requests[max_model_len]:
         return None
     return (
