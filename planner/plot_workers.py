@@ -19,17 +19,23 @@ pipes: a pipe carries 64 kB at a time and waits for a reader running below the p
 the parent wait about 1 s to hand the 10k benchmark's 8 MB to each process (`send`, 3 runs: 0.83 to 1.16 s),
 where writing the file takes hundredths of a second.
 
-Processes are spawned, not forked: a child starts from a clean interpreter on every platform (forking a
-process with native threads, as numpy's BLAS has, can deadlock, and Python 3.12 warns of it). A child's
-start-up (~0.3 s of CPU) is the price; on a machine whose other cores are busy the figures then take that
-much longer than in-process.
+The plotting process is spawned, not forked from the parent: it starts from a clean interpreter (forking a
+process with native threads, as numpy's BLAS has, can deadlock, and Python 3.12 warns of it); its start-up
+(~0.3 s of CPU) is the price. On Linux one process imports matplotlib for every figure and, once the run's
+data are there, forks a helper per group of figures but its first (numpy's BLAS pool is kept off in it, so
+the fork copies one thread): on 2 CPUs the 10k benchmark's `simulate --out` then took 0.87x the CPU of one
+spawned process per group (the second import and interpreter gone) and 0.97x the wall time, medians of 8
+alternating pairs (wall 0.85x to 1.11x: the imports had mostly run beside the simulation already). Elsewhere
+each group has a spawned process of its own.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planner.child_answer import answer, raise_failure, receive
 
@@ -39,6 +45,12 @@ if TYPE_CHECKING:
 
 BACKGROUND_MIN_REQUESTS = 2000
 NICENESS = 10  # a plotting process's, added to the parent's (Unix; ignored elsewhere)
+# Forking a helper from a plotting process that has imported matplotlib costs milliseconds, where spawning one
+# more process costs an interpreter's start-up and a matplotlib import of its own (about 1 s of CPU). Linux only:
+# macOS's system libraries are not safe to use in a forked child, and Windows has no fork.
+FORK_HELPERS = sys.platform.startswith("linux")
+# Read by numpy's BLAS libraries (OpenBLAS, MKL, OpenMP builds) when numpy is imported: one thread, no pool.
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # Here, not in planner.plots, so the parent process needs no matplotlib to name the figures or sample the ITLs.
 PLOT_NAMES = ("latency_cdf.png", "throughput.png", "kv_cache.png")
 # A CDF curve draws at most this many points, at evenly spaced ranks (percentiles stay exact): a panel of the
@@ -59,8 +71,9 @@ PLOT_STEP_COLUMNS = (
 
 
 class PlotWorkers:
-    """One spawned process per group of figures, importing matplotlib from the start; send() hands them the
-    run."""
+    """The plotting processes, importing matplotlib from the start; send() hands them the run. Where a process
+    can fork (FORK_HELPERS) one process takes every group of figures and forks a helper per group but its first
+    when the run arrives; elsewhere one spawned process per group."""
 
     def __init__(self, groups: list[tuple[str, ...]]) -> None:
         import multiprocessing  # here: only a long run with --out needs it (~13 ms to import, -X importtime)
@@ -68,9 +81,9 @@ class PlotWorkers:
         context = multiprocessing.get_context("spawn")
         self.workers: list[tuple[Connection, multiprocessing.process.BaseProcess]] = []
         self.run_file: Path | None = None  # the run's data, once sent
-        for names in groups:
+        for process_groups in [groups] if FORK_HELPERS else [[names] for names in groups]:
             ours, theirs = context.Pipe()
-            process = context.Process(target=_draw_when_told, args=(theirs, names), daemon=True)
+            process = context.Process(target=_draw_when_told, args=(theirs, process_groups), daemon=True)
             process.start()
             theirs.close()
             self.workers.append((ours, process))
@@ -120,7 +133,7 @@ class PlotWorkers:
             self.run_file = None
 
 
-def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
+def _draw_when_told(connection: Connection, groups: list[tuple[str, ...]]) -> None:
     import signal  # here, not at the top: only a plotting process needs it
 
     # Ctrl-C reaches the whole process group: the parent handles it (exit 130, no traceback) and ends us by
@@ -130,7 +143,12 @@ def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
     # would otherwise take CPU from the simulation they wait for.
     if hasattr(os, "nice"):
         os.nice(NICENESS)
+    if len(groups) > 1:
+        # This process forks its helpers: no BLAS thread pool may be running in it then (a fork copies only the
+        # forking thread, and a pool's locks with it). Drawing does no linear algebra.
+        os.environ.update(dict.fromkeys(BLAS_THREAD_VARIABLES, "1"))
     import pickle
+    from functools import partial
 
     from planner.plots import write_plots  # the slow import, done while the parent runs
 
@@ -142,9 +160,49 @@ def _draw_when_told(connection: Connection, names: tuple[str, ...]) -> None:
     def draw() -> list[Path]:
         with open(run_file, "rb") as f:
             out_dir, args, kwargs = pickle.load(f)
-        return write_plots(out_dir, *args, names=names, **kwargs)
+        helpers = [_fork(partial(write_plots, out_dir, *args, names=names, **kwargs)) for names in groups[1:]]
+        try:
+            written = write_plots(out_dir, *args, names=groups[0], **kwargs)
+        finally:
+            answers = [_helper_answer(*helper) for helper in helpers]  # waited for even when our own failed
+        for outcome, value in answers:
+            if outcome != "ok":
+                raise_failure(outcome, value, "drawing in a plotting helper")
+            written += value
+        return written
 
     answer(connection, draw)
+
+
+def _fork(work: Callable[[], list[Path]]) -> tuple[int, Connection]:
+    """A forked helper that runs work and answers (child_answer.answer) over a pipe: (its pid, our end)."""
+    from multiprocessing import Pipe
+
+    ours, theirs = Pipe(duplex=False)
+    pid = os.fork()
+    if pid == 0:  # the helper: answer, then leave without running the parent's exit handlers
+        status = 1
+        try:
+            ours.close()
+            answer(theirs, work)
+            status = 0
+        finally:
+            os._exit(status)
+    theirs.close()
+    return pid, ours
+
+
+def _helper_answer(pid: int, connection: Connection) -> tuple[str, Any]:
+    """A forked helper's answer once it has exited; one that died before answering, as an error."""
+    try:
+        outcome = connection.recv()
+    except EOFError:
+        outcome = None
+    connection.close()
+    _, status = os.waitpid(pid, 0)
+    if outcome is None:
+        return "error", f"a plotting helper ended with exit code {os.waitstatus_to_exitcode(status)}"
+    return outcome
 
 
 def plot_workers_for(num_requests: int, out_dir: Path | None) -> PlotWorkers | None:

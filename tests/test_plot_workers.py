@@ -1,8 +1,9 @@
-"""Plots drawn by child processes (planner.plot_workers): the same files as drawn in-process, errors come back,
-and processes never given a run exit."""
+"""Plots drawn by child processes (planner.plot_workers): the same files as drawn in-process (by one process and
+its forked helpers, or by spawned processes), errors come back, and processes never given a run exit."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,11 @@ import pytest
 from planner.plot_workers import (
     BACKGROUND_MIN_REQUESTS,
     CDF_POINTS,
+    FORK_HELPERS,
     PLOT_NAMES,
     PlotWorkers,
+    _fork,
+    _helper_answer,
     figure_groups,
     plot_workers_for,
 )
@@ -79,3 +83,31 @@ def test_figures_are_dealt_out_to_at_most_one_process_each():
     assert figure_groups(1) == [PLOT_NAMES]
     assert figure_groups(2) == [("latency_cdf.png",), ("throughput.png", "kv_cache.png")]  # ~1.2 s vs ~1.0 s
     assert figure_groups(16) == [(name,) for name in PLOT_NAMES]
+
+
+def test_without_fork_each_group_gets_a_spawned_process_and_draws_the_same_files(tmp_path, run, monkeypatch):
+    plots, options = run
+    monkeypatch.setattr("planner.plot_workers.FORK_HELPERS", False)
+    workers = PlotWorkers([("latency_cdf.png",), ("throughput.png", "kv_cache.png")])
+    assert len(workers.workers) == 2
+    workers.send(tmp_path / "spawned", *plots, **options)
+    spawned = workers.collect()
+    here = write_plots(tmp_path / "here", *plots, **options)
+    assert [p.read_bytes() for p in spawned] == [p.read_bytes() for p in here]
+
+
+@pytest.mark.skipif(not FORK_HELPERS, reason="plotting helpers are forked on Linux only")
+def test_on_linux_one_process_takes_every_group():
+    workers = PlotWorkers([("latency_cdf.png",), ("throughput.png",), ("kv_cache.png",)])
+    assert len(workers.workers) == 1
+    workers.close()
+
+
+@pytest.mark.skipif(not FORK_HELPERS, reason="plotting helpers are forked on Linux only")
+def test_a_forked_helpers_answer_error_and_death_come_back():
+    assert _helper_answer(*_fork(lambda: [Path("a.png")])) == ("ok", [Path("a.png")])
+    outcome, value = _helper_answer(*_fork(lambda: 1 / 0))
+    assert outcome == "error" and "ZeroDivisionError" in value
+    assert _helper_answer(*_fork(lambda: Path("/nonexistent/dir/x.png").write_bytes(b"")))[0] == "oserror"
+    outcome, value = _helper_answer(*_fork(lambda: os._exit(3)))  # died before answering
+    assert (outcome, value) == ("error", "a plotting helper ended with exit code 3")
