@@ -21,6 +21,7 @@ from sim.columns import Columns
 from sim.config import SloConfig
 from sim.request import Request
 from sim.statistics import BusyTotals, GapHistogram, percentile
+from sim.step_rows import StepRows, WindowRecord
 
 STEP_COLUMNS = {
     "start_s": np.float64,
@@ -79,7 +80,7 @@ class Recorder:
         self.plot_steps = Columns(STEP_COLUMNS)  # with a sink: every plot_stride-th step
         self.plot_stride = 1
         self.num_spilled = 0
-        self.steps = Columns(STEP_COLUMNS)
+        self.steps = StepRows(STEP_COLUMNS)  # rows kept as they come, put into columns when read
         self._requests = Columns(REQUEST_COLUMNS)
         # Finished requests' rows as tuples, put into the columns FINISHED_BATCH at a time: one numpy element
         # assignment per field costs more than the whole tuple.
@@ -114,23 +115,25 @@ class Recorder:
         self.totals.add_step(duration_s, kv_blocks_used, tokens_held)
         self.num_preemptions += num_preemptions
         if self.record_steps:
-            self.steps.append(
-                replica=replica,
-                start_s=start_s,
-                duration_s=duration_s,
-                num_running=num_running,
-                num_waiting=num_waiting,
-                num_prefill_tokens=num_prefill_tokens,
-                num_decode_requests=num_decode_requests,
-                num_sampled=num_sampled,
-                sum_context_tokens=sum_context_tokens,
-                attention_pairs=attention_pairs,
-                kv_blocks_used=kv_blocks_used,
-                num_preemptions=num_preemptions,
-                num_tokens=num_tokens,
-                num_seqs=num_seqs,
-                host_s=host_s,
-                device_s=device_s,
+            self.steps.add_step(  # in STEP_COLUMNS' order
+                (
+                    start_s,
+                    duration_s,
+                    num_running,
+                    num_waiting,
+                    num_prefill_tokens,
+                    num_decode_requests,
+                    num_sampled,
+                    sum_context_tokens,
+                    attention_pairs,
+                    kv_blocks_used,
+                    num_preemptions,
+                    replica,
+                    num_tokens,
+                    num_seqs,
+                    host_s,
+                    device_s,
+                )
             )
             self._maybe_spill()
 
@@ -147,7 +150,7 @@ class Recorder:
         first = (-self.num_spilled) % self.plot_stride
         self.plot_steps.extend(**{name: column[first :: self.plot_stride] for name, column in rows.items()})
         self.num_spilled += self.steps.size
-        self.steps.size = 0
+        self.steps.clear()
         while self.plot_steps.size > PLOT_STEP_ROWS:
             self.plot_steps.keep_every_other()
             self.plot_stride *= 2
@@ -188,30 +191,20 @@ class Recorder:
         self.num_steps += len(duration_s)
         self.totals.add_steps(duration_s, kv_blocks_used, tokens_held)
         if self.record_steps:
-            num_waiting_rows = np.full(len(duration_s), num_waiting, dtype=np.int32)
-            num_waiting_rows[-1] = num_waiting_after
-            num_running = num_running_after  # nobody finishes in a window of one count of rows
-            if not isinstance(num_rows, int):
-                num_running = np.empty_like(num_rows)
-                num_running[:-1] = num_rows[1:]
-                num_running[-1] = num_running_after
-            self.steps.extend(
-                replica=replica,
-                start_s=end_s - duration_s,
-                duration_s=duration_s,
-                num_running=num_running,
-                num_waiting=num_waiting_rows,
-                num_prefill_tokens=0,
-                num_decode_requests=num_rows,
-                num_sampled=num_rows,
-                sum_context_tokens=sum_context_tokens,
-                attention_pairs=sum_context_tokens,
-                kv_blocks_used=kv_blocks_used,
-                num_preemptions=0,
-                num_tokens=num_rows,
-                num_seqs=num_rows,
-                host_s=host_s,
-                device_s=device_s,
+            self.steps.add_window(
+                WindowRecord(
+                    replica,
+                    end_s,
+                    duration_s,
+                    num_rows,
+                    num_running_after,
+                    num_waiting,
+                    num_waiting_after,
+                    sum_context_tokens,
+                    kv_blocks_used,
+                    host_s,
+                    device_s,
+                )
             )
             self._maybe_spill()
 
