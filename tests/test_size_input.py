@@ -71,12 +71,49 @@ def test_a_swept_max_model_len_no_request_fits_under_prunes_its_candidates(sizin
     kept, pruned = enumerate_candidates(q)
     assert [c.label for c in kept] == ["a10 tp1, len 4096"]
     assert [p.label for p in pruned] == ["a10 tp1, len 1"]
-    assert "all 20 requests of a probe are longer than max_model_len 1" in pruned[0].reason
+    assert pruned[0].reason == (
+        "max_model_len 1 rejects 20 of a probe's 20 requests that engine.max_model_len 4096 keeps (prompt + output"
+        " tokens longer): it does not serve this workload"
+    )
 
 
 def test_a_sweep_whose_every_max_model_len_rejects_every_request_cannot_run(capsys, sizing_file):
     err = size_error(capsys, str(sizing_file), "--workers", "1", *sets("search.candidates.engine={max_model_len: [1]}"))
-    assert "no candidate can run" in err and "longer than max_model_len 1" in err
+    assert "no candidate can run" in err and "max_model_len 1 rejects 20 of a probe's 20 requests" in err
+
+
+# A swept max_model_len shorter than some requests: it would drop (or cut) the longest ones and size a lighter
+# workload than the one asked about. It once won: 3 A10s where the workload needs 17 (planner size on uniform
+# 100-3,000-token prompts swept over max_model_len [1024, 4096]).
+
+UNEVEN = {
+    "workload.prompt_tokens": "{dist: uniform, low: 10, high: 200}",
+    "search.candidates.engine": "{max_model_len: [64, 128, 256, 4096]}",
+}
+
+
+@pytest.mark.parametrize("too_long", ["reject", "truncate"])
+def test_a_swept_max_model_len_that_drops_or_cuts_requests_the_scenarios_keeps_is_pruned(sizing_file, too_long):
+    q = load_sizing(sizing_file, [*sets_of(UNEVEN), f"workload.too_long={too_long}"])
+    kept, pruned = enumerate_candidates(q)
+    assert [c.label for c in kept] == ["a10 tp1, len 256", "a10 tp1, len 4096"]  # every request fits in 220 tokens
+    assert [p.label for p in pruned] == ["a10 tp1, len 64", "a10 tp1, len 128"]
+    verb = {"reject": "rejects", "truncate": "truncates"}[too_long]
+    assert all(f"{verb} " in p.reason and "it does not serve this workload" in p.reason for p in pruned)
+
+
+def test_a_swept_max_model_len_as_long_as_the_scenarios_own_is_kept_when_that_one_drops_requests(sizing_file):
+    # The scenario's own max_model_len 128 rejects the longest requests: the workload asked about is the rest,
+    # which 128 and anything longer serve.
+    q = load_sizing(sizing_file, [*sets_of(UNEVEN), "engine.max_model_len=128"])
+    kept, pruned = enumerate_candidates(q)
+    assert [c.label for c in kept] == ["a10 tp1, len 128", "a10 tp1, len 256", "a10 tp1, len 4096"]
+    assert [p.label for p in pruned] == ["a10 tp1, len 64"]
+    assert "rejects" in pruned[0].reason and "that engine.max_model_len 128 keeps" in pruned[0].reason
+
+
+def sets_of(items: dict[str, str]) -> list[str]:
+    return [f"{k}={v}" for k, v in items.items()]
 
 
 # 3: --out checked before the search, and a write that fails named

@@ -15,7 +15,7 @@ from planner.cross_checks import check_relations
 from planner.errors import ScenarioError
 from planner.rules import Ctx
 from planner.sizing.coefficients import resolve_coefficients
-from planner.sizing.spec import SearchSpec, SizingQuestion, probe_requests_kept
+from planner.sizing.spec import SearchSpec, SizingQuestion, probe_request_counts
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 from sim.cost_model import CostCoefficients
 from sim.memory import memory_breakdown
@@ -64,14 +64,14 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
     sweep_names = list(s.engine)
     kept: list[Candidate] = []
     pruned: list[Pruned] = []
-    kept_requests: dict[int, int] = {}  # max_model_len -> the requests of a probe it keeps
+    request_counts: dict[int, tuple[int, int]] = {}  # max_model_len -> a probe's requests it keeps, truncates
     combos = itertools.product(s.gpus, s.tensor_parallel_sizes, s.dtypes, *(s.engine[n] for n in sweep_names))
     for gpu, tp, dtype, *values in combos:
         settings = tuple(zip(sweep_names, values))
         label = candidate_label(gpu.name, tp, dtype, settings, q.scenario.dtype, len(s.dtypes) > 1)
         scenario, reason = _build(q, gpu, tp, dtype, dict(settings))
         if reason is None:
-            reason = _requests_problem(q, scenario.max_model_len, kept_requests) or _price_problem(s, gpu)
+            reason = _requests_problem(q, scenario.max_model_len, request_counts) or _price_problem(s, gpu)
         if reason is not None:
             pruned.append(Pruned(label, gpu.name, tp, reason))
             continue
@@ -118,17 +118,28 @@ def _build(q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict)
     return scenario, None
 
 
-def _requests_problem(q: SizingQuestion, max_model_len: int, kept_requests: dict[int, int]) -> str | None:
-    """A max_model_len (swept) under which a probe keeps no request: there is nothing to simulate.
-    `kept_requests` caches the count per max_model_len: a sweep has many candidates per value."""
-    if max_model_len not in kept_requests:
-        kept_requests[max_model_len] = probe_requests_kept(q.scenario, q.search.probe, max_model_len)
-    if kept_requests[max_model_len]:
-        return None
-    return (
-        f"all {q.search.probe.num_requests:,} requests of a probe are longer than max_model_len {max_model_len}"
-        " (prompt + output tokens) and would be rejected"
-    )
+def _requests_problem(q: SizingQuestion, max_model_len: int, counts: dict[int, tuple[int, int]]) -> str | None:
+    """A max_model_len (swept) that serves fewer of the workload's requests than the scenario's own: it rejects
+    (or truncates) requests that the scenario's keeps whole, so its probes would run a lighter workload than
+    the one asked about, and it could win by dropping the longest requests. `counts` caches a probe's (kept,
+    truncated) per max_model_len: a sweep has many candidates per value."""
+    for length in (max_model_len, q.scenario.max_model_len):
+        if length not in counts:
+            counts[length] = probe_request_counts(q.scenario, q.search.probe, length)
+    (kept, truncated), (asked_kept, asked_truncated) = counts[max_model_len], counts[q.scenario.max_model_len]
+    probe = f"a probe's {q.search.probe.num_requests:,} requests"
+    asked = f"engine.max_model_len {q.scenario.max_model_len}"
+    if kept < asked_kept:
+        return (
+            f"max_model_len {max_model_len} rejects {asked_kept - kept:,} of {probe} that {asked} keeps (prompt +"
+            " output tokens longer): it does not serve this workload"
+        )
+    if truncated > asked_truncated:
+        return (
+            f"max_model_len {max_model_len} truncates {truncated - asked_truncated:,} more of {probe} than {asked}"
+            " (prompt + output tokens longer): it does not serve this workload"
+        )
+    return None
 
 
 def _price_problem(s: SearchSpec, gpu: GpuSpec) -> str | None:

@@ -183,19 +183,19 @@ def _check_num_candidates(s: SearchSpec, ctx: Ctx) -> None:
         )  # fmt: skip
 
 
-def probe_requests_kept(scenario: Scenario, probe: Probe, max_model_len: int) -> int:
-    """How many of a probe's requests max_model_len keeps (the others are rejected or truncated as the
-    scenario's workload.too_long says)."""
+def probe_request_counts(scenario: Scenario, probe: Probe, max_model_len: int) -> tuple[int, int]:
+    """(kept, truncated): how many of a probe's requests max_model_len keeps, and how many of those it cuts
+    short (longer ones are rejected or truncated as the scenario's workload.too_long says)."""
     from sim.workload import generate_workload
 
-    workload = dataclasses.replace(scenario.workload, num_requests=probe.num_requests)
-    return len(generate_workload(workload, max_model_len))
+    workload = generate_workload(dataclasses.replace(scenario.workload, num_requests=probe.num_requests), max_model_len)
+    return len(workload), workload.num_truncated
 
 
 def _check_requests_fit(scenario: Scenario, probe: Probe, ctx: Ctx) -> None:
     """The search's workload shape is a probe's requests under the scenario's max_model_len: with none kept
     there is nothing to size (simulate refuses the same workload)."""
-    if not probe_requests_kept(scenario, probe, scenario.max_model_len):
+    if not probe_request_counts(scenario, probe, scenario.max_model_len)[0]:
         allowed = (
             f"all {probe.num_requests:,} requests of a probe (search.probe.num_requests) are longer (prompt +"
             " output tokens) and would be rejected; raise it or set workload.too_long: truncate"
