@@ -3,12 +3,12 @@
 Drawing the three PNGs costs about 1.4 s of CPU whatever the run's length (text layout and Agg rendering;
 the data are binned to a few hundred points first), after 0.7 s to import matplotlib: as much as a
 10,000-request simulation. `planner simulate --out` on a workload of BACKGROUND_MIN_REQUESTS or more therefore
-starts plotting processes before the run, one per CPU, at most one per figure, the figures dealt out among
-them: each imports matplotlib while the parent simulates, then waits for the run's data and draws its
-figures while the parent writes the CSV files. (One per CPU, not one per CPU beyond the run's: their imports
-fit beside the run on the spare CPUs, and then every CPU draws; on 2 CPUs, 2 processes took 0.91x the wall
-time of 1, median of 5 paired runs on the 10k benchmark.) On one CPU, or on a shorter run, the figures are
-drawn in-process: there the processes' own start-up would cost more than they hide. The processes run at a
+deals the figures out to groups, one per CPU, at most one per figure, and starts plotting before the run: the
+groups' process(es) import matplotlib while the parent simulates, then wait for the run's data and draw every
+group at once, one process each, while the parent writes the CSV files. (One per CPU, not one per CPU beyond
+the run's: the imports fit beside the run on the spare CPUs, and then every CPU draws; on 2 CPUs, 2 processes
+took 0.91x the wall time of 1, median of 5 paired runs on the 10k benchmark.) On one CPU, or on a shorter run,
+the figures are drawn in-process: there the processes' own start-up would cost more than they hide. They run at a
 lower priority than the parent (NICENESS): with fewer spare CPUs than processes, their imports would
 otherwise slow the simulation they wait for (8 alternating runs of `simulate --out` on the 10k benchmark, 2
 CPUs: median 4.21 s against 4.92 s at the parent's priority). The figures are the same files as drawn
@@ -222,9 +222,10 @@ def plot_workers_for(num_requests: int, out_dir: Path | None) -> PlotWorkers | N
 
 def figure_groups(num_workers: int) -> list[tuple[str, ...]]:
     """PLOT_NAMES dealt out to at most num_workers processes (none: []), balanced by what they cost to draw
-    (the 10k benchmark run, this repository's machine): the latency figure, four CDF panels, about 1.2 s;
-    throughput 0.6 s; KV cache 0.4 s. So with two processes the latency figure has one to itself (paired
-    runs: 0.96x the wall time of dealing the figures round-robin, median of 5)."""
+    (the 10k benchmark run, this repository's machine, CPU seconds in one process once its fonts are loaded):
+    the latency figure, four CDF panels, 0.71 s; throughput 0.53 s; KV cache 0.40 s. So with two processes the
+    latency figure has one to itself (paired runs: 0.96x the wall time of dealing the figures round-robin,
+    median of 5)."""
     num_workers = min(max(num_workers, 0), len(PLOT_NAMES))
     if num_workers < 2:
         return [PLOT_NAMES] if num_workers else []
