@@ -179,10 +179,12 @@ def _fork(work: Callable[[], list[Path]]) -> tuple[int, Connection]:
     from multiprocessing import Pipe
 
     ours, theirs = Pipe(duplex=False)
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the helper: answer, then leave without running the parent's exit handlers
         status = 1
         try:
+            _end_with(parent)
             ours.close()
             answer(theirs, work)
             status = 0
@@ -190,6 +192,19 @@ def _fork(work: Callable[[], list[Path]]) -> tuple[int, Connection]:
             os._exit(status)
     theirs.close()
     return pid, ours
+
+
+def _end_with(parent: int) -> None:
+    """Have the kernel kill this process when the process that forked it ends (Linux's PR_SET_PDEATHSIG): the
+    planner ends a plotting process that it no longer waits for (a failed run, Ctrl-C) by terminating it, and
+    its helpers must not go on drawing into the folder."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # it ended before the request took effect
+        os._exit(1)
 
 
 def _helper_answer(pid: int, connection: Connection) -> tuple[str, Any]:

@@ -111,3 +111,40 @@ def test_a_forked_helpers_answer_error_and_death_come_back():
     assert _helper_answer(*_fork(lambda: Path("/nonexistent/dir/x.png").write_bytes(b"")))[0] == "oserror"
     outcome, value = _helper_answer(*_fork(lambda: os._exit(3)))  # died before answering
     assert (outcome, value) == ("error", "a plotting helper ended with exit code 3")
+
+
+def _forks_a_sleeping_helper(pids) -> None:
+    """An intermediate process: it forks a helper that would sleep for a minute, says its pid, and waits."""
+    import time
+
+    pids.put(_fork(lambda: time.sleep(60))[0])
+    time.sleep(60)
+
+
+def _alive(pid: int) -> bool:
+    """Linux's /proc: a zombie (ended, not reaped) counts as ended."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not FORK_HELPERS, reason="plotting helpers are forked on Linux only")
+def test_a_helper_ends_with_the_process_that_forked_it():
+    # The planner terminates a plotting process it no longer waits for (a failed run, Ctrl-C): its helpers
+    # must not go on drawing into the folder.
+    import multiprocessing
+    import time
+
+    context = multiprocessing.get_context("fork")
+    pids = context.Queue()
+    intermediate = context.Process(target=_forks_a_sleeping_helper, args=(pids,))
+    intermediate.start()
+    helper = pids.get(timeout=30)
+    assert _alive(helper)
+    intermediate.terminate()
+    intermediate.join()
+    deadline = time.monotonic() + 10  # without it the helper would sleep on for a minute
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _alive(helper)
