@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import WorkloadError
+from sim.json_keys import DuplicateKeyError, unique_keys
 
 # What a trace may hold. Token counts: whole-ish numbers in [0, MAX_TRACE_TOKENS] (0 is clipped to the
 # distribution's min, 1 by default, as every drawn length is; a negative count is an error, never clipped).
@@ -85,10 +86,13 @@ def _read_plain_csv(text: str, columns: list[str], arrival_column: str | None) -
     if any(char in head for char in '"\r\0') or not rows.strip("\n") or not _PLAIN_ROWS.fullmatch(rows):
         return None
     header = [name.strip() for name in head.split(",")]
-    if any(c not in header for c in columns):
+    if any(header.count(c) != 1 for c in columns):
+        return None
+    lines = rows.split("\n")
+    if rows.count(",") != (len(header) - 1) * (len(lines) - lines.count("")):  # a row of more (or fewer) fields
         return None
     used = sorted({header.index(c) for c in columns})
-    try:  # usecols: a row may have more fields than the header, as _read_csv lets it
+    try:
         values = np.loadtxt(io.StringIO(rows), delimiter=",", comments=None, usecols=used, ndmin=2)
     except ValueError:  # an empty field, a short row, a malformed number
         return None
@@ -104,12 +108,18 @@ def _read_csv(path: Path, text: str, columns: list[str]) -> tuple[dict, list[int
     try:
         header = [name.strip() for name in next(reader, [])]
         _check_columns(path, columns, header)
+        _check_unique(path, columns, header)
         index = {c: header.index(c) for c in columns}
         values: dict[str, list] = {c: [] for c in columns}
         lines = []
         for row in reader:
             if not any(field.strip() for field in row):
                 continue  # a blank line
+            if len(row) > len(header):  # an unquoted comma shifts every field after it: which is which?
+                raise WorkloadError(
+                    f"trace file {path}: line {reader.line_num}: {len(row)} fields, the header names"
+                    f" {len(header)} (a comma inside a field must be quoted)"
+                )
             for c, i in index.items():
                 if i >= len(row):
                     raise WorkloadError(
@@ -130,7 +140,9 @@ def _read_jsonl(path: Path, text: str, columns: list[str]) -> tuple[dict, list[i
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=unique_keys)
+        except DuplicateKeyError as e:
+            raise WorkloadError(f"trace file {path}: line {number}: key {e.key!r} appears twice") from None
         except json.JSONDecodeError as e:
             raise WorkloadError(f"trace file {path}: line {number}, column {e.colno}: not JSON ({e.msg})") from None
         except (ValueError, RecursionError) as e:  # a 5,000-digit number, or nesting deeper than Python reads
@@ -201,6 +213,16 @@ def _show(value: object) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         text = f"{value:g}" if isinstance(value, float) or abs(value) < 10**20 else "a number of > 20 digits"
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_unique(path: Path, wanted: list[str], header: list[str]) -> None:
+    for column in wanted:
+        if header.count(column) > 1:
+            positions = [str(i + 1) for i, name in enumerate(header) if name == column]
+            raise WorkloadError(
+                f"trace file {path}: column {column!r} appears {len(positions)} times in the header (columns"
+                f" {', '.join(positions)}): which one to read? rename the others"
+            )
 
 
 def _check_columns(path: Path, wanted: list[str], present: list[str]) -> None:

@@ -183,6 +183,21 @@ def test_config_json_from_directory(tmp_path) -> None:
     _same_architecture(spec, MODELS["llama-3.1-8b"])
 
 
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"model_type": "llama", "hidden_size": 4096, "hidden_size": 8}', "key 'hidden_size' appears twice"),
+        ("[" * 100_000, "maximum recursion depth exceeded"),  # nesting Python cannot follow
+    ],
+)
+def test_a_config_json_that_gives_a_field_twice_or_nests_too_deep_is_refused(tmp_path, text, why) -> None:
+    # json.loads keeps the last of two values silently: the model built would not be the file's.
+    file = tmp_path / "config.json"
+    file.write_text(text)
+    with pytest.raises(CatalogError, match=f"{file}: cannot read it as JSON: {why}"):
+        load_model_config_path(file)
+
+
 def test_config_json_from_file(tmp_path) -> None:
     file = tmp_path / "llama.json"
     file.write_text(json.dumps(LLAMA_31_8B_CONFIG))

@@ -1,6 +1,7 @@
 import csv
 import io
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -163,7 +164,7 @@ def test_jsonl_with_own_column_names_matches_csv(tmp_path):
 @pytest.mark.parametrize(
     "content",
     [
-        "t,p,o\n0,10,1\n\n1,2e1,1,9",  # plain: a blank line, a longer row, no final newline
+        "t,p,o\n0,10,1\n\n1,2e1,1",  # plain: a blank line, no final newline
         "t,p,o\r\n0,10,1\r\n\r\n1,20,1\r\n",  # CRLF
         '"t","p","o"\n"0","10","1"\n1,"20",1\n',  # quoted names and values
         "t , p ,o\n0, 10 ,1\n , , \n1,\t20,1\n",  # spaces around names and values; a row of blanks
@@ -182,6 +183,8 @@ def csv_and_float(text: str, columns: list[str]) -> list[list[float]]:
     text; a missing or bad value raises (ValueError, IndexError)."""
     rows = [row for row in csv.reader(io.StringIO(text, newline="")) if any(field.strip() for field in row)]
     header = [name.strip() for name in rows[0]]
+    if any(len(row) > len(header) for row in rows[1:]):
+        raise ValueError("a row of more fields than the header")
     return [[float(row[header.index(c)].strip()) for row in rows[1:]] for c in columns]
 
 
@@ -207,6 +210,24 @@ def test_trace_csv_values_are_what_csv_and_float_read(tmp_path_factory, rows, ne
             read_trace(path, ["t", "p"], "t")
     else:
         assert [read_trace(path, ["t", "p"], "t")[c].tolist() for c in "tp"] == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("t.csv", "t,p,o,p\n0,10,1,9\n", "column 'p' appears 2 times in the header (columns 2, 4)"),
+        ("t.csv", '"t","p","p","o"\n0,10,1,1\n', "column 'p' appears 2 times in the header (columns 2, 3)"),
+        ("t.csv", "t,p,o\n0,10,1\n1,20,1,9\n", "line 3: 4 fields, the header names 3"),  # plain, read by numpy
+        ("t.csv", "t,p,o\r\n0,10,1\r\n1,2,0,3\r\n", "line 3: 4 fields, the header names 3"),  # the csv module's
+        ("t.jsonl", '{"t": 0, "p": 10, "o": 1}\n{"t": 1, "p": 5, "o": 1, "p": 7}\n', "line 2: key 'p' appears twice"),
+    ],
+)
+def test_a_trace_that_gives_a_value_twice_or_an_extra_field_is_refused(tmp_path, name, content, message):
+    # Reading one of two values silently (or a row whose unquoted comma shifted its fields) changes the workload.
+    path = tmp_path / name
+    path.write_bytes(content.encode())
+    with pytest.raises(WorkloadError, match=f"trace file {path}: {re.escape(message)}"):
+        read_trace(path, ["t", "p", "o"], "t")
 
 
 def test_a_trace_is_read_once_until_it_changes(tmp_path):

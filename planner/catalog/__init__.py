@@ -27,6 +27,7 @@ from planner.errors import PlannerError
 from planner.rules import MAX_LAYERS
 from planner.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec, ModelSpec
+from sim.json_keys import unique_keys
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -285,8 +286,8 @@ def load_model_config_path(path: str | Path, name: str | None = None) -> ModelSp
     if not file.is_file():
         raise CatalogError(f"{path}: no such config.json file or model directory")
     try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        config = json.loads(file.read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
+    except (OSError, ValueError, RecursionError) as err:  # ValueError: not UTF-8, not JSON, a key given twice
         raise CatalogError(f"{file}: cannot read it as JSON: {err}") from None
     if not isinstance(config, dict):
         raise CatalogError(f"{file}: expected a JSON object at the top level")
