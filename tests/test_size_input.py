@@ -3,6 +3,7 @@ nothing asked for silently dropped or replaced by a default."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from planner.sizing.candidates import enumerate_candidates
 from planner.sizing.capacity import find_capacity
 from planner.sizing.probe import ProbeResult
 from planner.sizing.report import files
-from planner.sizing.spec import load_sizing
+from planner.sizing.spec import load_sizing, probe_request_counts
 
 # One GPU, one tensor parallel size, 20-request probes: a search of a few simulations of ~10 ms.
 SIZING = """\
@@ -257,3 +258,31 @@ def test_a_closed_loop_probe_sends_every_user_several_requests(sizing_file):
         for users in (40, 80)
     ]
     assert ttft[1] > 1.5 * ttft[0]  # twice the users queue twice as long for the same 8 rows
+
+
+@pytest.mark.parametrize("too_long", ["reject", "truncate"])
+def test_requests_the_scenarios_own_max_model_len_drops_or_cuts_are_said_in_the_answer(capsys, sizing_file, too_long):
+    # "serving 4 users" alone was false when half of them were refused as too long.
+    overrides = [*sets_of(UNEVEN), "engine.max_model_len=128", f"workload.too_long={too_long}"]
+    overrides.remove("search.candidates.engine={max_model_len: [64, 128, 256, 4096]}")
+    assert main(["size", str(sizing_file), "--workers", "1", "--json", *sets(*overrides)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    q = load_sizing(sizing_file, overrides)
+    kept, truncated = probe_request_counts(q.scenario, q.search.probe, 128)
+    cut = 20 - kept if too_long == "reject" else truncated
+    assert 0 < cut < 20
+    share = f"{cut / 20:.0%}"
+    said = {
+        "reject": f"less the {share} longer than max_model_len 128",
+        "truncate": f"the {share} longer than max_model_len 128 truncated",
+    }[too_long]
+    assert f"serving 4 users ({said})" in data["answer"]
+    assert data["too_long"].startswith(
+        f"{share} of the requests ({cut} of a probe's 20) are longer than engine.max_model_len 128"
+    )
+
+
+def test_nothing_is_said_of_too_long_requests_when_every_request_fits(capsys, sizing_file):
+    assert main(["size", str(sizing_file), "--workers", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["too_long"] is None and "longer than" not in data["answer"]

@@ -2,10 +2,13 @@
 whose decode step meets the TPOT bound, and the best TPOT of one request alone.
 
 The throughput bound adds up, per request, what the cost model says no schedule can avoid: the linear
-layers' FLOPs of every prompt and output token at the flops roof, or the weight reads of its decode steps
-shared by the largest batch, whichever is longer (the roofline of a sum is at least the sum's roofline),
-plus the per-step and per-row overheads and the tensor-parallel all-reduces. Attention and the KV writes
-are left out, so it is an upper bound. The largest batch is what `max_num_seqs` and the KV pool allow at
+layers' FLOPs of every prompt token a prefix cache cannot serve and every output token at the flops roof, or
+the weight reads of its decode steps shared by the largest batch, whichever is longer (the roofline of a sum
+is at least the sum's roofline), and the tensor-parallel all-reduces, on the device; the per-step and per-row
+overheads on the host. Under async scheduling a step takes the longer of its two sides, so a request costs at
+least the longer of its two sums (a sum of maxima is at least the max of the sums); serial, their sum.
+Attention and the KV writes are left out, and every shared prefix counts as cached but for its group's first
+request, so it is an upper bound. The largest batch is what `max_num_seqs` and the KV pool allow at
 the shortest context and, with a TPOT bound, the largest batch whose decode step meets it (a replica whose
 steps are mostly slower than the bound misses it on most requests). It prunes candidates that cannot win
 and brackets the simulator's search; it is never reported as a capacity.
@@ -29,6 +32,9 @@ class Shape:
     prompt_tokens: float
     output_tokens: float
     think_time_s: float
+    # Prompt tokens a prefix cache can serve: a shared prefix's (all but the last prompt token), for every
+    # request of its group but the first, averaged over the requests.
+    cacheable_prompt_tokens: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -53,13 +59,15 @@ def analyse(scenario: Scenario, coefficients: CostCoefficients, shape: Shape, tp
         ok = np.nonzero(steps_s * 1e3 <= tpot_bound_ms)[0]
         within = int(ok[-1]) + 1 if len(ok) else 0
         batch = max(within, 1)
-    request_s = _request_floor_s(cost, coefficients, shape, batch)
+    request_s = _request_floor_s(cost, coefficients, shape, batch, scenario.engine.enable_prefix_caching)
     return Analytic(max_batch, float(steps_s[0]) * 1e3, 1.0 / request_s, within)
 
 
-def _request_floor_s(cost: CostModel, c: CostCoefficients, shape: Shape, batch: int) -> float:
-    """GPU seconds one request costs at least (sim/cost_model.py's terms, attention and KV writes left out)."""
-    tokens = shape.prompt_tokens + max(shape.output_tokens - 1, 0)
+def _request_floor_s(cost: CostModel, c: CostCoefficients, shape: Shape, batch: int, caching: bool) -> float:
+    """Seconds of a replica's time one request costs at least (sim/cost_model.py's terms, attention and KV
+    writes left out); `caching`: prefix caching is on."""
+    prompt = shape.prompt_tokens - (shape.cacheable_prompt_tokens if caching else 0.0)
+    tokens = prompt + max(shape.output_tokens - 1, 0)
     decode_steps = max(shape.output_tokens - 1, 0) / batch  # this request's share of the decode steps
     steps = max(decode_steps, 1 / batch)
     linear = max(tokens * cost.linear_flops_per_token / cost.flops_per_s, steps * cost.linear_bytes / cost.bytes_per_s)
@@ -68,8 +76,9 @@ def _request_floor_s(cost: CostModel, c: CostCoefficients, shape: Shape, batch: 
         steps * cost.lm_head_bytes / cost.bytes_per_s,
     )
     allreduce = tokens * cost.allreduce_s_per_token + steps * cost.allreduce_fixed_s
-    overhead = steps * c.step_overhead_s + max(shape.output_tokens, 1) * c.per_row_overhead_s
-    return linear + lm_head + allreduce + overhead
+    device = linear + lm_head + allreduce
+    host = steps * c.step_overhead_s + max(shape.output_tokens, 1) * c.per_row_overhead_s
+    return device + host if cost.serial else max(device, host)
 
 
 def users_bound(a: Analytic, shape: Shape, e2e_bound_ms: float | None) -> float | None:

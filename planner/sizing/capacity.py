@@ -2,8 +2,9 @@
 state, found by probing the simulator (goodput, as vLLM's bench defines it, is then the whole load).
 
 The search starts at the analytic first guess, steps by factors of two until it has a load that passes and
-one that fails (or the analytic upper bound, which no run can pass in a steady state), then bisects on a
-log scale until the two are within the tolerance. It assumes that what fails at one load fails at any
+one that fails (or the analytic upper bound, which no run can pass in a steady state: should one pass there,
+the bound is wrong for that candidate and the search goes on above it), then bisects on a log scale until
+the two are within the tolerance. It assumes that what fails at one load fails at any
 higher one, which holds for these queues up to the noise of a finite run.
 """
 
@@ -60,6 +61,7 @@ def find_capacity(
         return results[x].met
 
     lo, hi = 0.0, upper
+    bound = snap(upper) if upper is not None else None  # until a run passes there
     if must_reach is not None:
         if not run(must_reach):
             probes = tuple(results.values())
@@ -70,7 +72,14 @@ def find_capacity(
     while len(results) < max_probes:  # bracket
         if run(x):
             lo = x
+            if bound is not None and x >= bound:
+                # A steady state passed at the bound: it is not one for this candidate (the cost model's terms
+                # it leaves out cannot make a run faster, so the bound missed a saving). Search on above it.
+                hi = bound = None
             if hi is not None and (hi <= x * (1 + tolerance) or (users and hi - x <= 1)):
+                if bound is not None and hi not in results:  # the bracket closes on the bound, never run: run it
+                    x = bound
+                    continue
                 break
             up = max(step * x, x + 1) if users else step * x  # users: at least one more
             step = step * step if gallop else step

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from planner.errors import PlannerError
 from planner.sizing.bound import Analytic, Shape, analyse, users_bound
 from planner.sizing.candidates import Candidate, Pruned, enumerate_candidates
@@ -152,7 +154,9 @@ def workload_shape(q: SizingQuestion) -> Shape:
     s = scenario_at(q.scenario, q.search.demand.kind, q.search.demand.value, q.search.probe.num_requests)
     wl = generate_workload(s.workload, s.max_model_len)
     think = s.workload.arrival.think_time_s if q.search.demand.kind == "users" else 0.0
-    return Shape(float(wl.prompt_tokens.mean()), float(wl.output_tokens.mean()), think)
+    first_of_group = np.r_[True, wl.prefix_group[1:] != wl.prefix_group[:-1]]  # groups are consecutive requests
+    cacheable = np.where(first_of_group, 0, np.minimum(wl.prefix_tokens, wl.prompt_tokens - 1))
+    return Shape(float(wl.prompt_tokens.mean()), float(wl.output_tokens.mean()), think, float(cacheable.mean()))
 
 
 def tightest(bounds: dict[str, float]) -> float | None:

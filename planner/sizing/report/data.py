@@ -46,6 +46,7 @@ def sizing_data(out: SizingResult, ranking: Ranking) -> dict:
             "demand": dataclasses.asdict(d),
             "objective": out.question.search.money.objective,
             "answer": tables.answer(out, ranking),
+            "too_long": cut[0] if (cut := tables.too_long(out)) else None,  # requests the scenario drops or cuts
             "recommended": ranking.recommended.candidate.label if ranking.recommended else None,
             "closest": ranking.closest[0].candidate.label if ranking.closest else None,
             "pareto_front": [r.candidate.label for r in ranking.front],

@@ -7,6 +7,7 @@ import statistics
 from planner.sizing.rank import Ranking, worst_ratio
 from planner.sizing.search import Result, SizingResult, median_simulation_s
 from planner.sizing.serve import vllm_serve_command
+from planner.sizing.spec import probe_request_counts
 
 HEADERS = (
     "candidate", "replicas", "GPUs", "capacity / replica", "p50 / p99 TTFT ms", "p50 / p99 TPOT ms",
@@ -48,9 +49,11 @@ def question_lines(out: SizingResult) -> list[str]:
         for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
         for stat, b in getattr(s.slo, m).items()
     )
+    cut = too_long(out)
     return [
         f"model: {s.model.name} ({s.model.num_params / 1e9:.2f}B parameters, {s.dtype})",
         f"workload: prompts {_dist(w.prompt_tokens)}, replies {_dist(w.output_tokens)} tokens",
+        *([f"too long: {cut[0]}"] if cut else []),
         (
             f"demand: {d.value:.4g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
             f" = {d.value * d.headroom:.4g} {d.unit}"
@@ -58,6 +61,29 @@ def question_lines(out: SizingResult) -> list[str]:
         f"SLOs: {slo or 'none (capacity = the highest steady-state load)'}",
         "objective: " + OBJECTIVE_WORDS[q.search.money.objective] + f" ({q.search.money.hours_per_month:g} h a month)",
     ]
+
+
+def too_long(out: SizingResult) -> tuple[str, str] | None:
+    """(the whole statement, the answer's few words) when the scenario's own max_model_len rejects or truncates
+    some of the workload's requests: every candidate serves the rest (a swept max_model_len that drops more is
+    pruned), and a deployment must refuse or cut them too. None when it keeps every request whole."""
+    q = out.question
+    total, length = q.search.probe.num_requests, q.scenario.max_model_len
+    kept, truncated = probe_request_counts(q.scenario, q.search.probe, length)
+    longer = f"longer than engine.max_model_len {length} (prompt + output tokens)"
+    if kept < total:
+        share = f"{(total - kept) / total:.0%}"
+        statement = f"{share} of the requests ({total - kept:,} of a probe's {total:,}) are {longer} and rejected"
+        statement += " (workload.too_long: reject); every figure below is of the rest"
+        return statement, f"less the {share} longer than max_model_len {length}"
+
+    if truncated:
+        share = f"{truncated / total:.0%}"
+        statement = f"{share} of the requests ({truncated:,} of a probe's {total:,}) are {longer} and truncated to it"
+        statement += " (workload.too_long: truncate); every figure below is of the requests so cut"
+        return statement, f"the {share} longer than max_model_len {length} truncated"
+
+    return None
 
 
 def _dist(d) -> str:
@@ -99,7 +125,8 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
         f"{verb} {ev.replicas} replica{'s' if ev.replicas > 1 else ''} of {r.candidate.label}"
         f" ({c.num_gpus} {r.candidate.gpu.name} GPU{'s' if c.num_gpus > 1 else ''} in all):"
         f" {_usd(r.objective_usd_per_month)}/month, {_usd(per_million, 2)} per 1M output"
-        f" tokens, serving {d.value:.4g} {d.unit} with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
+        f" tokens, serving {d.value:.4g} {d.unit}{f' ({cut[1]})' if (cut := too_long(out)) else ''}"
+        f" with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
         f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures{odds})."
     )
 
