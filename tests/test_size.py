@@ -400,7 +400,7 @@ def test_the_html_report_renders_in_headless_chromium(tmp_path):
 
 
 def test_the_purchase_objective_answer_quotes_purchase_costs():
-    from planner.sizing.report.tables import answer
+    from planner.sizing.report.tables import answer, terminal_lines
 
     q = load_sizing(ROOT / BASE, [*SMALL, "search.money.objective=purchase", "search.candidates.gpus=[a10]",
                                   "search.candidates.tensor_parallel_sizes=[1]"])  # fmt: skip
@@ -409,6 +409,17 @@ def test_the_purchase_objective_answer_quotes_purchase_costs():
     c, text = ranking.recommended.costs, answer(out, ranking)
     assert text.startswith("Buy") and f"${c.purchase_usd_per_month:,.0f}/month" in text
     assert f"${c.purchase_usd_per_million_output_tokens:,.2f} per 1M output tokens" in text
+    # The terminal's table shows the costs the answer ranks by (it showed renting's, ordered by buying's).
+    header, first = _table_head(terminal_lines(out, ranking))
+    columns = header.split("  ")
+    assert "buy: $/month" in columns and "buy: $ / 1M out tok" in columns and "$/month" not in columns
+    assert f"${c.purchase_usd_per_month:,.0f}" in first and f"${c.rental_usd_per_month:,.0f} " not in first
+
+
+def _table_head(lines: list[str]) -> tuple[str, str]:
+    """The terminal table's header and first row."""
+    at = next(i for i, line in enumerate(lines) if line.startswith("candidate "))
+    return lines[at], lines[at + 1]
 
 
 def test_spec_sheet_intervals_from_the_command_vary_the_seeds_only(tmp_path):

@@ -11,8 +11,14 @@ from planner.sizing.spec import probe_request_counts
 
 HEADERS = (
     "candidate", "replicas", "GPUs", "capacity / replica", "p50 / p99 TTFT ms", "p50 / p99 TPOT ms",
-    "$/month", "$ / 1M out tok", "buy: $/month", "TPOT floor ms", "rests on", "verdict",
+    "$/month", "$ / 1M out tok", "buy: $/month", "buy: $ / 1M out tok", "TPOT floor ms", "rests on", "verdict",
 )  # fmt: skip
+# The terminal's table: the money columns of the objective (renting, buying, or both), of HEADERS' indices.
+TERMINAL_COLUMNS = {
+    "rental": (0, 1, 3, 5, 6, 7, 11),
+    "purchase": (0, 1, 3, 5, 8, 9, 11),
+    "both": (0, 1, 3, 5, 6, 7, 8, 11),
+}
 
 
 OBJECTIVE_WORDS = {
@@ -252,6 +258,7 @@ def row(r: Result, unit: str) -> list[str]:
         "-" if c is None else _usd(c.rental_usd_per_month),
         "-" if c is None else _usd(c.rental_usd_per_million_output_tokens, 2),
         "-" if c is None else _usd(c.purchase_usd_per_month),
+        "-" if c is None else _usd(c.purchase_usd_per_million_output_tokens, 2),
         f"{r.tpot_floor_ms:.1f}",
         r.candidate.provenance,
         verdict,
@@ -372,7 +379,7 @@ def terminal_lines(out: SizingResult, ranking: Ranking) -> list[str]:
     lines += ["Answer: " + answer(out, ranking), ""]
     lines += ["Per GPU:", *("  " + x for x in gpu_verdicts(out, ranking)), ""]
     rows = [row(r, unit) for r in table_results(out, ranking)[:15]]
-    keep = (0, 1, 3, 5, 6, 7, 10)
+    keep = TERMINAL_COLUMNS[out.question.search.money.objective]
     widths = [max(len(HEADERS[i]), *(len(rw[i]) for rw in rows)) if rows else len(HEADERS[i]) for i in keep]
     lines.append("  ".join(HEADERS[i].ljust(w) for i, w in zip(keep, widths)))
     lines += ["  ".join(rw[i].ljust(w) for i, w in zip(keep, widths)) for rw in rows]
