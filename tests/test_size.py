@@ -433,3 +433,21 @@ def test_spec_sheet_intervals_from_the_command_vary_the_seeds_only(tmp_path):
     assert iv["provenance_kind"] == "spec-sheet" and iv["coefficients_drawn"] == []
     md = (tmp_path / "report.md").read_text()
     assert "seeds only (no coefficient uncertainty known)" in md and "unknown, not zero" in md
+
+
+def test_the_vllm_serve_line_carries_every_setting_the_candidate_ran_with():
+    from planner.scenario import load_scenario
+    from planner.sizing.serve import vllm_serve_command
+
+    plain = vllm_serve_command(load_scenario(ROOT / BASE))
+    assert plain.startswith("vllm serve Qwen/Qwen-7B-Chat ") and "--enforce-eager" not in plain
+    eager = vllm_serve_command(
+        load_scenario(ROOT / BASE, ["engine.enforce_eager=true", "engine.num_gpu_blocks_override=300"])
+    )
+    assert "--enforce-eager" in eager and "--num-gpu-blocks-override 300" in eager
+    for baseline, words in (
+        ("engine.scheduler=static", "the static scheduler"),
+        ("engine.kv_cache=contiguous", "contiguous KV"),
+    ):
+        line = vllm_serve_command(load_scenario(ROOT / BASE, [baseline]))
+        assert line == f"# no vllm serve line: {words} (a baseline the simulator runs) cannot be set in vLLM"

@@ -286,3 +286,11 @@ def test_nothing_is_said_of_too_long_requests_when_every_request_fits(capsys, si
     assert main(["size", str(sizing_file), "--workers", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["too_long"] is None and "longer than" not in data["answer"]
+
+
+def test_a_kv_pool_override_is_refused_in_a_search_over_other_gpus(capsys, sizing_file, no_search):
+    # Every candidate, on any GPU, would have run with the one pool it sets (300 blocks on an H100 as on an A10).
+    other = sets("engine.num_gpu_blocks_override=300", "search.candidates.gpus=[a10, h100-sxm]")
+    err = size_error(capsys, str(sizing_file), *other)
+    assert f"{sizing_file}: engine.num_gpu_blocks_override = 300: a block count for the memory of a10 at" in err
+    load_sizing(sizing_file, ["engine.num_gpu_blocks_override=300"])  # the search is over the scenario's own a10 tp1

@@ -25,7 +25,19 @@ HF_REPOS = {
 
 
 def vllm_serve_command(s: Scenario) -> str:
+    """The command line, or a comment saying why there is none: the static scheduler and contiguous KV are
+    baselines the simulator runs and vLLM does not."""
     e = s.engine
+    baselines = [
+        what
+        for what, used in (
+            ("the static scheduler", e.scheduler == "static"),
+            ("contiguous KV", e.kv_cache == "contiguous"),
+        )
+        if used
+    ]
+    if baselines:
+        return f"# no vllm serve line: {' and '.join(baselines)} (a baseline the simulator runs) cannot be set in vLLM"
     model = HF_REPOS.get(s.model.name, s.model.name)
     parts = [
         f"vllm serve {model}",
@@ -40,6 +52,10 @@ def vllm_serve_command(s: Scenario) -> str:
         "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
         f"--kv-cache-dtype {e.kv_cache_dtype}",
     ]
+    if e.enforce_eager:  # no CUDA graphs, no async scheduling: the serial steps the candidate was simulated with
+        parts.append("--enforce-eager")
+    if e.num_gpu_blocks_override is not None:
+        parts.append(f"--num-gpu-blocks-override {e.num_gpu_blocks_override}")
     if s.hardware.expert_parallel:  # experts placed whole across the tensor-parallel ranks
         parts.append("--enable-expert-parallel")
     if s.model.model_type == "qwen":  # first-generation Qwen ships its modelling code in the repository

@@ -134,6 +134,7 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
     scenario = validate_mapping(data, str(path), path.absolute().parent)
     ctx = Ctx(str(path), path.absolute().parent)
     search = parse_search({} if search_raw is None else search_raw, scenario, ctx)
+    _check_pool_override(scenario, search, ctx)
     _check_requests_fit(scenario, search.probe, ctx)
     return SizingQuestion(scenario, search, str(path), data)
 
@@ -190,6 +191,20 @@ def probe_request_counts(scenario: Scenario, probe: Probe, max_model_len: int) -
 
     workload = generate_workload(dataclasses.replace(scenario.workload, num_requests=probe.num_requests), max_model_len)
     return len(workload), workload.num_truncated
+
+
+def _check_pool_override(scenario: Scenario, search: SearchSpec, ctx: Ctx) -> None:
+    """engine.num_gpu_blocks_override is a block count for the scenario's GPU and tensor parallel size: every
+    candidate would run with that one pool, so a search over other GPUs or sizes cannot take it."""
+    blocks = scenario.engine.num_gpu_blocks_override
+    own_gpu, own_tp = scenario.hardware.gpu.name, scenario.hardware.tensor_parallel_size
+    if blocks is None or ({g.name for g in search.gpus}, set(search.tensor_parallel_sizes)) == ({own_gpu}, {own_tp}):
+        return
+    raise ScenarioError(
+        ctx.file, "engine.num_gpu_blocks_override", blocks,
+        f"a block count for the memory of {own_gpu} at tensor parallel {own_tp}; the search's other GPUs or sizes"
+        " need their own pools: remove it (each candidate's pool then comes from its memory)",
+    )  # fmt: skip
 
 
 def _check_requests_fit(scenario: Scenario, probe: Probe, ctx: Ctx) -> None:
