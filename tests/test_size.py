@@ -451,3 +451,20 @@ def test_the_vllm_serve_line_carries_every_setting_the_candidate_ran_with():
     ):
         line = vllm_serve_command(load_scenario(ROOT / BASE, [baseline]))
         assert line == f"# no vllm serve line: {words} (a baseline the simulator runs) cannot be set in vLLM"
+
+
+def test_the_cost_per_token_is_of_the_demands_own_token_volume():
+    # A finite run's throughput ends in a drain (the last requests finish after the last arrival), and replicas x
+    # a users share can exceed the demand's users: either priced fewer or more tokens than the demand sends.
+    from planner.sizing.search import output_tokens_per_s, workload_shape
+
+    rate = load_sizing(ROOT / BASE, [*SMALL, "search.demand={rate: 3}", "search.candidates.gpus=[l40s]",
+                                     "search.candidates.tensor_parallel_sizes=[1]"])  # fmt: skip
+    out = run_search(rate, workers=1)
+    r = rank(out).recommended
+    assert r is not None and r.costs.rental_usd_per_million_output_tokens == pytest.approx(
+        r.costs.rental_usd_per_month / (3 * 120 * 3600 * rate.search.money.hours_per_month) * 1e6  # 120-token replies
+    )
+    users = load_sizing(ROOT / BASE, SMALL)  # 20 users
+    at_share = _probe(7, True)  # 7 users on each of 3 replicas: 21 users' worth of tokens
+    assert output_tokens_per_s(users.search.demand, workload_shape(users), at_share) == pytest.approx(10.0 * 20 / 7)

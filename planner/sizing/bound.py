@@ -35,6 +35,8 @@ class Shape:
     # Prompt tokens a prefix cache can serve: a shared prefix's (all but the last prompt token), for every
     # request of its group but the first, averaged over the requests.
     cacheable_prompt_tokens: float = 0.0
+    # Output tokens per request sent (one that max_model_len rejects counts 0): the demand's token volume.
+    output_tokens_per_request_sent: float = 0.0
 
 
 @dataclass(frozen=True)

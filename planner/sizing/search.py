@@ -156,7 +156,8 @@ def workload_shape(q: SizingQuestion) -> Shape:
     think = s.workload.arrival.think_time_s if q.search.demand.kind == "users" else 0.0
     first_of_group = np.r_[True, wl.prefix_group[1:] != wl.prefix_group[:-1]]  # groups are consecutive requests
     cacheable = np.where(first_of_group, 0, np.minimum(wl.prefix_tokens, wl.prompt_tokens - 1))
-    return Shape(float(wl.prompt_tokens.mean()), float(wl.output_tokens.mean()), think, float(cacheable.mean()))
+    sent = float(wl.output_tokens.sum()) / (len(wl) + wl.num_rejected)
+    return Shape(float(wl.prompt_tokens.mean()), float(wl.output_tokens.mean()), think, float(cacheable.mean()), sent)
 
 
 def tightest(bounds: dict[str, float]) -> float | None:
@@ -229,7 +230,7 @@ def _run_waves(q: SizingQuestion, out: SizingResult, shape: Shape, submit, progr
                 progress(done + finished_in_wave, done + _remaining(out))
         done += len(wave)
         for fut, r in futures.items():  # in candidate order: the same result whatever finished first
-            _record(q, out, r, fut.result())
+            _record(q, out, r, fut.result(), shape)
             gpu, tp = r.candidate.gpu.name, r.candidate.tensor_parallel_size
             if r.evaluation.capacity.load > 0:
                 siblings.setdefault((gpu, tp), r.evaluation.capacity.load)
@@ -298,7 +299,7 @@ def _task(
     return Task(c, d, q.search.probe, max(guess, 1e-3), upper, q.search.replicas, step, must_reach)
 
 
-def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation) -> None:
+def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation, shape: Shape) -> None:
     r.evaluation = ev
     out.num_simulations += len(ev.capacity.probes) + (ev.at_demand is not None)
     runs = [*ev.capacity.probes, *([ev.at_demand] if ev.at_demand is not None else [])]
@@ -318,13 +319,24 @@ def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation) -> 
         need = math.ceil(d.value * d.headroom / ev.capacity.load)
         r.note = f"needs {need} replicas; search.candidates.replicas allows at most {max(q.search.replicas)}"
         return
-    tokens_per_s = ev.at_demand.output_throughput * ev.replicas if ev.at_demand else 0.0
+    tokens_per_s = output_tokens_per_s(d, shape, ev.at_demand)
     r.costs = costs(prices(r.candidate.gpu, q.search.money), q.search.money,
                     ev.replicas * r.candidate.tensor_parallel_size, tokens_per_s)  # fmt: skip
     if ev.at_demand is not None and not ev.at_demand.met:
         r.note = "misses the SLOs at the demand: " + _misses(ev.at_demand, d.unit)
         return
     r.objective_usd_per_month = objective_usd_per_month(r.costs, q.search.money.objective)
+
+
+def output_tokens_per_s(d: Demand, shape: Shape, at_demand: ProbeResult | None) -> float:
+    """The output tokens a second the deployment serves at the demand, for the cost per token. A rate: the
+    demand's own (a finite run's throughput ends in a drain that lowers it). Users: the run of one replica's
+    share, per user, times the demand's users (replicas x the share can exceed them)."""
+    if at_demand is None:
+        return 0.0
+    if d.kind == "rate":
+        return d.value * shape.output_tokens_per_request_sent
+    return at_demand.output_throughput * d.value / at_demand.load
 
 
 def _no_capacity(q: SizingQuestion, r: Result, cap: Capacity) -> str:
