@@ -23,7 +23,7 @@ hardware: {gpu: a10}
 engine: {max_model_len: 4096}
 workload: {num_requests: 20, arrival: {process: closed, concurrency: 4}, prompt_tokens: {dist: fixed, value: 15},
            output_tokens: {dist: fixed, value: 20}}
-slo: {tpot_ms: {p99: 100}}
+slo: {tpot_ms: {p99: 100}, e2el_ms: {p99: 10000}}
 search: {demand: {concurrency: 4}, candidates: {gpus: [a10], tensor_parallel_sizes: [1]},
          probe: {num_requests: 20, max_probes: 2}}
 """
@@ -294,3 +294,10 @@ def test_a_kv_pool_override_is_refused_in_a_search_over_other_gpus(capsys, sizin
     err = size_error(capsys, str(sizing_file), *other)
     assert f"{sizing_file}: engine.num_gpu_blocks_override = 300: a block count for the memory of a10 at" in err
     load_sizing(sizing_file, ["engine.num_gpu_blocks_override=300"])  # the search is over the scenario's own a10 tp1
+
+
+@pytest.mark.parametrize("bounds", ["{tpot_ms: {p99: 100}}", "{}", "{itl_ms: {p99: 100}}"])
+def test_a_demand_in_users_without_a_wait_bound_is_refused(capsys, sizing_file, no_search, bounds):
+    # TPOT (or ITL) alone held at any number of users: they only queue longer (11,136 users per A10, once).
+    err = size_error(capsys, str(sizing_file), *sets(f"slo={bounds}"))
+    assert f"{sizing_file}: slo: a demand in users (search.demand.concurrency) needs a TTFT or E2E bound" in err

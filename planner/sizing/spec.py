@@ -163,7 +163,20 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
         bound_pruning=scalar(cands, "bound_pruning", bool, True, "search.candidates", ctx, lambda v: True, ""),
     )
     _check_num_candidates(spec, ctx)
+    _check_users_have_a_wait_bound(spec.demand, scenario, ctx)
     return spec
+
+
+def _check_users_have_a_wait_bound(demand: Demand, scenario: Scenario, ctx: Ctx) -> None:
+    """A demand in users needs a TTFT or E2E bound: users beyond what a replica runs at once only wait longer in
+    its queue, so TPOT and ITL alone hold at any number of users (a search found 11,136 users per A10)."""
+    slo = scenario.slo
+    if demand.kind == "users" and not (slo.ttft_ms or slo.e2el_ms):
+        raise ScenarioError(
+            ctx.file, "slo", NO_VALUE,
+            f"a demand in users ({demand.source}) needs a TTFT or E2E bound (slo.ttft_ms or slo.e2el_ms): without"
+            " one, a replica holds any number of users, the extra ones only queue longer",
+        )  # fmt: skip
 
 
 def _check_num_candidates(s: SearchSpec, ctx: Ctx) -> None:
