@@ -118,9 +118,12 @@ class Arrivals:
         self.workload = workload
         self.issued = 0
         self.due: list[tuple[float, int]] = []  # heap of (arrival_s, request index)
-        first = len(workload) if workload.arrival_s is not None else min(workload.concurrency or 1, len(workload))
-        for _ in range(first):
-            self._issue(0.0 if workload.arrival_s is None else float(workload.arrival_s[self.issued]))
+        if workload.arrival_s is not None:
+            for arrival_s in workload.arrival_s.tolist():
+                self._issue(arrival_s)
+        else:  # each user's first request, at its start (the simulator's users start alike)
+            for user in range(min(workload.concurrency or 1, len(workload))):
+                self._issue(workload.user_start_s(user))
 
     def _issue(self, arrival_s: float) -> None:
         heapq.heappush(self.due, (arrival_s, self.issued))

@@ -109,9 +109,14 @@ class Simulation:
             self.next_index += 1
             self.route(make_request(self.workload, index, self.env.now))
 
-    def user(self):
-        """A closed-loop user: send, wait for the whole reply, think, send again."""
+    def user(self, user: int):
+        """A closed-loop user: wait for its start, then send, wait for the whole reply, think, send again."""
         think_s = self.workload.think_time_s
+        start_s = self.workload.user_start_s(user)
+        if start_s > 0:  # a due request, as a thinking user's: decode windows stop short of it
+            heapq.heappush(self.thinking_until, start_s)
+            yield self.env.timeout(start_s)
+            heapq.heappop(self.thinking_until)
         while self.next_index < len(self.workload):
             index = self.next_index
             self.next_index += 1
@@ -127,8 +132,8 @@ class Simulation:
         if self.workload.arrival_s is not None:
             self.env.process(self.arrivals())
         else:
-            for _ in range(self.workload.concurrency or 1):
-                self.env.process(self.user())
+            for user in range(self.workload.concurrency or 1):
+                self.env.process(self.user(user))
         self.env.run()
         return SimResult(self.scenario, self.memory, self.workload, self.recorder, self.cost)
 

@@ -112,6 +112,29 @@ def test_closed_loop_has_no_arrival_times():
     assert wl.arrival_s is None and wl.concurrency == 8 and wl.think_time_s == 0.5 and len(wl) == 1000
 
 
+def test_closed_loop_users_start_spread_over_one_think_time():
+    # Started at once, alike users stayed in step (every prefill together) and a short run's percentiles bore
+    # the burst: each user's first request comes at user x think / users instead (0 without think time).
+    wl = generate_workload(config(arrival=ArrivalConfig("closed", concurrency=8, think_time_s=0.5)), BIG)
+    assert [wl.user_start_s(u) for u in range(8)] == [0.5 * u / 8 for u in range(8)]
+    wl = generate_workload(config(arrival=ArrivalConfig("closed", concurrency=8, think_time_s=0.0)), BIG)
+    assert {wl.user_start_s(u) for u in range(8)} == {0.0}
+
+
+def test_both_modes_send_a_closed_loops_first_requests_at_the_users_starts():
+    from gpu_engine.engine import Arrivals
+    from sim.driver import simulate
+    from tests.sim_helpers import make_scenario
+
+    closed = {"num_requests": 40, "arrival": {"process": "closed", "concurrency": 4, "think_time_s": 0.2}}
+    scenario = make_scenario(workload=closed)
+    first = sorted(simulate(scenario).recorder.requests.view()["arrival_s"])[:4]  # a user's next comes >= 0.2 s on
+    starts = [0.2 * user / 4 for user in range(4)]
+    assert first == starts
+    wl = generate_workload(scenario.workload, scenario.max_model_len)
+    assert Arrivals(wl).pop_due(1.0) == [(start, user) for user, start in enumerate(starts)]
+
+
 def test_trace_replay_matches_file_rows_and_wraps_around():
     arrived, prompt, output = csv_rows(CONV)
     rows = len(prompt)
