@@ -18,7 +18,11 @@ def _gib(n: float) -> str:
     return f"{n:,.0f} B"
 
 
-def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_tokens: float) -> list[str]:
+def memory_lines(
+    mem: MemoryBreakdown, tensor_parallel_size: int, request_tokens: float, request_tokens_said: str = ""
+) -> list[str]:
+    """The breakdown; request_tokens: the KV a running request of the workload holds, in tokens (0: the workload
+    keeps no request), request_tokens_said: what that is (e.g. "at the workload's mean of 135 tokens")."""
     tp = f" (per GPU, tensor parallel {tensor_parallel_size})" if tensor_parallel_size > 1 else " (per GPU)"
     return [
         f"Memory{tp}",
@@ -30,7 +34,7 @@ def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_t
             f"  (MLP {_gib(mem.activation_mlp_bytes)} + sampler {_gib(mem.activation_sampler_bytes)})"
         ),
         f"  non-torch                    {_gib(mem.non_torch_bytes)}",
-        f"  CUDA graphs (vLLM estimate)  {_gib(mem.cuda_graph_bytes) if mem.cuda_graph_bytes else '0 (enforce_eager)'}",
+        f"  CUDA graphs (vLLM estimate)  {_gib(mem.cuda_graph_bytes) if mem.cuda_graph_bytes else '0 (none captured: enforce_eager, or the host as device)'}",
         _pool_line(mem),
         (
             f"  KV per token                 {mem.kv_bytes_per_token:,} B   block ({mem.block_size} tokens) "
@@ -39,9 +43,9 @@ def memory_lines(mem: MemoryBreakdown, tensor_parallel_size: int, mean_request_t
         f"  num_gpu_blocks               {mem.num_gpu_blocks:,}  (one is vLLM's null block)",
         f"  max KV tokens                {mem.max_kv_tokens:,}",
         (
-            f"  requests at once             {mem.requests_that_fit(mean_request_tokens):,.1f} at the workload's mean"
-            f" of {mean_request_tokens:,.0f} tokens; {mem.max_concurrency_at_max_len:,.2f} at max_model_len"
-            if mean_request_tokens > 0
+            f"  requests at once             {mem.requests_that_fit(request_tokens):,.1f} {request_tokens_said};"
+            f" {mem.max_concurrency_at_max_len:,.2f} at max_model_len"
+            if request_tokens > 0
             else f"  requests at once             {mem.max_concurrency_at_max_len:,.2f} at max_model_len (the"
             " workload keeps no request)"
         ),
@@ -93,7 +97,7 @@ def summary_lines(s: dict) -> list[str]:
             f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens"
         ),
         (
-            f"KV cache: {kv['mean'] * 100:.1f}% of blocks in use on average (peak {kv['peak'] * 100:.1f}%),"
+            f"KV cache: {kv['mean'] * 100:.1f}% of blocks in use on average while busy (peak {kv['peak'] * 100:.1f}%),"
             f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
         ),
     ]
@@ -112,9 +116,14 @@ def summary_lines(s: dict) -> list[str]:
             lines.append(f"  {label:<17}{fmt(mem[key]):>14}{fmt(predicted[key]):>14}")
     if "floors" in s:
         f = s["floors"]
+        scenario = s.get("scenario") or {}
+        cached = (scenario.get("workload") or {}).get("shared_prefix") and (scenario.get("engine") or {}).get(
+            "enable_prefix_caching"
+        )
         lines.append(
             f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once),"
             f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
+            + (" computed whole (a prefix-cache hit skips its shared prefix)" if cached else "")
         )
     if "cost_model_provenance" in s:
         lines.append(f"Cost model: {s['cost_model_provenance']['label']}{_uncertainty(s)}")

@@ -10,6 +10,7 @@ Every class has a docstring, which also spares `dataclass` building one from the
 
 from dataclasses import dataclass, field
 
+HOST_DEVICES = ("cpu",)  # catalog GPUs that are the host itself: no CUDA graphs, nothing overlaps
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
 
 

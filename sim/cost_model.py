@@ -47,12 +47,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sim.config import DTYPE_BYTES, Scenario
+from sim.config import DTYPE_BYTES, HOST_DEVICES, Scenario
 from sim.errors import WorkloadError
 from sim.kv_sizing import kv_bytes_per_token_per_layer
 from sim.weights import expert_parallel_size, expert_tensor_parallel_size, max_local_experts
 
-HOST_DEVICES = ("cpu",)  # catalog GPUs that are the host itself: no CUDA graphs, nothing overlaps
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vLLM's cap on the default capture sizes (VllmConfig._set_cudagraph_sizes)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from math import ceil
 
-from sim.config import DTYPE_BYTES, Scenario
+from sim.config import DTYPE_BYTES, HOST_DEVICES, Scenario
 from sim.kv_sizing import kv_bytes_per_token, kv_cache_groups, sliding_window_blocks
 from sim.weights import expert_tensor_parallel_size, weights_bytes
 
@@ -160,7 +160,7 @@ def cuda_graph_bytes(scenario: Scenario) -> int:
     capture holds the forward's activations at the largest size (the MLP peak, no sampler), every further graph
     costs CUDA_GRAPH_BYTES_PER_LAYER per layer."""
     m, e = scenario.model, scenario.engine
-    if e.enforce_eager:
+    if e.enforce_eager or scenario.hardware.gpu.name in HOST_DEVICES:  # the host itself captures no graphs
         return 0
     piecewise = cudagraph_capture_sizes(e.max_num_seqs, e.max_num_batched_tokens)
     full = [n for n in piecewise if n <= e.max_num_seqs]

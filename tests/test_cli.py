@@ -58,6 +58,41 @@ def test_memory_shows_the_pool_an_override_sets(capsys):
     assert "KV cache pool                4.33 GiB\n" in capsys.readouterr().out
 
 
+def test_requests_at_once_under_contiguous_kv_reserve_max_model_len_each(capsys):
+    # It printed 61.6 (the paged figure at the mean 135 tokens): the simulator ran 2 at once.
+    assert main(["memory", "scenarios/a10_qwen7b.yaml", "--json", "--set", "engine.kv_cache=contiguous"]) == 0
+    mem = json.loads(capsys.readouterr().out)
+    assert (
+        mem["requests_at_mean_length"] == pytest.approx(mem["max_concurrency_at_max_len"])
+        and 2 < mem["requests_at_mean_length"] < 3
+    )
+    assert main(["memory", "scenarios/a10_qwen7b.yaml", "--set", "engine.kv_cache=contiguous"]) == 0
+    assert "requests at once             2.2 each reserving max_model_len, 4,096 tokens (contiguous KV)" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_cpu_device_takes_no_cuda_graph_memory_from_the_pool(capsys):
+    # It subtracted vLLM's CUDA-graph estimate (286 MiB here) though the cost model rightly captures none there.
+    sets = ["--set", "hardware.gpu=cpu", "--set", "engine.num_gpu_blocks_override=null"]
+    blocks = {}
+    for eager in ("false", "true"):
+        assert main(
+            ["memory", "scenarios/a10_qwen7b.yaml", "--json", *sets, "--set", f"engine.enforce_eager={eager}"]
+        ) in (0, 2)
+        mem = json.loads(capsys.readouterr().out)
+        assert mem["cuda_graph_bytes"] == 0
+        blocks[eager] = mem["num_gpu_blocks"]
+    assert blocks["false"] == blocks["true"]
+
+
+def test_the_ttft_floor_says_a_prefix_cache_hit_skips_the_shared_prefix(capsys):
+    assert main(["simulate", "scenarios/l40s_qwen25_7b_shared_prompt.yaml", "--set", "workload.num_requests=20"]) == 0
+    assert "tokens computed whole (a prefix-cache hit skips its shared prefix)" in capsys.readouterr().out
+    assert main(["simulate", "scenarios/a10_qwen7b.yaml", "--set", "workload.num_requests=20"]) == 0
+    assert "computed whole" not in capsys.readouterr().out  # no shared prefix
+
+
 def test_tensor_parallel_halves_weights_and_kv_per_gpu(capsys):
     main(["memory", "scenarios/h100x4_llama31_70b_tp4.yaml", "--json", "--set", "hardware.tensor_parallel_size=2"])
     tp2 = json.loads(capsys.readouterr().out)

@@ -16,6 +16,18 @@ def _mean_request_tokens(scenario) -> float:
     return float((wl.prompt_tokens + wl.output_tokens).mean()) if len(wl) else 0.0
 
 
+def tokens_held(scenario, mean_tokens: float) -> tuple[float, str]:
+    """The KV, in tokens, that a running request of the workload's mean length holds, and how to say it: its
+    own tokens when paged; max_model_len under contiguous KV, whatever its length (each reserves it up front)."""
+    if scenario.engine.kv_cache == "contiguous":
+        held = max(mean_tokens, scenario.max_model_len)
+        return held, f"each reserving max_model_len, {held:,.0f} tokens (contiguous KV)"
+    said = f"at the workload's mean of {mean_tokens:,.0f} tokens"
+    if scenario.engine.scheduler == "static":
+        said += " (the static scheduler pads a batch's rows to its longest prompt + reply: fewer in practice)"
+    return mean_tokens, said
+
+
 def cmd_memory(args) -> int:
     from planner.report import memory_lines
     from sim.memory import memory_breakdown
@@ -24,6 +36,7 @@ def cmd_memory(args) -> int:
     scenario = load_scenario_args(args)
     mem = memory_breakdown(scenario)
     mean_tokens = _mean_request_tokens(scenario)
+    held, held_said = tokens_held(scenario, mean_tokens)
     problems = fit_problems(scenario, mem)
     if args.json:
         print(
@@ -37,7 +50,8 @@ def cmd_memory(args) -> int:
                     "kv_cache_bytes": max(mem.kv_cache_bytes, 0),
                     "kv_cache_shortfall_bytes": max(-mem.kv_cache_bytes, 0),
                     "mean_request_tokens": mean_tokens,
-                    "requests_at_mean_length": mem.requests_that_fit(mean_tokens) if mean_tokens else None,
+                    # requests of the mean length that run at once (contiguous KV: each holds max_model_len)
+                    "requests_at_mean_length": mem.requests_that_fit(held) if mean_tokens else None,
                     "fits": not problems,
                     "problems": problems,
                 },
@@ -49,7 +63,11 @@ def cmd_memory(args) -> int:
             f"{scenario.name}: {scenario.model.name} ({params_text(scenario.model.num_params)} params, "
             f"{scenario.dtype}) on {scenario.hardware.tensor_parallel_size}x {scenario.hardware.gpu.name}"
         )
-        print("\n".join(memory_lines(mem, scenario.hardware.tensor_parallel_size, mean_tokens)))
+        print(
+            "\n".join(
+                memory_lines(mem, scenario.hardware.tensor_parallel_size, held if mean_tokens else 0.0, held_said)
+            )
+        )
         for problem in problems:
             print(f"cannot run: {problem}")
     return EXIT_USAGE if problems else 0
