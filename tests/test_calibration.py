@@ -241,6 +241,18 @@ def test_intervals_give_90_percent_ranges_and_slo_probabilities(tmp_path, capsys
     assert main([*args, "--intervals", "0"]) == 2
 
 
+def test_intervals_say_when_every_seed_gives_the_same_requests(capsys):
+    # Fixed lengths in a closed loop: the seeds change nothing, the spread is the coefficient draws' alone.
+    base = ["simulate", "scenarios/a10_qwen7b.yaml", "--intervals", "3", "--set", "workload.num_requests=30"]
+    fixed = ["--set", "workload.prompt_tokens={dist: fixed, value: 20}"]
+    assert main([*base, *fixed, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["intervals"]["workload_varies"] is False
+    assert main([*base, *fixed]) == 0
+    assert "(every seed gives this workload the same requests)" in capsys.readouterr().out
+    assert main([*base, "--json"]) == 0  # normal prompt lengths: each seed draws its own
+    assert json.loads(capsys.readouterr().out)["intervals"]["workload_varies"] is True
+
+
 def test_the_residual_spread_scales_every_step_of_a_run_by_one_factor():
     from planner.calibration.intervals import draw_coefficients
     from planner.calibration.provenance import STEP_TIME_SPREAD, residual_spread
