@@ -14,7 +14,8 @@ from planner.sizing.candidates import enumerate_candidates
 from planner.sizing.capacity import find_capacity
 from planner.sizing.probe import ProbeResult
 from planner.sizing.report import files
-from planner.sizing.spec import load_sizing, probe_request_counts
+from planner.sizing.spec import load_sizing
+from planner.sizing.spec_checks import probe_request_counts
 
 # One GPU, one tensor parallel size, 20-request probes: a search of a few simulations of ~10 ms.
 SIZING = """\

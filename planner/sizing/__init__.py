@@ -1,6 +1,7 @@
 """`planner size`: the cheapest hardware and engine settings that meet a scenario's SLOs.
 
 - spec.py: the sizing file, a scenario + `search:` (demand, candidates, money, probe), validated
+  (spec_fields.py: a section's fields; spec_checks.py: the checks across sections)
 - candidates.py: every combination to try, and why those that cannot run were pruned
 - coefficients.py: the one function that gives a candidate its cost-model coefficients and their provenance
 - bound.py: analytic figures from the cost model: a throughput bound, the batch within TPOT, floors

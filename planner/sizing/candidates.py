@@ -15,7 +15,8 @@ from planner.cross_checks import check_relations
 from planner.errors import ScenarioError
 from planner.rules import Ctx
 from planner.sizing.coefficients import resolve_coefficients
-from planner.sizing.spec import SearchSpec, SizingQuestion, probe_request_counts
+from planner.sizing.spec import SearchSpec, SizingQuestion
+from planner.sizing.spec_checks import probe_request_counts
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 from sim.cost_model import CostCoefficients
 from sim.memory import memory_breakdown

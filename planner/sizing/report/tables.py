@@ -7,7 +7,7 @@ import statistics
 from planner.sizing.rank import Ranking, worst_ratio
 from planner.sizing.search import Result, SizingResult, median_simulation_s
 from planner.sizing.serve import vllm_serve_command
-from planner.sizing.spec import probe_request_counts
+from planner.sizing.spec_checks import probe_request_counts
 
 HEADERS = (
     "candidate", "replicas", "GPUs", "capacity / replica", "p50 / p99 TTFT ms", "p50 / p99 TPOT ms",
