@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from planner.cli import main
+from planner.sizing.candidates import enumerate_candidates
 from planner.sizing.capacity import find_capacity
 from planner.sizing.probe import ProbeResult, queue_grows
 from planner.sizing.rank import rank
@@ -468,3 +469,23 @@ def test_the_cost_per_token_is_of_the_demands_own_token_volume():
     users = load_sizing(ROOT / BASE, SMALL)  # 20 users
     at_share = _probe(7, True)  # 7 users on each of 3 replicas: 21 users' worth of tokens
     assert output_tokens_per_s(users.search.demand, workload_shape(users), at_share) == pytest.approx(10.0 * 20 / 7)
+
+
+def test_a_probe_too_short_to_tell_filling_from_growing_runs_again_longer(tmp_path):
+    # 400 requests of 32 + 64 tokens at 299 req/s on an H100 take 0.57 s each over 1.33 s of arrivals: still filling
+    # in the second quarter, they read as a growing queue (saturated), where 3,000 requests ran steady.
+    from planner.sizing.probe import run_probe
+
+    path = tmp_path / "h100.yaml"
+    path.write_text(
+        "model: llama-3.1-8b\nhardware: {gpu: h100-sxm}\nengine: {max_model_len: 4096}\n"
+        "workload: {arrival: {process: poisson, rate: 4}, prompt_tokens: {dist: fixed, value: 32},"
+        " output_tokens: {dist: fixed, value: 64}}\nslo: {ttft_ms: {p99: 3000}}\n"
+    )
+    candidate = enumerate_candidates(
+        load_sizing(path, ["search.candidates={gpus: [h100-sxm], tensor_parallel_sizes: [1]}"])
+    )[0][0]
+    steady = run_probe(candidate.scenario, "rate", 299.0, 400, candidate.coefficients)
+    assert steady.met and not steady.saturated and steady.num_requests == 1600
+    overloaded = run_probe(candidate.scenario, "rate", 600.0, 400, candidate.coefficients)
+    assert not overloaded.met and overloaded.saturated  # longer, it is still overloaded

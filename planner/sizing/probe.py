@@ -25,6 +25,13 @@ from sim.metrics import per_request_latencies_ms, summarize
 GROWTH_FACTOR = 1.5
 GROWTH_SLACK = 2.0
 QUEUE_STOP_FRACTION = 0.1  # of the run's requests waiting at once: overloaded, stop
+# A rate probe whose arrivals span fewer than STEADY_SPANS of its median end-to-end times cannot tell a system
+# still filling up from a queue that grows (a 400-request probe at 299 req/s on an H100: its requests take
+# 0.57 s, its arrivals 1.33 s, and it read as growing where 3,000 requests ran steady): one that looks
+# saturated runs again LONGER_PROBE times longer, up to LONGEST_PROBE times the probe's requests.
+STEADY_SPANS = 4
+LONGER_PROBE = 4
+LONGEST_PROBE = 16
 
 
 @dataclass(frozen=True)
@@ -80,9 +87,13 @@ def run_probe(
     num_requests: int,
     coefficients: CostCoefficients,
     stop_early: bool = True,
+    longest: int | None = None,
 ) -> ProbeResult:
     """`stop_early=False`: run every request even once the verdict is settled, for latencies of the whole
-    run (an interval's draws; a run stopped early reports the latencies of the requests finished by then)."""
+    run (an interval's draws; a run stopped early reports the latencies of the requests finished by then).
+    `longest`: the most requests a run too short to tell saturation from filling up may grow to (default
+    LONGEST_PROBE times num_requests)."""
+    longest = LONGEST_PROBE * num_requests if longest is None else longest
     start, start_cpu = time.perf_counter(), time.process_time()
     s = scenario_at(scenario, kind, load, num_requests)
     sim = Simulation(s, coefficients, record_steps=False)
@@ -96,7 +107,15 @@ def run_probe(
         stopped, saturated = e.reason, e.saturated
     summary = summarize(sim.recorder, s.slo)
     if stopped is None and kind == "rate":
-        saturated = queue_grows(sim.workload.arrival_s, sim.recorder.requests.view()["finished_s"])
+        done = sim.recorder.requests.view()
+        saturated = queue_grows(sim.workload.arrival_s, done["finished_s"])
+        if saturated and _too_short(sim.workload.arrival_s, done) and LONGER_PROBE * num_requests <= longest:
+            rerun = run_probe(scenario, kind, load, LONGER_PROBE * num_requests, coefficients, stop_early, longest)
+            return dataclasses.replace(
+                rerun,
+                wall_s=rerun.wall_s + time.perf_counter() - start,  # this run's time is spent too
+                cpu_s=rerun.cpu_s + time.process_time() - start_cpu,
+            )
     checks = tuple((c["metric"], c["stat"], c["bound_ms"], c["value_ms"], c["met"]) for c in summary["slo"]["checks"])
     met = stopped is None and not saturated and all(c[4] is not False for c in checks)
     latency = {
@@ -118,6 +137,14 @@ def run_probe(
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - start_cpu,
     )
+
+
+def _too_short(arrival_s: np.ndarray, done: dict[str, np.ndarray]) -> bool:
+    """The arrivals span fewer than STEADY_SPANS median end-to-end times: too short to judge saturation."""
+    if not len(done["finished_s"]) or len(arrival_s) < 2:
+        return False
+    e2e_s = float(np.median(done["finished_s"] - done["arrival_s"]))
+    return STEADY_SPANS * e2e_s > float(arrival_s[-1] - arrival_s[0])
 
 
 def queue_grows(arrival_s: np.ndarray, finished_s: np.ndarray) -> bool:

@@ -361,8 +361,9 @@ def assumptions(out: SizingResult) -> list[str]:
         *_provenance_caveats(provenances),
         (
             f"each capacity is the highest load whose {q.search.probe.num_requests:,}-request simulation meets every SLO"
-            f" in a steady state (bisection to {q.search.probe.tolerance:.0%}); latencies at the demand come from one"
-            " more simulation of one replica at its share of the demand"
+            f" in a steady state (bisection to {q.search.probe.tolerance:.0%}; a rate too short to tell a growing queue"
+            " from one filling up runs again, 4x longer, up to 16x); latencies at the demand come from one more"
+            " simulation of one replica at its share of the demand"
         ),
         f"search: {len(out.results) + len(out.pruned):,} candidates, {len(out.pruned):,} cannot run,"
         f" {len(not_simulated(out)):,} not simulated (cannot win or cannot meet the TPOT bound at any load),"
