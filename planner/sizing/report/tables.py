@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 
+from planner.sizing.probe import LONGER_PROBE, LONGEST_PROBE
 from planner.sizing.rank import Ranking, worst_ratio
 from planner.sizing.search import Result, SizingResult, median_simulation_s
 from planner.sizing.serve import vllm_serve_command
@@ -362,8 +363,8 @@ def assumptions(out: SizingResult) -> list[str]:
         (
             f"each capacity is the highest load whose {q.search.probe.num_requests:,}-request simulation meets every SLO"
             f" in a steady state (bisection to {q.search.probe.tolerance:.0%}; a rate too short to tell a growing queue"
-            " from one filling up runs again, 4x longer, up to 16x); latencies at the demand come from one more"
-            " simulation of one replica at its share of the demand"
+            f" from one filling up runs again, {LONGER_PROBE}x longer, up to {LONGEST_PROBE}x); latencies at the demand"
+            " come from one more simulation of one replica at its share of the demand"
         ),
         f"search: {len(out.results) + len(out.pruned):,} candidates, {len(out.pruned):,} cannot run,"
         f" {len(not_simulated(out)):,} not simulated (cannot win or cannot meet the TPOT bound at any load),"
