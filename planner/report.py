@@ -129,6 +129,8 @@ def summary_lines(s: dict) -> list[str]:
         lines.append(f"Cost model: {s['cost_model_provenance']['label']}{_uncertainty(s)}")
     for check in s["slo"]["checks"]:
         verdict = {True: "met", False: "MISSED", None: "n/a (no value)"}[check["met"]]
+        if check.get("within_histogram_error"):
+            verdict += " (within the ITL histogram's 0.1% of the bound: the exact percentile may fall either side)"
         lines.append(
             f"SLO {check['metric']} {check['stat']} <= {check['bound_ms']:g}: {_ms(check['value_ms'])} ms, {verdict}"
         )

@@ -270,6 +270,22 @@ def test_kv_slot_utilization_counts_a_shared_prefix_once(capsys):
     assert 0.9 < summary["kv_slot_utilization"] <= 1.0  # was 2.01: prefix blocks counted once per request
 
 
+def test_an_itl_verdict_within_the_histograms_error_of_its_bound_says_so():
+    # The histogram's p90 of these gaps is within 0.1% of the exact one: a bound between the two would get the
+    # histogram's verdict, which the exact percentile may contradict (30.455 ms "met" 30.47, exactly 30.478).
+    from sim.config import SloConfig
+    from sim.metrics import slo_report
+
+    gaps_s = np.random.default_rng(1).lognormal(-3.5, 0.3, 20_000)
+    hist = GapHistogram()
+    hist.add_many(gaps_s)
+    p90_ms = float(hist.percentiles_s([90])[0]) * 1e3
+    none = {"ttft": np.empty(0), "tpot": np.empty(0), "e2el": np.empty(0), "tpot_mask": np.empty(0, dtype=bool)}
+    for bound_ms, near in ((p90_ms * 1.0005, True), (p90_ms * 0.9995, True), (p90_ms * 1.01, False)):
+        (check,) = slo_report(none, hist, SloConfig(itl_ms={"p90": bound_ms}), 1.0)["checks"]
+        assert check.get("within_histogram_error", False) is near and check["met"] is (p90_ms <= bound_ms)
+
+
 def test_gap_histogram_percentiles_within_the_documented_error():
     rng = np.random.default_rng(0)
     gaps_s = np.concatenate([rng.lognormal(-4, 1.0, 50_000), np.full(1000, 0.02), rng.uniform(1e-4, 10, 5000)])
