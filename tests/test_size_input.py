@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from sizing_helpers import probe_result
 
 from planner.cli import main
 from planner.sizing import cli as size_cli
 from planner.sizing.candidates import enumerate_candidates
 from planner.sizing.capacity import find_capacity
-from planner.sizing.probe import ProbeResult
 from planner.sizing.report import files
 from planner.sizing.spec import load_sizing
 from planner.sizing.spec_checks import probe_request_counts
@@ -223,14 +223,10 @@ def test_an_absent_search_section_means_its_defaults(sizing_file):
 # 6: a search whose probes ran out is not reported as failing at the lightest load
 
 
-def _probe(load: float, met: bool) -> ProbeResult:
-    return ProbeResult(load, met, False, None, 10, 10, 1.0, 10.0, {}, (), 0.0, 0.0)
-
-
 def test_a_capacity_search_that_runs_out_of_probes_before_its_lightest_load_says_so():
-    short = find_capacity(lambda x: _probe(x, x <= 0.1), "rate", 10.0, None, 2, 0.1)
+    short = find_capacity(lambda x: probe_result(x, x <= 0.1), "rate", 10.0, None, 2, 0.1)
     assert short.load == 0 and short.ran_out and short.lightest.load == 5.0
-    full = find_capacity(lambda x: _probe(x, False), "rate", 10.0, None, 12, 0.1)
+    full = find_capacity(lambda x: probe_result(x, False), "rate", 10.0, None, 12, 0.1)
     assert full.load == 0 and not full.ran_out  # it reached its floor: the SLOs fail at the lightest load
 
 

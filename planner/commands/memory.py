@@ -18,7 +18,10 @@ def _mean_request_tokens(scenario) -> float:
 
 def tokens_held(scenario, mean_tokens: float) -> tuple[float, str]:
     """The KV, in tokens, that a running request of the workload's mean length holds, and how to say it: its
-    own tokens when paged; max_model_len under contiguous KV, whatever its length (each reserves it up front)."""
+    own tokens when paged; max_model_len under contiguous KV, whatever its length (each reserves it up front).
+    (0, ""): the workload keeps no request."""
+    if not mean_tokens:
+        return 0.0, ""
     if scenario.engine.kv_cache == "contiguous":
         held = max(mean_tokens, scenario.max_model_len)
         return held, f"each reserving max_model_len, {held:,.0f} tokens (contiguous KV)"
@@ -51,7 +54,7 @@ def cmd_memory(args) -> int:
                     "kv_cache_shortfall_bytes": max(-mem.kv_cache_bytes, 0),
                     "mean_request_tokens": mean_tokens,
                     # requests of the mean length that run at once (contiguous KV: each holds max_model_len)
-                    "requests_at_mean_length": mem.requests_that_fit(held) if mean_tokens else None,
+                    "requests_at_mean_length": mem.requests_that_fit(held) if held else None,
                     "fits": not problems,
                     "problems": problems,
                 },
@@ -63,11 +66,7 @@ def cmd_memory(args) -> int:
             f"{scenario.name}: {scenario.model.name} ({params_text(scenario.model.num_params)} params, "
             f"{scenario.dtype}) on {scenario.hardware.tensor_parallel_size}x {scenario.hardware.gpu.name}"
         )
-        print(
-            "\n".join(
-                memory_lines(mem, scenario.hardware.tensor_parallel_size, held if mean_tokens else 0.0, held_said)
-            )
-        )
+        print("\n".join(memory_lines(mem, scenario.hardware.tensor_parallel_size, held, held_said)))
         for problem in problems:
             print(f"cannot run: {problem}")
     return EXIT_USAGE if problems else 0

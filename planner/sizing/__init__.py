@@ -14,5 +14,5 @@
 - intervals.py: `--intervals N`: 90% intervals over workload seeds x coefficient draws for the picked candidates
 - serve.py: the `vllm serve` command line of a candidate
 - cli.py: `planner size`: load, search with a progress bar, print, write the report
-- report/: the terminal text, report.md, report.html, sizing.json and the figures
+- report/: the terminal text, report.md, report.html, sizing.json and the figures (interval_tables.py: the intervals)
 """

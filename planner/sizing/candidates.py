@@ -65,7 +65,8 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
     sweep_names = list(s.engine)
     kept: list[Candidate] = []
     pruned: list[Pruned] = []
-    request_counts: dict[int, tuple[int, int]] = {}  # max_model_len -> a probe's requests it keeps, truncates
+    # max_model_len -> a probe's requests it keeps, and truncates (the scenario's own: counted when it was loaded)
+    request_counts = {q.scenario.max_model_len: q.probe_requests}
     combos = itertools.product(s.gpus, s.tensor_parallel_sizes, s.dtypes, *(s.engine[n] for n in sweep_names))
     for gpu, tp, dtype, *values in combos:
         settings = tuple(zip(sweep_names, values))
@@ -124,10 +125,9 @@ def _requests_problem(q: SizingQuestion, max_model_len: int, counts: dict[int, t
     (or truncates) requests that the scenario's keeps whole, so its probes would run a lighter workload than
     the one asked about, and it could win by dropping the longest requests. `counts` caches a probe's (kept,
     truncated) per max_model_len: a sweep has many candidates per value."""
-    for length in (max_model_len, q.scenario.max_model_len):
-        if length not in counts:
-            counts[length] = probe_request_counts(q.scenario, q.search.probe, length)
-    (kept, truncated), (asked_kept, asked_truncated) = counts[max_model_len], counts[q.scenario.max_model_len]
+    if max_model_len not in counts:
+        counts[max_model_len] = probe_request_counts(q.scenario, q.search.probe, max_model_len)
+    (kept, truncated), (asked_kept, asked_truncated) = counts[max_model_len], q.probe_requests
     probe = f"a probe's {q.search.probe.num_requests:,} requests"
     asked = f"engine.max_model_len {q.scenario.max_model_len}"
     if kept < asked_kept:

@@ -100,6 +100,8 @@ class SizingQuestion:
     scenario: Scenario  # the base: model, workload shape, SLOs
     search: SearchSpec
     source: str
+    # A probe's requests that the scenario's own max_model_len keeps, and how many of those it truncates.
+    probe_requests: tuple[int, int]
     raw: dict = field(repr=False, hash=False)
 
 
@@ -137,8 +139,8 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
     ctx = Ctx(str(path), path.absolute().parent)
     search = parse_search({} if search_raw is None else search_raw, scenario, ctx)
     check_pool_override(scenario, search, ctx)
-    check_requests_fit(scenario, search.probe, ctx)
-    return SizingQuestion(scenario, search, str(path), data)
+    probe_requests = check_requests_fit(scenario, search.probe, ctx)
+    return SizingQuestion(scenario, search, str(path), probe_requests, data)
 
 
 def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:

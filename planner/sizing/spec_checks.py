@@ -74,12 +74,14 @@ def check_pool_override(scenario: Scenario, search: SearchSpec, ctx: Ctx) -> Non
     )  # fmt: skip
 
 
-def check_requests_fit(scenario: Scenario, probe: Probe, ctx: Ctx) -> None:
+def check_requests_fit(scenario: Scenario, probe: Probe, ctx: Ctx) -> tuple[int, int]:
     """The search's workload shape is a probe's requests under the scenario's max_model_len: with none kept
-    there is nothing to size (simulate refuses the same workload)."""
-    if not probe_request_counts(scenario, probe, scenario.max_model_len)[0]:
+    there is nothing to size (simulate refuses the same workload). Returns probe_request_counts of it."""
+    counts = probe_request_counts(scenario, probe, scenario.max_model_len)
+    if not counts[0]:
         allowed = (
             f"all {probe.num_requests:,} requests of a probe (search.probe.num_requests) are longer (prompt +"
             " output tokens) and would be rejected; raise it or set workload.too_long: truncate"
         )
         raise ScenarioError(ctx.file, "engine.max_model_len", scenario.max_model_len, allowed)
+    return counts

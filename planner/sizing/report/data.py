@@ -6,7 +6,7 @@ import dataclasses
 
 from planner.results import _finite
 from planner.sizing.rank import Ranking
-from planner.sizing.report import tables
+from planner.sizing.report import interval_tables, tables
 from planner.sizing.search import Result, SizingResult, median_simulation_s
 from planner.sizing.serve import vllm_serve_command
 
@@ -70,8 +70,8 @@ def _intervals(out: SizingResult) -> dict | None:
     return {
         "runs": out.interval_runs,
         "interval": "90%",
-        "candidates": [r.candidate.label for r in tables.interval_results(out)],
-        "notes": tables.interval_notes(out),
+        "candidates": [r.candidate.label for r in interval_tables.interval_results(out)],
+        "notes": interval_tables.interval_notes(out),
         "num_simulations": out.interval_simulations,
         "wall_s": out.interval_wall_s,
     }

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from planner.errors import PlannerError
 from planner.sizing.rank import Ranking
-from planner.sizing.report import tables
+from planner.sizing.report import interval_tables, tables
 from planner.sizing.report.figures import FIGURES
 from planner.sizing.search import SizingResult
 
@@ -58,7 +58,7 @@ def _sections(out: SizingResult, ranking: Ranking):
 
 def _interval_rows(out: SizingResult) -> list[list[str]]:
     unit = out.question.search.demand.unit
-    return [tables.interval_row(r, unit) for r in tables.interval_results(out)]
+    return [interval_tables.interval_row(r, unit) for r in interval_tables.interval_results(out)]
 
 
 def _md_table(headers, rows) -> list[str]:
@@ -89,10 +89,10 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
         "",
     ]
     lines += _md_table(tables.HEADERS, rows)
-    if tables.interval_results(out):
+    if interval_tables.interval_results(out):
         lines += ["", f"## Intervals (90%, {out.interval_runs} draws)", ""]
-        lines += [f"- {x}" for x in tables.interval_notes(out)]
-        lines += [""] + _md_table(tables.INTERVAL_HEADERS, _interval_rows(out))
+        lines += [f"- {x}" for x in interval_tables.interval_notes(out)]
+        lines += [""] + _md_table(interval_tables.INTERVAL_HEADERS, _interval_rows(out))
     lines += ["", "## Figures", ""]
     for name, (title, _) in pngs.items():
         lines += [f"![{title}]({name})", "", f"*{title}. Produced by `{command}`.*", ""]
@@ -156,12 +156,12 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
         "<h2>Candidates</h2><p class='small'>Capacity per replica; latencies at the demand (one replica at its share).</p>",
         _html_table(tables.HEADERS, rows, classes),
     ]
-    if tables.interval_results(out):
+    if interval_tables.interval_results(out):
         parts += [
             f"<h2>Intervals (90%, {out.interval_runs} draws)</h2><ul>"
-            + "".join(f"<li>{e(x)}</li>" for x in tables.interval_notes(out))
+            + "".join(f"<li>{e(x)}</li>" for x in interval_tables.interval_notes(out))
             + "</ul>",
-            _html_table(tables.INTERVAL_HEADERS, _interval_rows(out)),
+            _html_table(interval_tables.INTERVAL_HEADERS, _interval_rows(out)),
         ]
     parts.append("<h2>Figures</h2>")
     for title, png in pngs.values():
