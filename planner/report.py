@@ -134,6 +134,13 @@ def summary_lines(s: dict) -> list[str]:
         lines.append(
             f"SLO {check['metric']} {check['stat']} <= {check['bound_ms']:g}: {_ms(check['value_ms'])} ms, {verdict}"
         )
+    if s["slo"]["checks"] and s.get("num_rejected"):
+        # A verdict over the served requests alone reads as the deployment's while most may have been turned away.
+        sent = s["completed"] + s["num_rejected"]
+        lines.append(
+            f"  (over the {s['completed']:,} requests served: the {s['num_rejected']:,} rejected as too long,"
+            f" {s['num_rejected'] / sent:.1%} of {sent:,}, are in no SLO)"
+        )
     return lines
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,19 @@ def test_the_ttft_floor_says_a_prefix_cache_hit_skips_the_shared_prefix(capsys):
     assert "tokens computed whole (a prefix-cache hit skips its shared prefix)" in capsys.readouterr().out
     assert main(["simulate", "scenarios/a10_qwen7b.yaml", "--set", "workload.num_requests=20"]) == 0
     assert "computed whole" not in capsys.readouterr().out  # no shared prefix
+
+
+def test_slo_verdicts_say_they_leave_out_the_requests_rejected_as_too_long(capsys):
+    args = ["simulate", "scenarios/a10_qwen7b.yaml", "--set", "workload.num_requests=40"]
+    rejecting = ["--set", "engine.max_model_len=200", "--set", "workload.too_long=reject"]
+    prompts = ["--set", "workload.prompt_tokens={dist: uniform, low: 10, high: 150}"]
+    assert main([*args, *rejecting, *prompts]) == 0
+    out = capsys.readouterr().out
+    served, rejected = (int(n) for n in re.search(r"(\d+) requests in .*, (\d+) rejected as too long", out).groups())
+    assert served + rejected == 40 and rejected > 0
+    assert f"(over the {served} requests served: the {rejected} rejected as too long, {rejected / 40:.1%} of 40" in out
+    assert main([*args, *prompts]) == 0
+    assert "rejected" not in capsys.readouterr().out
 
 
 def test_tensor_parallel_halves_weights_and_kv_per_gpu(capsys):
