@@ -113,7 +113,8 @@ def build_summary(
     mode: str, scenario: Scenario, recorder: Recorder, memory: dict, num_rejected: int, num_truncated: int, extra: dict
 ) -> dict:
     """The summary: vLLM's metrics, then what this tool adds (memory, KV use, SLOs, the scenario)."""
-    summary = {"mode": mode, "scenario_name": scenario.name, "num_requests": recorder.requests.size}
+    # The requests the scenario sent, those rejected as too long included (`completed` counts those served).
+    summary = {"mode": mode, "scenario_name": scenario.name, "num_requests": recorder.requests.size + num_rejected}
     summary |= summarize(recorder, scenario.slo)
     summary |= {"num_rejected": num_rejected, "num_truncated": num_truncated, "memory": memory}
     summary |= extra

@@ -204,7 +204,7 @@ def check_summary(s: dict, num_requests: int) -> None:
         assert math.isfinite(value), path
         if not path.startswith(("scenario.", "cost_model.")):
             assert value >= 0, (path, value)
-    assert s["completed"] + s["num_rejected"] == num_requests
+    assert s["completed"] + s["num_rejected"] == num_requests == s["num_requests"]
     for metric in ("ttft", "tpot", "itl", "e2el"):
         p50, p90, p99 = (s[f"{p}_{metric}_ms"] for p in ("p50", "p90", "p99"))
         if p50 is not None:
