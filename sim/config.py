@@ -265,6 +265,11 @@ class HardwareConfig:
     # being split across all ranks; attention, dense MLPs and shared experts stay tensor parallel.
     expert_parallel: bool = False
 
+    def describe(self) -> str:
+        """'1x a10', or '2 replicas of 4x h100-sxm' when there are several engines."""
+        engine = f"{self.tensor_parallel_size}x {self.gpu.name}"
+        return engine if self.replicas == 1 else f"{self.replicas} replicas of {engine}"
+
 
 @dataclass(frozen=True)
 class EngineConfig:

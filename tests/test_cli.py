@@ -107,6 +107,13 @@ def test_slo_verdicts_say_they_leave_out_the_requests_rejected_as_too_long(capsy
     assert "rejected" not in capsys.readouterr().out
 
 
+def test_memory_and_validate_headers_name_the_replicas(capsys):
+    assert main(["memory", "scenarios/a10_qwen7b.yaml", "--set", "hardware.replicas=3"]) == 0
+    assert "on 3 replicas of 1x a10" in capsys.readouterr().out.splitlines()[0]
+    assert main(["validate", "scenarios/h100x4_llama31_70b_tp4.yaml", "--set", "hardware.replicas=2"]) == 0
+    assert "llama-3.1-70b on 2 replicas of 4x h100-sxm," in capsys.readouterr().out
+
+
 def test_tensor_parallel_halves_weights_and_kv_per_gpu(capsys):
     main(["memory", "scenarios/h100x4_llama31_70b_tp4.yaml", "--json", "--set", "hardware.tensor_parallel_size=2"])
     tp2 = json.loads(capsys.readouterr().out)

@@ -64,7 +64,7 @@ def cmd_memory(args) -> int:
     else:
         print(
             f"{scenario.name}: {scenario.model.name} ({params_text(scenario.model.num_params)} params, "
-            f"{scenario.dtype}) on {scenario.hardware.tensor_parallel_size}x {scenario.hardware.gpu.name}"
+            f"{scenario.dtype}) on {scenario.hardware.describe()}"
         )
         print("\n".join(memory_lines(mem, scenario.hardware.tensor_parallel_size, held, held_said)))
         for problem in problems:
