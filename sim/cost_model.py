@@ -88,6 +88,12 @@ class CostCoefficients:
     # KV write, attention, O, gate/up, activation, down) at the ~4 us a CUDA launch costs when the kernels
     # are shorter than their launches (decode); a CUDA graph replays them all for one launch.
     launch_overhead_per_layer_s: float = 40e-6
+    # Device, per layer and step, with or without CUDA graphs: the time a layer's kernels take beyond the
+    # rooflines (the small kernels' own durations, a GEMM's fixed cost at a few rows). A graph removes the
+    # host's launches, not the kernels' time. The public profiles fit it to Vidur's per-layer times, which are
+    # sums of GPU kernel durations (its torch-profiler tracer: whole microseconds), so a graphed decode step
+    # keeps it; 0 by default (the spec-sheet launch term above stands for the whole fixed cost).
+    kernel_floor_per_layer_s: float = 0.0
     # Device, per scheduled request and layer, whatever the request's token count: 0 where attention takes
     # the whole batch in one kernel (vLLM's backends, our Triton kernel). Our CPU engine's torch attention
     # loops over the requests in Python, ~70 us per request and layer for tiny-llama on this machine's CPU
@@ -179,6 +185,7 @@ class CostModel:
         self.serial = is_serial(scenario)
         self.capture_size = cudagraph_capture_size(scenario)
         self.launch_s = c.launch_overhead_per_layer_s * m.num_hidden_layers
+        self.kernel_floor_s = c.kernel_floor_per_layer_s * m.num_hidden_layers
         self.row_s = c.per_row_layer_overhead_s * m.num_hidden_layers
         self.flops_per_s = peak_flops(scenario) * c.flops_efficiency
         self.linear_flops_per_s = linear_peak_flops(scenario) * c.flops_efficiency
@@ -332,8 +339,8 @@ class CostModel:
 
     def _other_terms_s(self, num_tokens, num_seqs, num_sampled):
         """device_s's terms but the attention, summed in this order (float sums in another order differ in their
-        last bits): the linear layers and the LM head, the elementwise kernels, the all-reduces, the launches, the
-        per-row overhead."""
+        last bits): the linear layers and the LM head, the elementwise kernels, the all-reduces, the kernels' floor,
+        the launches, the per-row overhead."""
         linear = self._gemm(
             num_tokens * self.linear_flops_per_token, self.linear_step_bytes(num_tokens), self.linear_flops_per_s
         )
@@ -344,7 +351,15 @@ class CostModel:
         # (vLLM's default cudagraph_mode FULL_AND_PIECEWISE); other steps pay every launch (piecewise
         # graphs' savings on mixed steps are not modelled: conservative).
         graphed = (num_tokens == num_seqs) & (num_seqs <= self.capture_size)
-        return linear + lm_head + elementwise + allreduce + (1 - graphed) * self.launch_s + num_seqs * self.row_s
+        return (
+            linear
+            + lm_head
+            + elementwise
+            + allreduce
+            + self.kernel_floor_s
+            + (1 - graphed) * self.launch_s
+            + num_seqs * self.row_s
+        )
 
     def _attention_s(self, num_tokens, num_seqs, attention_pairs, sum_context_tokens):
         """Attention's roofline: its (query, key) pairs' compute against its K/V reads and writes (the max of

@@ -1,8 +1,8 @@
 """The public operator timings the shipped profiles are fitted to: Vidur's profiling data (microsoft/vidur,
 `data/profiling/`, MIT licence), reduced to a compact copy that ships in the package.
 
-Vidur measured, with CUDA events around each operator of one transformer layer, the time of the linear
-layers, norms, rotary embedding, activation and residual add against the number of tokens in the batch and
+Vidur measured, with its torch-profiler tracer (the GPU kernels' durations under each operator, summed: whole
+microseconds, no host launch gaps) on one transformer layer, the time of the linear layers, norms, rotary embedding, activation and residual add against the number of tokens in the batch and
 the tensor-parallel degree, on A100-80GB, A40 and H100; and NCCL all-reduce against the message size.
 `derive` keeps the median of each operator on a geometric grid of batch sizes (the fit needs the shape of
 the curve, not every multiple of 8) and the in-node all-reduce medians in half-octave bins of size, merged

@@ -4,8 +4,10 @@ The cost model (sim/cost_model.py) prices a layer's linear layers as ONE GEMM te
 weights: gemm_s(compute, memory), the 2-norm sqrt(compute^2 + memory^2) of compute = 2 * params * tokens /
 tp / (peak_flops * flops_efficiency) and memory = params * bytes / tp / (bandwidth * bandwidth_efficiency),
 plus the elementwise kernels' activation traffic (norms with residual adds, rotary, activation:
-sim.cost_model.elementwise_elements_per_token) at the same bandwidth, plus launch_overhead_per_layer_s for a
-step not replayed from a CUDA graph (Vidur's were not). These are fitted to the measured time of the WHOLE
+sim.cost_model.elementwise_elements_per_token) at the same bandwidth, plus kernel_floor_per_layer_s, the time
+the layer's kernels take beyond those rooflines. Vidur's times are sums of the kernels' GPU durations (its
+torch-profiler tracer; every value is a whole microsecond), not wall time: no host launch gap is in them, so
+the floor is device time that a CUDA graph keeps. These are fitted to the measured time of the WHOLE
 layer (every operator in Vidur's rows). Tensor parallel adds two all-reduces of the hidden states per
 layer, priced as allreduce_latency_s + ring bytes / (link * interconnect_efficiency), fitted to the
 measured NCCL all-reduce times at the sizes a step sends. `layer_time_s` and `allreduce_time_s` are the
@@ -117,20 +119,20 @@ def layer_time_norm_s(b: Batch, flops_efficiency, bandwidth_efficiency, p: float
     return top * ((compute / top) ** p + (memory / top) ** p) ** (1 / p)
 
 
-LAUNCH_NAME = "launch_overhead_per_layer_s"
+KERNEL_NAME = "kernel_floor_per_layer_s"
 
 
 def predicted_layer_s(b: Batch, coefficients: dict[str, float], form=None) -> np.ndarray:
-    """One layer's predicted time for eager rows such as Vidur's (no CUDA graph): the linear roofline
-    (`form`, default the cost model's) plus the per-layer launch term where the coefficients have one."""
+    """One layer's predicted device time for rows such as Vidur's: the linear roofline (`form`, default the
+    cost model's), the elementwise kernels, plus the per-layer kernel floor where the coefficients have one."""
     roof = (form or layer_time_s)(b, coefficients["flops_efficiency"], coefficients["bandwidth_efficiency"])
-    return roof + elementwise_s(b, coefficients["bandwidth_efficiency"]) + coefficients.get(LAUNCH_NAME, 0.0)
+    return roof + elementwise_s(b, coefficients["bandwidth_efficiency"]) + coefficients.get(KERNEL_NAME, 0.0)
 
 
 def fit_layers(b: Batch, form=None, elementwise: bool = True) -> FitResult:
-    """The fit the shipped profiles use: flops_efficiency, bandwidth_efficiency and the per-layer launch
-    term together, as sim.cost_model prices an eager layer (Vidur ran no CUDA graphs); the launch term is
-    fitted so that the kernels' floors are not absorbed into the efficiencies and then counted twice.
+    """The fit the shipped profiles use: flops_efficiency, bandwidth_efficiency and the per-layer kernel floor
+    together, as sim.cost_model prices a layer's device time; the floor is fitted so that the kernels' fixed
+    time is not absorbed into the efficiencies and then counted twice.
     `form`: the linear term (default the cost model's, `layer_time_s`). `elementwise=False`: without the
     elementwise kernels' term, as the cost model was before it (docs/fidelity.md's evidence only)."""
     form = form or layer_time_s
@@ -138,7 +140,7 @@ def fit_layers(b: Batch, form=None, elementwise: bool = True) -> FitResult:
     return fit_relative(
         lambda x: form(b, x[0], x[1]) + share * elementwise_s(b, x[1]) + x[2],
         b.layer_s,
-        (*LINEAR_NAMES, LAUNCH_NAME),
+        (*LINEAR_NAMES, KERNEL_NAME),
         initial=(0.6, 0.8, 40e-6),
         lower=(0.01, 0.01, 0.0),
         upper=(1.0, 1.0, 1e-3),
@@ -154,7 +156,7 @@ def fit_layers_free_norm(b: Batch) -> FitResult:
     return fit_relative(
         lambda x: layer_time_norm_s(b, x[0], x[1], x[3]) + elementwise_s(b, x[1]) + x[2],
         b.layer_s,
-        (*LINEAR_NAMES, LAUNCH_NAME, NORM_NAME),
+        (*LINEAR_NAMES, KERNEL_NAME, NORM_NAME),
         initial=(0.6, 0.8, 40e-6, 2.0),
         lower=(0.01, 0.01, 0.0, 1.0),
         upper=(1.0, 1.0, 1e-3, 20.0),
@@ -171,7 +173,7 @@ def fit_layers_elementwise_efficiency(b: Batch) -> FitResult:
     return fit_relative(
         lambda x: layer_time_s(b, x[0], x[1]) + elementwise_s(b, x[3]) + x[2],
         b.layer_s,
-        (*LINEAR_NAMES, LAUNCH_NAME, ELEMENTWISE_EFFICIENCY_NAME),
+        (*LINEAR_NAMES, KERNEL_NAME, ELEMENTWISE_EFFICIENCY_NAME),
         initial=(0.6, 0.8, 40e-6, 0.6),
         lower=(0.01, 0.01, 0.0, 0.01),
         upper=(1.0, 1.0, 1e-3, 1.0),

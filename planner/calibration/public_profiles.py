@@ -6,7 +6,8 @@ schema of planner/calibration/profile.py: source `public-operator-profiles`, mod
 transfer table `planner/calibrations/vidur/transfer.yaml` (planner.calibration.transfer).
 
 What a profile holds, per (GPU, tensor-parallel degree): flops_efficiency, bandwidth_efficiency and
-launch_overhead_per_layer_s fitted to whole layers (public_fit), interconnect_efficiency,
+kernel_floor_per_layer_s fitted to whole layers (public_fit; launch_overhead_per_layer_s 0: the data are kernel
+durations, with no host launch in them), interconnect_efficiency,
 allreduce_latency_s and allreduce_launch_wait_s fitted to NCCL all-reduce times in one NVSwitch node (none for
 the A40: Vidur measured no all-reduce on it). Not in the data, so not in the profile (they keep the cost model's defaults or come from
 `planner calibrate`): the CPU-side overheads (step_overhead_s, per_row_overhead_s). Attention is not in the
@@ -33,7 +34,13 @@ from planner.calibration.public_data import (
     OperatorRow,
     gpu_spec,
 )
-from planner.calibration.shipped import PROFILE_DIR, PROFILED_GPUS, TENSOR_PARALLEL_SIZES, profile_path
+from planner.calibration.shipped import (
+    NO_HOST_LAUNCH,
+    PROFILE_DIR,
+    PROFILED_GPUS,
+    TENSOR_PARALLEL_SIZES,
+    profile_path,
+)
 from planner.yaml_loader import parse_packaged_yaml
 
 VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
@@ -46,10 +53,11 @@ PROVENANCE = (
     "{network}; MIT licence, copyright Microsoft Corporation, "
     "planner/calibrations/vidur/LICENSE), reduced to planner/calibrations/vidur/*.csv by "
     "`python -m planner.calibration.public_data`; fitted by `python -m planner.calibration.public_profiles` "
-    "with planner.calibration.fit.fit_relative. Flops/bandwidth efficiencies and the per-layer launch term: the "
+    "with planner.calibration.fit.fit_relative. Flops/bandwidth efficiencies and the per-layer kernel floor: the "
     "cost model's linear term over all of a layer's weights (sqrt(compute^2 + memory^2), sim.cost_model.gemm_s) "
-    "plus launch_overhead_per_layer_s, fitted to the measured time of whole layers (linears, norms, rotary, "
-    "activation, add), in float16. {allreduce} Not measured, so not in this profile: attention (priced by the "
+    "plus kernel_floor_per_layer_s, fitted to the measured time of whole layers (linears, norms, rotary, "
+    "activation, add: sums of GPU kernel durations), in float16; launch_overhead_per_layer_s 0 (no host launch "
+    "is in kernel durations). {allreduce} Not measured, so not in this profile: attention (priced by the "
     "cost model from these bandwidth/flops efficiencies), the LM head, and CPU-side overheads."
 )
 
@@ -65,7 +73,7 @@ class GpuFit:
     layer_errors: np.ndarray
 
     def coefficients(self) -> dict[str, float]:
-        return self.linear.as_dict() | (self.allreduce.as_dict() if self.allreduce else {})
+        return self.linear.as_dict() | (self.allreduce.as_dict() if self.allreduce else {}) | NO_HOST_LAUNCH
 
     def uncertainty(self) -> dict[str, float]:
         return self.linear.std_dict() | (self.allreduce.std_dict() if self.allreduce else {})

@@ -23,7 +23,7 @@ from functools import cache
 import numpy as np
 import yaml
 
-from planner.calibration.shipped import DATA_DIR, PROFILED_GPUS, profile_path
+from planner.calibration.shipped import DATA_DIR, NO_HOST_LAUNCH, PROFILED_GPUS, profile_path
 from planner.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec
 
@@ -202,7 +202,7 @@ def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple
     sources, rule = choose_sources(gpu.name, PROFILED_GPUS)
     table = load_table()
     tp = profiled_tp(tensor_parallel_size)
-    coefficients = fill_interconnect(table["joint"], sources, tp)
+    coefficients = NO_HOST_LAUNCH | fill_interconnect(table["joint"], sources, tp)
     ids = tuple(load_profile(g, tp)["id"] for g in sources)
     return coefficients, _spread(coefficients, rule), ids, rule
 

@@ -124,8 +124,9 @@ FORM_NOTE = """## The cost model's form, as the per-operator data see it
 The cost model prices a layer's linears as one GEMM term over all of the layer's weights, the 2-norm
 sqrt(compute^2 + memory^2) (`sim.cost_model.gemm_s`; the LM head too), plus the elementwise kernels'
 activation traffic at the same bandwidth (`sim.cost_model.elementwise_elements_per_token`), plus a per-layer
-launch term (`launch_overhead_per_layer_s`, fitted {launch_lo:.0f}-{launch_hi:.0f} us per layer: a layer runs
-9 kernels of a few microseconds each whatever their size). It used to be max(compute, memory).
+kernel floor (`kernel_floor_per_layer_s`, fitted {launch_lo:.0f}-{launch_hi:.0f} us per layer: a layer runs
+9 kernels of a few microseconds each whatever their size; Vidur's times are the kernels' GPU durations, so a
+CUDA graph keeps this time: it removes host launches, which are not in these data). It used to be max(compute, memory).
 The table below fits both, and a p-norm (compute^p + memory^p)^(1/p) with p free, by the same fitter to the
 same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 
@@ -178,7 +179,7 @@ def form_note(ar, figures) -> str:
 
     step = [{"median": p["fit"]["median_abs_error"], "p90": p["fit"]["p90_abs_error"]} for p in profiles]
     layer = [p["fit"]["by_class"]["layer"] for p in profiles]
-    launch = [1e6 * p["coefficients"]["launch_overhead_per_layer_s"] for p in profiles]
+    launch = [1e6 * p["coefficients"]["kernel_floor_per_layer_s"] for p in profiles]
     ar_median = [
         100 * p["fit"]["by_class"]["all_reduce"]["median"] for p in profiles if "all_reduce" in p["fit"]["by_class"]
     ]
