@@ -40,6 +40,13 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
             " NVLink 450 on an H100, PCIe Gen4 x16 32) in the inline gpu mapping",
         )  # fmt: skip
 
+    if s.dtype == "float32" and hw.gpu.fp32_tflops is None:  # the cost model prices float32 matmuls by it
+        fail(
+            "hardware.gpu.fp32_tflops", NO_VALUE,
+            "missing; dtype float32 needs the GPU's FP32 peak without tensor cores (TFLOPS: 67 on an H100, 19.5 on"
+            " an A100), where float32 matmuls run by default (no TF32), in the inline gpu mapping; or use bfloat16",
+        )  # fmt: skip
+
     # Expert parallel: vLLM accepts the flag for any model and ignores it where it means nothing (a dense model,
     # or one GPU: `FusedMoEParallelConfig.make` sets use_ep only for tp x dp > 1); asked for there, it would be
     # silently dropped, so it is refused.

@@ -246,6 +246,10 @@ class GpuSpec:
     bf16_tflops: float  # dense bf16/fp16 tensor-core peak
     memory_bandwidth_gbps: float  # GB/s (1e9 bytes/s)
     fp8_tflops: float | None = None
+    # Dense FP32 peak without tensor cores: what float32 matmuls run at, PyTorch's default float32 matmul
+    # precision ("highest", which vLLM keeps: VLLM_FLOAT32_MATMUL_PRECISION) using no TF32. None: not given
+    # (a float32 model on such a GPU is refused rather than priced from a guess).
+    fp32_tflops: float | None = None
     interconnect_bandwidth_gbps: float | None = None  # GB/s per GPU, one direction (NVLink / xGMI / PCIe)
     tdp_w: float | None = None
     rental_usd_per_hour: float | None = None

@@ -105,9 +105,18 @@ class CostCoefficients:
 
 
 def peak_flops(scenario: Scenario) -> float:
-    """Dense tensor-core peak for the model dtype; float32 runs as TF32 at about half the bf16 rate."""
-    tflops = scenario.hardware.gpu.bf16_tflops
-    return tflops * 1e12 * (0.5 if scenario.dtype == "float32" else 1.0)
+    """Dense peak for the model dtype: the fp16/bf16 tensor cores, or for float32 the FP32 rate without them
+    (PyTorch's and vLLM's default float32 matmul precision uses no TF32: an H100 runs 67 TFLOPS, not the half of
+    its 989 bf16 TFLOPS once assumed here)."""
+    gpu = scenario.hardware.gpu
+    if scenario.dtype != "float32":
+        return gpu.bf16_tflops * 1e12
+    if gpu.fp32_tflops is None:
+        raise StepTimeError(
+            f"dtype float32 needs the GPU's fp32_tflops (its FP32 peak without tensor cores, where float32 matmuls"
+            f" run by default); GPU {gpu.name} has none: give hardware.gpu.fp32_tflops, or use bfloat16/float16"
+        )
+    return gpu.fp32_tflops * 1e12
 
 
 def linear_peak_flops(scenario: Scenario) -> float:
@@ -399,13 +408,14 @@ class CostModel:
     def floors(self, scenario: Scenario, prompt_tokens: float) -> dict[str, float]:
         """What no engine can beat on this hardware, at 100% of spec peak and bandwidth:
         a decode step of one row reads every weight it uses once (a mixture of experts: the dense part and
-        top-k experts); a prefill also does 2 flops per weight per prompt token."""
+        top-k experts); a prefill also does 2 flops per weight per prompt token, the linear layers at their own
+        peak (fp8 weights: the fp8 rate), the LM head at the dtype's."""
         weights = self.linear_step_bytes(1) + self.lm_head_bytes
         bw = scenario.hardware.gpu.memory_bandwidth_gbps * 1e9
-        flops = peak_flops(scenario)
-        prefill_flops = prompt_tokens * self.linear_flops_per_token + self.lm_head_flops_per_row
+        prefill_s = prompt_tokens * self.linear_flops_per_token / linear_peak_flops(scenario)
+        prefill_s += self.lm_head_flops_per_row / peak_flops(scenario)
         return {
             "tpot_floor_ms": weights / bw * 1e3,
-            "ttft_floor_ms": max(weights / bw, prefill_flops / flops) * 1e3,
+            "ttft_floor_ms": max(weights / bw, prefill_s) * 1e3,
             "prompt_tokens": prompt_tokens,
         }

@@ -91,3 +91,40 @@ def test_mla_reads_the_latent_and_decode_costs_more_flops() -> None:
     heads, layers = 128 / 8, 61
     assert cm.attention_flops_per_pair == (2 * 192 + 2 * 128) * heads * layers  # prefill: expanded K/V
     assert cm.attention_flops_per_pair + cm.mla_decode_extra_flops_per_pair == (2 * 576 + 2 * 512) * heads * layers
+
+
+def test_float32_runs_at_the_fp32_peak_without_tensor_cores() -> None:
+    # PyTorch's default float32 matmul precision ("highest", kept by vLLM) uses no TF32: an H100 does 67 TFLOPS
+    # there, not half its 989 bf16 TFLOPS (once assumed: 7.4x too fast for every compute-bound step).
+    s = dataclasses.replace(_scenario("llama-3.1-8b"), dtype="float32")
+    cm = CostModel(s)
+    assert cm.flops_per_s == 67.0e12 * cm.coefficients.flops_efficiency
+    floor_ms = cm.floors(s, 1105)["ttft_floor_ms"]
+    expected_s = (1105 * cm.linear_flops_per_token + cm.lm_head_flops_per_row) / 67.0e12
+    assert floor_ms == pytest.approx(expected_s * 1e3, rel=1e-12) and floor_ms > 200  # 31.2 ms at the old rate
+
+
+def test_the_ttft_floor_prices_fp8_linear_layers_at_the_fp8_rate() -> None:
+    s = _scenario("deepseek-v3", "h200")
+    cm = CostModel(s)
+    linear_s = 2000 * cm.linear_flops_per_token / (GPUS["h200"].fp8_tflops * 1e12)
+    lm_head_s = cm.lm_head_flops_per_row / (GPUS["h200"].bf16_tflops * 1e12)
+    assert cm.floors(s, 2000)["ttft_floor_ms"] == pytest.approx((linear_s + lm_head_s) * 1e3, rel=1e-12)
+
+
+def test_a_float32_model_on_a_gpu_without_an_fp32_peak_is_refused(tmp_path) -> None:
+    from planner.errors import ScenarioError
+
+    path = tmp_path / "f32.yaml"
+    path.write_text(
+        "model: tiny-llama\ndtype: float32\n"
+        "hardware: {gpu: {name: mine, memory_bytes: 8000000000, bf16_tflops: 100, memory_bandwidth_gbps: 900}}\n"
+        "workload: {arrival: {process: poisson, rate: 1}}\n"
+    )
+    with pytest.raises(ScenarioError, match=r"f32.yaml: hardware.gpu.fp32_tflops: missing; dtype float32 needs"):
+        load_scenario(path)
+    path.write_text(path.read_text().replace("900}", "900, fp32_tflops: 12.5}"))
+    assert (
+        CostModel(load_scenario(path)).flops_per_s
+        == 12.5e12 * CostModel(load_scenario(path)).coefficients.flops_efficiency
+    )
