@@ -205,8 +205,10 @@ class CostModel:
         # The decoder layers' weights: everything stored but the embeddings, the lm_head and the final norm.
         outside = m.embedding_params * (1 if m.tie_word_embeddings else 2) + m.hidden_size
         dense_bytes, expert_bytes = m.weight_bytes(dtype_bytes)
-        self.linear_bytes = (dense_bytes - outside * dtype_bytes) / tp  # read by every step
-        self.linear_flops_per_token = 2 * (m.active_params - outside) / tp
+        # What vLLM replicates (MLA's down-projections, the routers) every rank reads and computes whole.
+        replicated_params, replicated_bytes = m.replicated_weights(dtype_bytes)
+        self.linear_bytes = (dense_bytes - outside * dtype_bytes - replicated_bytes) / tp + replicated_bytes
+        self.linear_flops_per_token = 2 * (m.active_params - outside - replicated_params) / tp + 2 * replicated_params
         # Routed experts: a step reads the distinct experts its tokens go to, in every MoE layer. Without
         # expert parallel each rank holds a 1/tp slice of all num_experts; with it (`sim.weights.
         # max_local_experts`) the busiest rank holds local_experts whole ones and computes the tokens routed to

@@ -34,12 +34,16 @@ def max_local_experts(scenario: Scenario) -> int:
 def weights_bytes(scenario: Scenario) -> int:
     """Every parameter once, every expert included, quantised weights at their stored size with their scales
     (ModelSpec.weight_bytes), on the rank that holds the most. Split evenly over tensor-parallel ranks (vLLM
-    shards experts over TP ranks too, by their intermediate dimension; norms, routers and MLA's small
-    down-projections are replicated: negligible). Under expert parallel the routed experts are not sliced but
-    placed whole (`max_local_experts`): with an uneven count the largest rank's share sets the memory, and
-    vLLM profiles every rank and keeps the smallest KV pool."""
-    dense, experts = scenario.model.weight_bytes(DTYPE_BYTES[scenario.dtype])
+    shards experts over TP ranks too, by their intermediate dimension), but for what vLLM replicates on every
+    rank (`ModelSpec.replicated_weights`: MLA's down-projections, MoE routers; norms too, negligible), plus
+    MLA's bf16 copy of a quantised kv_b for its absorbed decode (split by heads). Under expert parallel the
+    routed experts are not sliced but placed whole (`max_local_experts`): with an uneven count the largest
+    rank's share sets the memory, and vLLM profiles every rank and keeps the smallest KV pool."""
+    m, dtype_bytes = scenario.model, DTYPE_BYTES[scenario.dtype]
+    dense, experts = m.weight_bytes(dtype_bytes)
+    _, replicated = m.replicated_weights(dtype_bytes)
     tp = scenario.hardware.tensor_parallel_size
+    dense_per_rank = (dense - replicated) / tp + replicated + m.absorbed_mla_copy_bytes() / tp
     if expert_parallel_size(scenario) == 1:
-        return int(dense + experts) // tp
-    return int(dense) // tp + int(experts * max_local_experts(scenario) / scenario.model.num_experts)
+        return int(dense_per_rank + experts / tp)
+    return int(dense_per_rank) + int(experts * max_local_experts(scenario) / m.num_experts)

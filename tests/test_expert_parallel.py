@@ -63,8 +63,11 @@ def test_qwen3_30b_a3b_memory_per_gpu_with_and_without_expert_parallel():
         assert expert_parallel_size(off) == 1 and expert_parallel_size(on) == tp
         m = on.model
         dense, experts = m.weight_bytes(2)
-        # 128 experts split evenly: 128/tp whole experts per GPU weigh what a 1/tp slice of all 128 does
-        assert weights_bytes(on) == pytest.approx((dense + experts) / tp, abs=1)
+        # 128 experts split evenly: 128/tp whole experts per GPU weigh what a 1/tp slice of all 128 does; the
+        # routers (48 x 2048 x 128 in bf16) are whole on every rank
+        _, routers = m.replicated_weights(2)
+        assert routers == 48 * 2048 * 128 * 2
+        assert weights_bytes(on) == pytest.approx((dense - routers + experts) / tp + routers, abs=1)
         assert weights_bytes(on) == pytest.approx(weights_bytes(off), abs=1)
         # the fused-MoE workspaces are sized for the whole expert width, not width / tp: a larger peak
         tokens = on.engine.max_num_batched_tokens
@@ -79,7 +82,9 @@ def test_deepseek_v3_on_8_h200_with_and_without_expert_parallel():
     off, on = _load(DEEPSEEK_V3, 8, False), _load(DEEPSEEK_V3, 8, True)
     dense, experts = on.model.weight_bytes(2)
     assert on.model.num_experts == 256 and max_local_experts(on) == 32
-    assert weights_bytes(on) == pytest.approx(dense / 8 + experts * 32 / 256, abs=1)
+    _, replicated = on.model.replicated_weights(2)  # MLA's down-projections and the routers, whole on each rank
+    dense_per_rank = (dense - replicated) / 8 + replicated + on.model.absorbed_mla_copy_bytes() / 8
+    assert weights_bytes(on) == pytest.approx(dense_per_rank + experts * 32 / 256, abs=1)
     assert weights_bytes(on) == pytest.approx(weights_bytes(off), abs=1)
     # MLA's latent is replicated on every rank either way; only the MoE workspace differs
     a, b = memory_breakdown(off), memory_breakdown(on)
@@ -102,8 +107,9 @@ def test_uneven_expert_counts_cost_the_largest_rank_its_whole_experts():
         ),
     )
     dense, experts = on.model.weight_bytes(2)
-    assert weights_bytes(off) == pytest.approx((dense + experts) / 16, abs=1)
-    assert weights_bytes(on) == pytest.approx(dense / 16 + experts / 8, abs=1)
+    _, routers = on.model.replicated_weights(2)  # whole on every rank
+    assert weights_bytes(off) == pytest.approx((dense - routers + experts) / 16 + routers, abs=1)
+    assert weights_bytes(on) == pytest.approx((dense - routers) / 16 + routers + experts / 8, abs=1)
     # the same in the cost model: each step's expert reads and flops on the busiest rank
     a, b = CostModel(off), CostModel(on)
     for n in (1, 8, 256):
@@ -145,7 +151,8 @@ def test_tensor_parallel_suggestion_stops_where_expert_parallel_stops_shrinking(
         )
 
     dense, _ = at(8, "true").model.weight_bytes(2)
-    assert weights_bytes(at(8, "true")) - weights_bytes(at(16, "true")) == pytest.approx(dense / 8 - dense / 16, abs=2)
+    split = dense - at(8, "true").model.replicated_weights(2)[1]  # the routers are whole on every rank
+    assert weights_bytes(at(8, "true")) - weights_bytes(at(16, "true")) == pytest.approx(split / 8 - split / 16, abs=2)
     off, on = at(2, "false"), at(2, "true")
     assert tensor_parallel_that_fits(off, memory_breakdown(off)) == 16
     assert tensor_parallel_that_fits(on, memory_breakdown(on)) is None

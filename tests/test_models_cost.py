@@ -128,3 +128,17 @@ def test_a_float32_model_on_a_gpu_without_an_fp32_peak_is_refused(tmp_path) -> N
         CostModel(load_scenario(path)).flops_per_s
         == 12.5e12 * CostModel(load_scenario(path)).coefficients.flops_efficiency
     )
+
+
+def test_every_rank_reads_what_vllm_replicates_whole() -> None:
+    # DeepSeek-V3's fused q_a + kv_a projections (61 x 7168 x (1536 + 576) fp8 weights with their scales) and its
+    # routers (58 x 7168 x 256 in bf16) are whole on every tensor-parallel rank, the rest split: a step at tp 8
+    # reads an eighth of the rest and all of them, so tp 8 less half of tp 4 leaves half of them.
+    def on(tp: int) -> CostModel:
+        s = _scenario("deepseek-v3", "h200")
+        return CostModel(dataclasses.replace(s, hardware=dataclasses.replace(s.hardware, tensor_parallel_size=tp)))
+
+    replicated_bytes = 61 * 7168 * (1536 + 576) * (1 + 4 / 128**2) + 58 * 7168 * 256 * 2
+    assert on(8).linear_bytes - on(4).linear_bytes / 2 == pytest.approx(replicated_bytes / 2, rel=1e-9)
+    replicated_params = 61 * 7168 * (1536 + 576) + 58 * 7168 * 256
+    assert on(8).linear_flops_per_token - on(4).linear_flops_per_token / 2 == pytest.approx(replicated_params, rel=1e-9)
