@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from planner.calibration import public_fit as pf
+from planner.calibration.provenance import STEP_TIME_SPREAD
 from planner.calibration.public_data import LAYER_OPERATORS, OperatorRow, load_all_reduce, load_operators
 from planner.calibration.public_profiles import fit_all, shipped_profiles
 from planner.calibration.shipped import NO_HOST_LAUNCH, PROFILE_DIR, PROFILED_GPUS, TENSOR_PARALLEL_SIZES
@@ -148,7 +149,9 @@ def test_unprofiled_gpu_is_transferred_with_a_measured_uncertainty(name):
         assert label.startswith("transferred (from public profiles ") and label.endswith(")")
         sources = label[len("transferred (from public profiles ") : -1].split(", ")
         assert {source.split()[-1] for source in sources} <= ids  # "<gpu> <id>" each
-        assert set(uncertainty) == set(coefficients) - set(NO_HOST_LAUNCH) and set(coefficients) <= COEFFICIENT_NAMES
+        # every fitted coefficient's transfer spread, and the sources' step-time residual
+        assert set(uncertainty) == set(coefficients) - set(NO_HOST_LAUNCH) | {STEP_TIME_SPREAD}
+        assert set(coefficients) <= COEFFICIENT_NAMES
         assert all(math.isfinite(s) and s > 0 for s in uncertainty.values())
         if tp > 1:
             assert "interconnect_efficiency" in coefficients
@@ -388,3 +391,22 @@ def test_every_gpus_uncertainty_can_be_drawn_for_intervals(tp):
         assert set(uncertainty) <= set(BOUNDS) | {STEP_TIME_SPREAD}, name
         drawn = draw_coefficients(CostCoefficients(**coefficients), uncertainty, rng)
         assert all(np.isfinite(v) for v in drawn.to_dict().values())
+
+
+def test_a_leave_one_gpu_out_fold_never_sees_the_held_out_gpus_all_reduces():
+    # The A40 has no all-reduce data: its interconnect terms come from GPUs that have, but in the fold that holds
+    # out the A100 not from any subset containing the A100 (they once did, and halved the spread it measured).
+    from planner.calibration.transfer import fill_interconnect
+
+    joint = load_table()["joint"]
+    fold = fill_interconnect(joint, ("a40",), 2, held_out="a100-80gb")
+    assert fold["interconnect_efficiency"] == joint["h100-sxm"][2]["interconnect_efficiency"]
+    in_use = fill_interconnect(joint, ("a40",), 2)  # outside the folds: every GPU with all-reduce data
+    assert in_use["interconnect_efficiency"] == joint["a100-80gb+a40+h100-sxm"][2]["interconnect_efficiency"]
+
+
+def test_a_transferred_gpu_is_not_known_better_than_the_gpus_it_comes_from():
+    catalog = load_gpu_catalog()
+    _, own, _, _ = public_cost_model(catalog["a100-80gb"], "bfloat16", 1)
+    _, transferred, label, _ = public_cost_model(catalog["a100-40gb"], "bfloat16", 1)
+    assert label.startswith("transferred") and transferred[STEP_TIME_SPREAD] >= own[STEP_TIME_SPREAD] > 0
