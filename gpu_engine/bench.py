@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner
 from gpu_engine.static_baseline import hf_config, static_run
 from kernels.bench import copy_bandwidth_gbs
-from planner.catalog import load_gpu_catalog
+from planner.catalog import catalog_gpu_of_device
 from planner.scenario import validate_mapping
 from sim.config import Scenario
 from sim.kv_manager import cdiv
@@ -96,26 +95,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # --- the scenario: the same one the memory model predicts and the engine runs -----------------------------
 
 
-def catalog_gpu(device_name: str, total_bytes: int) -> str | None:
-    """The catalog GPU this device is: the key's first word must be a word of the device name ("a100" in
-    "NVIDIA A100-SXM4-80GB", never "a10"); more matching words ("80gb", "pcie"), then the nearer memory size,
-    decide between variants. None when the catalog has no such GPU."""
-    words = set(re.split(r"[^a-z0-9]+", device_name.lower()))
-    candidates = [
-        (sum(w in words for w in key.split("-")), -abs(spec.memory_bytes - total_bytes), key)
-        for key, spec in load_gpu_catalog().items()
-        if key.split("-")[0] in words
-    ]
-    return max(candidates)[2] if candidates else None
-
-
 def this_gpu(device: torch.device) -> str | dict:
     """The scenario's hardware.gpu: a catalog key, or an inline GPU of the device's own memory size."""
     if device.type == "cpu":
         return "cpu"
     name, total_bytes = torch.cuda.get_device_name(device), torch.cuda.mem_get_info(device)[1]
     # Only memory_bytes reaches the memory model; the other two required fields are placeholders.
-    return catalog_gpu(name, total_bytes) or {
+    return catalog_gpu_of_device(name, total_bytes) or {
         "name": name,
         "memory_bytes": total_bytes,
         "bf16_tflops": 1.0,

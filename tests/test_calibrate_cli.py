@@ -210,24 +210,48 @@ def test_without_torch_calibrate_says_to_install_the_engine_extra():
 
 
 @pytest.mark.parametrize(
-    "device_name, entry",
+    "device_name, total_gib, entry",
     [
-        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
-        ("NVIDIA H100 PCIe", "h100-pcie"),
-        ("NVIDIA H200", "h200"),
-        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
-        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
-        ("NVIDIA A10G", "a10g"),
-        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA H100 80GB HBM3", 79.1, "h100-sxm"),
+        ("NVIDIA H100 PCIe", 79.1, "h100-pcie"),
+        ("NVIDIA H200", 139.8, "h200"),
+        ("NVIDIA A100-SXM4-40GB", 39.4, "a100-40gb"),
+        ("NVIDIA A100-SXM4-80GB", 79.1, "a100-80gb"),
+        ("NVIDIA A10G", 22.0, "a10g"),
+        ("NVIDIA L40S", 44.4, "l40s"),
     ],
 )
-def test_the_cuda_device_is_found_in_the_gpu_catalog(monkeypatch, device_name, entry):
+def test_the_cuda_device_is_found_in_the_gpu_catalog(monkeypatch, device_name, total_gib, entry):
     import torch
 
     from planner.calibration import defaults
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: device_name)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (0, int(total_gib * 2**30)))
     assert defaults.catalog_gpu_for_device() == entry
+
+
+def test_a_profile_names_the_device_measured_not_the_scenarios_gpu():
+    from planner.calibration.device_gpu import measured_gpu
+
+    assert measured_gpu("a10", "cpu", "cpu", None, "run") == "cpu"  # the host, whatever the scenario names
+    assert measured_gpu("a10", "cuda", "NVIDIA H100 80GB HBM3", 79 * 2**30, "run") == "h100-sxm"
+    assert measured_gpu("my-card", "cuda", "NVIDIA B200", 180 * 2**30, "run") == "my-card"  # inline: the user's word
+    with pytest.raises(PlannerError, match=r"run: measured on 'NVIDIA B200', which has no GPU catalog entry"):
+        measured_gpu("h100-sxm", "cuda", "NVIDIA B200", 180 * 2**30, "run")
+
+
+def test_a_run_on_the_cpu_gives_a_cpu_profile_whatever_gpu_its_scenario_names(tmp_path, capsys):
+    # A tiny model "on an a10" run on this CPU once gave an a10 profile, and `calibration: auto` then priced every
+    # A10 simulation from the CPU (TPOT 2,698 ms where the shipped calibration gives 33 ms).
+    run = tmp_path / "on_a10"
+    args = ["--set", "hardware.gpu=a10", "--set", "workload.num_requests=24"]
+    assert main(["run", "scenarios/cpu_tiny.yaml", "--device", "cpu", "--out", str(run), "--json", *args]) == 0
+    capsys.readouterr()
+    out = tmp_path / "profile.yaml"
+    assert main(["calibrate", "--from", str(run), "--out", str(out)]) == 0
+    assert "hardware.gpu a10 -> cpu: the profile is of the device that was measured" in capsys.readouterr().out
+    assert load_profile(out).device["gpu"] == "cpu"
 
 
 def test_the_cuda_default_is_the_largest_catalog_model_that_fits(monkeypatch):

@@ -12,9 +12,9 @@ import pytest
 # kernels.bench (whose copy-bandwidth measurement the bench reuses) imports triton: Linux x86-64 only.
 pytest.importorskip("triton")
 
-from gpu_engine.bench import MEMORY_ROWS, catalog_gpu, main
+from gpu_engine.bench import MEMORY_ROWS, main
 from gpu_engine.engine import EngineError
-from planner.catalog import load_gpu_catalog
+from planner.catalog import catalog_gpu_of_device, load_gpu_catalog
 
 NUM_REQUESTS = 6
 
@@ -75,7 +75,7 @@ def test_memory_section_puts_profiling_beside_the_memory_model(bench_run):
     ],
 )
 def test_catalog_gpu_is_found_from_the_device_name(device_name, total_gib, key):
-    assert catalog_gpu(device_name, int(total_gib * 2**30)) == key
+    assert catalog_gpu_of_device(device_name, int(total_gib * 2**30)) == key
     assert key is None or key in load_gpu_catalog()
 
 

@@ -51,9 +51,7 @@ def cmd_calibrate(args) -> int:
     torch = engine_modules()[0]
     if device == "cuda" and not torch.cuda.is_available():
         raise PlannerError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
-    from planner.scenario import load_scenario
-
-    scenarios = [load_scenario(path) for path in args.scenarios] or [default_scenario(device, args.model)]
+    scenarios = [_on_this_device(path, device) for path in args.scenarios] or [default_scenario(device, args.model)]
     if args.model and args.scenarios:
         raise PlannerError("--model picks the built-in default's model; a scenario names its own model")
     paths = [profile_path(scenario, device, args.out) for scenario in scenarios]
@@ -72,6 +70,22 @@ def cmd_calibrate(args) -> int:
     finally:
         torch.set_num_threads(threads)
     return 0
+
+
+def _on_this_device(path, device: str):
+    """The scenario, its hardware.gpu the device at hand (planner.calibration.device_gpu): loaded again with it,
+    so that the limits vLLM picks by GPU are this one's."""
+    from planner.calibration.device_gpu import measured_gpu
+    from planner.calibration.profile import this_device
+    from planner.scenario import load_scenario
+
+    scenario = load_scenario(path)
+    here = this_device(scenario, device)
+    gpu = measured_gpu(scenario.hardware.gpu.name, here["kind"], here["name"], here["memory_bytes"], str(path))
+    if gpu == scenario.hardware.gpu.name:
+        return scenario
+    say(f"{path}: hardware.gpu {scenario.hardware.gpu.name} -> {gpu}: the profile is of the device measured")
+    return load_scenario(path, (f"hardware.gpu={gpu}",))
 
 
 def _from_runs(args) -> int:

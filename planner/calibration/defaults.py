@@ -61,27 +61,14 @@ def _fit_problems(scenario: Scenario) -> list[str]:
 
 
 def catalog_gpu_for_device() -> str:
-    """The catalog entry for the visible CUDA device, from its name ("NVIDIA H100 80GB HBM3" -> h100-sxm)."""
+    """The catalog entry for the visible CUDA device, from its name and memory ("NVIDIA H100 80GB HBM3" ->
+    h100-sxm: planner.catalog.catalog_gpu_of_device)."""
     import torch
 
-    from planner.catalog import load_gpu_catalog
+    from planner.catalog import catalog_gpu_of_device
 
-    name = torch.cuda.get_device_name(0).lower()
-    catalog = load_gpu_catalog()
-    known = [
-        ("h100", "pcie", "h100-pcie"),
-        ("h100", "", "h100-sxm"),
-        ("h200", "", "h200"),
-        ("a100", "40gb", "a100-40gb"),
-        ("a100", "", "a100-80gb"),
-        ("l40s", "", "l40s"),
-        ("a10g", "", "a10g"),
-        ("a10", "", "a10"),
-        ("l4", "", "l4"),
-        ("4090", "", "rtx-4090"),
-        ("mi300x", "", "mi300x"),
-    ]
-    for family, variant, entry in known:
-        if family in name and variant in name and entry in catalog:
-            return entry
-    raise PlannerError(f"the GPU {name!r} has no catalog entry; give a scenario file naming hardware.gpu")
+    name = torch.cuda.get_device_name(0)
+    entry = catalog_gpu_of_device(name, torch.cuda.mem_get_info(0)[1])
+    if entry is None:
+        raise PlannerError(f"the GPU {name!r} has no catalog entry; give a scenario file naming hardware.gpu")
+    return entry

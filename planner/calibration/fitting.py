@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.calibration.busy import busy_reasons
+from planner.calibration.device_gpu import measured_gpu, on_measured_gpu
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.profile import Profile, profile_from_fit
 from planner.calibration.run_folder import read_run
@@ -277,6 +278,10 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     rows = {n: np.concatenate([r[2][n] for r in runs]) for n in names if all(n in r[2] for r in runs)}
     _check_enough_rows(rows, scenario, [Path(d) / "steps.csv" for d in run_dirs])
     kind = "cuda" if summary0.get("device") == "cuda" else "cpu"
+    total_bytes = (summary0.get("memory") or {}).get("total_bytes") if kind == "cuda" else None
+    where = str(run_dirs[0])
+    gpu = measured_gpu(scenario.hardware.gpu.name, kind, summary0.get("device_name"), total_bytes, where)
+    scenario = on_measured_gpu(scenario, gpu, warn, where)  # its peaks are what the efficiencies divide
     # `planner run --device cuda` replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py); on CPU
     # there are none.
     fit = fit_steps(scenario, rows, robust=True, cuda_graphs=kind == "cuda")
@@ -284,7 +289,7 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
         "name": str(summary0.get("device_name") or kind),
         "kind": kind,
         "gpu": scenario.hardware.gpu.name,
-        "memory_bytes": (summary0.get("memory") or {}).get("total_bytes") if kind == "cuda" else None,
+        "memory_bytes": total_bytes,
         "driver": None,
         "runtime": None,
         "torch": None,

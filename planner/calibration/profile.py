@@ -106,11 +106,14 @@ def save_profile(profile: Profile, path: Path | None = None) -> Path:
     return path
 
 
-def this_device(scenario: Scenario) -> dict:
-    """The fingerprint of the device this process measures on: the `cpu` catalog entry means the host."""
+def this_device(scenario: Scenario, device: str | None = None) -> dict:
+    """The fingerprint of the device this process measures on (`device` "cpu" or "cuda"; by default the
+    scenario's: the `cpu` catalog entry means the host)."""
     import torch  # only calibration measures; simulating never imports torch
 
-    if scenario.hardware.gpu.name == "cpu" or not torch.cuda.is_available():
+    if device is None:
+        device = "cpu" if scenario.hardware.gpu.name == "cpu" or not torch.cuda.is_available() else "cuda"
+    if device == "cpu":
         return {"name": "cpu", "kind": "cpu", "gpu": scenario.hardware.gpu.name, "memory_bytes": None,
                 "driver": None, "runtime": None, "torch": str(torch.__version__)}  # fmt: skip
     total = torch.cuda.mem_get_info()[1]
