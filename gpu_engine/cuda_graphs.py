@@ -33,8 +33,13 @@ import torch
 from gpu_engine.attention import AttentionMetadata
 from gpu_engine.model import KVCache, Transformer
 
-# vLLM's default capture sizes (1, 2, 4, then every 8), up to 256 sequences
-DEFAULT_CAPTURE_SIZES = (1, 2, 4, *range(8, 257, 8))
+
+def capture_sizes(largest: int) -> tuple[int, ...]:
+    """vLLM's capture sizes (1, 2, 4, then every 8) up to `largest` sequences; () for none."""
+    return tuple(n for n in (1, 2, 4, *range(8, largest + 1, 8)) if n <= largest)
+
+
+DEFAULT_CAPTURE_SIZES = capture_sizes(256)  # vLLM's default sizes for max_num_seqs 128 or more
 ROW_ALIGN = 16  # int32s: each staged row starts 64-byte aligned, as build_batch aligns its arrays
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from gpu_engine.cuda_graphs import capture_sizes
 from gpu_engine.host_load import OtherCpuMeter
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.reference_step import ReferenceProbe
@@ -27,6 +28,7 @@ from gpu_engine.runner import ModelRunner, SamplingParams
 from gpu_engine.sweep_grid import Shape
 from gpu_engine.weights import WeightLoadError
 from sim.config import Scenario
+from sim.cost_model import cudagraph_capture_size
 from sim.memory import memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
@@ -162,6 +164,13 @@ def run_scenario(
             f"{scenario.source}: the live engine runs one GPU: tensor_parallel_size and replicas "
             "must be 1 (simulate larger deployments with `planner simulate`)"
         )
+    if scenario.engine.scheduler == "static":
+        raise EngineError(
+            f"{scenario.source}: engine.scheduler static: the live engine computes each row's own tokens, not the"
+            " padded batch that static batching (transformers' generate) computes and the simulator prices, so its"
+            " steps would be neither the simulated ones nor fit for calibration; static is simulated only"
+            " (`planner simulate`); the live engine runs engine.scheduler continuous"
+        )
     unsupported = scenario.model.live_engine_unsupported()
     if unsupported:  # never run such a model as the dense Llama it is not
         raise EngineError(
@@ -188,6 +197,9 @@ def run_scenario(
             seed=scenario.workload.seed,
             sampling=sampling,
             weights_path=None if model_path is None else str(model_path),
+            # The decode batches the simulator replays from CUDA graphs (none under enforce_eager); a decode
+            # batch never exceeds max_num_seqs, so no larger graph is captured.
+            cuda_graph_sizes=capture_sizes(min(e.max_num_seqs, cudagraph_capture_size(scenario))),
         )
     except WeightLoadError as err:
         raise EngineError(f"--model-path {model_path}: {err}") from err

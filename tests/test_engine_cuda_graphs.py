@@ -67,3 +67,10 @@ def test_cuda_graph_decode_gives_the_eager_tokens_and_nothing_recompiles():
     serve(runner, longer, chunk=5)
     assert compiled_kernels() == before, "a Triton kernel compiled after warm-up"
     assert runner.decode_graphs.num_replays > replays
+
+
+def test_the_live_engine_captures_the_decode_batches_the_simulator_replays():
+    from gpu_engine.cuda_graphs import DEFAULT_CAPTURE_SIZES, capture_sizes
+
+    assert DEFAULT_CAPTURE_SIZES == (1, 2, 4, *range(8, 257, 8))
+    assert capture_sizes(0) == () and capture_sizes(20) == (1, 2, 4, 8, 16) and capture_sizes(512)[-1] == 512

@@ -276,6 +276,11 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
             )
     names = runs[0][2].keys()
     rows = {n: np.concatenate([r[2][n] for r in runs]) for n in names if all(n in r[2] for r in runs)}
+    if scenario.engine.scheduler == "static":  # `planner run` refuses it now; an older folder may hold one
+        raise PlannerError(
+            f"{run_dirs[0]}: engine.scheduler static: its steps.csv records the padded batch the simulator prices,"
+            " not the rows the live engine computed; fit runs of the continuous scheduler"
+        )
     _check_enough_rows(rows, scenario, [Path(d) / "steps.csv" for d in run_dirs])
     kind = "cuda" if summary0.get("device") == "cuda" else "cpu"
     total_bytes = (summary0.get("memory") or {}).get("total_bytes") if kind == "cuda" else None

@@ -170,7 +170,8 @@ def run_held_out(
     from sim.driver import simulate
 
     provenance = Provenance("calibrated", "this fit", None, dict(uncertainty or {}))
-    # our live engine is synchronous, without CUDA graphs: compare it with the simulator's serial steps
+    # Our live engine is synchronous: compare it with the simulator's serial steps, both eager (the live engine
+    # captures no CUDA graphs under enforce_eager, as the simulator prices none).
     base = dataclasses.replace(base, engine=dataclasses.replace(base.engine, enforce_eager=True))
 
     capacity = estimate_capacity_rps(base, coefficients, num_requests)
