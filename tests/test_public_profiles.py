@@ -410,3 +410,20 @@ def test_a_transferred_gpu_is_not_known_better_than_the_gpus_it_comes_from():
     _, own, _, _ = public_cost_model(catalog["a100-80gb"], "bfloat16", 1)
     _, transferred, label, _ = public_cost_model(catalog["a100-40gb"], "bfloat16", 1)
     assert label.startswith("transferred") and transferred[STEP_TIME_SPREAD] >= own[STEP_TIME_SPREAD] > 0
+
+
+def test_the_a40s_own_profile_prices_all_reduces_from_the_gpus_measured_with_one():
+    # Vidur measured no all-reduce on the A40: at tp 2 it once kept the spec-sheet defaults, labelled calibrated,
+    # with no spread, while an L40S transferred from the same A40 got fitted terms and a spread.
+    c, u, label, _ = public_cost_model(load_gpu_catalog()["a40"], "bfloat16", 2)
+    assert label.startswith("calibrated (public profile ") and "all-reduce transferred" in label
+    assert c["interconnect_efficiency"] != CostCoefficients().interconnect_efficiency
+    assert u["interconnect_efficiency"] > 0.1 * c["interconnect_efficiency"]
+
+
+def test_quantised_weights_are_not_calibrated_by_an_fp16_profile():
+    gpu = load_gpu_catalog()["a100-80gb"]
+    _, plain, label, _ = public_cost_model(gpu, "bfloat16", 1)
+    _, quantised, quantised_label, _ = public_cost_model(gpu, "bfloat16", 1, quantized=True)
+    assert label.startswith("calibrated") and quantised_label.startswith("transferred")
+    assert quantised["flops_efficiency"] > plain["flops_efficiency"]  # the widest spread, not the fit's 1%

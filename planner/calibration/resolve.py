@@ -116,7 +116,8 @@ def _public(scenario: Scenario) -> tuple[CostCoefficients, Provenance]:
     from planner.calibration.transfer import public_cost_model  # reads one to three small YAML files
 
     tp = scenario.hardware.tensor_parallel_size
-    coefficients, uncertainty, label, ids = public_cost_model(gpu, scenario.dtype, tp)
+    quantized = scenario.model.quant_method is not None
+    coefficients, uncertainty, label, ids = public_cost_model(gpu, scenario.dtype, tp, quantized)
     kind = "calibrated" if label.startswith("calibrated") else "transferred"
     profile_id = ", ".join(ids)
     return CostCoefficients(**coefficients), Provenance(kind, label, profile_id, uncertainty)

@@ -227,25 +227,33 @@ def _spread(coefficients: dict, rule: str) -> dict:
     return {k: abs(v) * spread[k] for k, v in coefficients.items() if k in spread}
 
 
-def public_cost_model(gpu: GpuSpec, dtype: str, tensor_parallel_size: int) -> tuple[dict, dict, str, tuple[str, ...]]:
+def public_cost_model(
+    gpu: GpuSpec, dtype: str, tensor_parallel_size: int, quantized: bool = False
+) -> tuple[dict, dict, str, tuple[str, ...]]:
     """The shipped coefficients for `gpu`: its own public profile where one was measured (same GPU, tensor
-    parallel degree, a float16/bfloat16 model), else transferred. Returns (coefficients, std per
-    coefficient, label, the source profiles' ids). Coefficients not in the dict (the CPU-side overheads)
-    keep the cost model's defaults."""
+    parallel degree, a float16/bfloat16 model with unquantised weights: Vidur's), else transferred. Returns
+    (coefficients, std per coefficient, label, the source profiles' ids). Coefficients not in the dict (the
+    CPU-side overheads) keep the cost model's defaults."""
     tp = profiled_tp(tensor_parallel_size)
     own = load_profile(gpu.name, tp)
-    if own is not None and tp == tensor_parallel_size and dtype in CALIBRATED_DTYPES:
+    if own is not None and tp == tensor_parallel_size and dtype in CALIBRATED_DTYPES and not quantized:
         from planner.calibration.provenance import residual_spread
 
-        return (
-            dict(own["coefficients"]),
-            dict(own["uncertainty"]) | residual_spread(own.get("fit")),
-            f"calibrated (public profile {own['id']}, {gpu.name})",
-            (own["id"],),
-        )
+        coefficients = dict(own["coefficients"])
+        uncertainty = dict(own["uncertainty"]) | residual_spread(own.get("fit"))
+        label = f"calibrated (public profile {own['id']}, {gpu.name})"
+        if tp > 1 and "interconnect_efficiency" not in coefficients:
+            # No all-reduce measured on it (the A40): its all-reduces are priced from the GPUs that have one, with
+            # the widest spread of a transfer, rather than from spec-sheet defaults said to be calibrated.
+            filled = fill_interconnect(load_table()["joint"], (gpu.name,), tp)
+            terms = {k: v for k, v in filled.items() if k not in coefficients}
+            coefficients |= terms
+            uncertainty |= _spread(terms, "all")
+            label = f"calibrated (public profile {own['id']}, {gpu.name}; all-reduce transferred from profiled GPUs)"
+        return coefficients, uncertainty, label, (own["id"],)
     if own is not None:
-        # Its own profile at another tp or dtype: the nearest measurement, but no fold measured that step,
-        # so it carries the widest spread leave-one-GPU-out measured.
+        # Its own profile at another tp or dtype, or for quantised weights (other GEMM kernels): the nearest
+        # measurement, but no fold measured that step, so it carries the widest spread leave-one-GPU-out measured.
         coefficients, ids = dict(own["coefficients"]), (own["id"],)
         sources = [f"{gpu.name} tp{tp} {own['id']}"]
         uncertainty = _spread(coefficients, "all") | _widest_residual([own])
