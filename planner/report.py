@@ -145,6 +145,7 @@ def summary_lines(s: dict) -> list[str]:
 
 
 COMPARE_ROWS = [
+    ("completed", "requests completed"),
     ("request_throughput", "requests/s"),
     ("output_throughput", "output tokens/s"),
     ("total_token_throughput", "total tokens/s"),
@@ -155,10 +156,38 @@ COMPARE_ROWS = [
     ],
     ("memory.weights_bytes", "weights (bytes)"),
     ("memory.activation_bytes", "activation peak (bytes)"),
-    ("memory.kv_cache_bytes", "memory for KV (bytes)"),
+    ("memory.kv_cache_bytes", "memory left for KV (bytes)"),
     ("memory.num_gpu_blocks", "num_gpu_blocks"),
     ("peak_memory_bytes", "peak memory (bytes)"),
+    ("num_preemptions", "preemptions"),
 ]
+MAX_DIFFERENCES_SAID = 8
+
+
+def scenario_differences(a: dict, b: dict) -> list[dict]:
+    """The scenario settings two summaries were run with that differ ({key, a, b}): a comparison of two
+    deployments on purpose, or of a simulation and a run that were not of the same scenario. A model or GPU
+    that differs is said by its name, not field by field."""
+    flat_a, flat_b = _flatten(a.get("scenario") or {}), _flatten(b.get("scenario") or {})
+    out = []
+    for key in sorted(set(flat_a) | set(flat_b)):
+        va, vb = flat_a.get(key), flat_b.get(key)
+        whole = next((p for p in ("model.", "hardware.gpu.") if key.startswith(p)), None)
+        if whole and flat_a.get(whole + "name") != flat_b.get(whole + "name") and key != whole + "name":
+            continue
+        if va != vb:
+            out.append({"key": key, "a": va, "b": vb})
+    return out
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out |= _flatten(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _get(summary: dict, dotted: str):
@@ -196,6 +225,12 @@ def compare_lines(a: dict, b: dict, name_a: str, name_b: str) -> list[str]:
     for row in compare_rows(a, b):
         diff = "-" if row["diff_percent"] is None else f"{row['diff_percent']:+.1f}%"
         lines.append(f"{row['label']:<26}{fmt(row['a']):>24}{fmt(row['b']):>24}{diff:>12}")
+    differences = scenario_differences(a, b)
+    if differences:
+        said = [one_line(f"{d['key']} {d['a']!r} vs {d['b']!r}") for d in differences[:MAX_DIFFERENCES_SAID]]
+        more = len(differences) - len(said)
+        lines.append("")
+        lines.append("The two scenarios differ: " + "; ".join(said) + (f"; and {more} more" if more > 0 else ""))
     return lines
 
 

@@ -235,6 +235,10 @@ def test_compare_prints_side_by_side(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     out = capsys.readouterr().out
     assert "TTFT p99 (ms)" in out and "num_gpu_blocks" in out and "%" in out
+    # what the two were run with, when it differs: a run of another scenario must not read as a model error
+    assert out.splitlines()[-1] == "The two scenarios differ: workload.arrival.rate 2.0 vs 4.0"
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario_differences"] == []
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "missing")]) == 2
 
 
