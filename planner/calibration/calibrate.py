@@ -162,7 +162,14 @@ def calibrate_scenario(
     started = time.perf_counter()
     say(f"calibrating {scenario.model.name} ({scenario.dtype}) on {device}: {scenario.source}")
 
-    runner = ModelRunner(scenario.model, scenario.dtype, device, None, e.block_size, seed=scenario.workload.seed)
+    from gpu_engine.cuda_graphs import capture_sizes
+    from sim.cost_model import cudagraph_capture_size
+
+    # The decode batches the fit prices as graphed (fitting.fit_steps with cuda_graphs) are those captured.
+    graphs = capture_sizes(min(e.max_num_seqs, cudagraph_capture_size(scenario)))
+    runner = ModelRunner(
+        scenario.model, scenario.dtype, device, None, e.block_size, seed=scenario.workload.seed, cuda_graph_sizes=graphs
+    )
     probe = probe_memory(scenario, runner)
     say(*probe_lines(probe))
     limit = probe["measured"]["num_gpu_blocks"] if e.num_gpu_blocks_override is None else e.num_gpu_blocks_override
