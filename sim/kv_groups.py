@@ -85,6 +85,7 @@ class HybridKVCacheManager(KVCacheManager):
 
     def __init__(self, num_blocks: int, block_size: int, enable_caching: bool, groups: KVGroups) -> None:
         super().__init__(num_blocks, block_size, enable_caching, None, defer_private_blocks=False)
+        self._groups = range(groups.num_groups)
         self.groups = groups
         self.full_ids = [g for g, s in enumerate(groups.sliding) if not s]
         self.sliding_ids = [g for g, s in enumerate(groups.sliding) if s]
@@ -266,6 +267,13 @@ class HybridKVCacheManager(KVCacheManager):
         for i in range(len(hashes), num_hit):
             hashes.append(hash((hashes[i - 1] if i else ROOT_HASH, request.block_content_key(i, self.block_size))))
         request.num_cached_blocks = num_hit
+
+    def tokens_in_slots(self, computed: int, context: int) -> int:
+        """The tokens a request's blocks hold over every group during a step that takes it from `computed` to
+        `context` tokens: a full group all of them, a sliding group those from its first block still held
+        (the blocks wholly before the window were freed when the step's slots were allocated)."""
+        block_size = self.block_size
+        return sum(context - self.num_skipped_tokens(g, computed) // block_size * block_size for g in self._groups)
 
     def shared_tokens(self) -> int:
         """Prefix tokens stored once for several requests: the pool's shared references over the groups
