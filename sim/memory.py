@@ -98,8 +98,9 @@ class MemoryBreakdown:
         return asdict(self) | {"max_concurrency_at_max_len": self.max_concurrency_at_max_len}
 
 
-# vLLM's fused MoE processes at most this many tokens at once (VLLM_FUSED_MOE_CHUNK_SIZE, vllm/envs.py).
-FUSED_MOE_CHUNK_TOKENS = 32768
+# vLLM's fused MoE processes at most this many tokens at once (VLLM_FUSED_MOE_CHUNK_SIZE, vllm/envs.py: 16 * 1024
+# in current releases; it was 32 * 1024 earlier). Matters only for a token budget above it.
+FUSED_MOE_CHUNK_TOKENS = 16384
 
 
 def forward_peak_bytes(scenario: Scenario, tokens: int) -> int:

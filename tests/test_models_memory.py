@@ -132,3 +132,15 @@ def test_a_block_override_of_a_sliding_window_model_is_counted_in_layer_groups()
     (problem,) = problems(needed - 1)
     assert problem.startswith(f"engine.num_gpu_blocks_override {needed - 1:,} ({needed // groups - 1} blocks of all")
     assert f"raise it to at least {needed:,}" in problem
+
+
+def test_the_fused_moe_workspace_stops_growing_at_vllms_chunk():
+    # vLLM's fused MoE runs at most VLLM_FUSED_MOE_CHUNK_SIZE (16 * 1024 in current releases) tokens at once: a token
+    # budget of 32,768 needs the workspace of 16,384 (the planner once assumed 32 * 1024: 1.77 GiB for 1.08).
+    from sim.memory import forward_peak_bytes
+
+    s = load_scenario(SCENARIOS / "h100_qwen3_30b_a3b.yaml")
+    m = s.model
+    per_token = 2 * 3 * m.hidden_size + m.num_experts * 4  # the residual, input, output and router logits only
+    assert forward_peak_bytes(s, 32768) - forward_peak_bytes(s, 16384) == 16384 * per_token
+    assert forward_peak_bytes(s, 16384) - forward_peak_bytes(s, 8192) > 8192 * per_token  # the workspace grows
