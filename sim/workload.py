@@ -36,6 +36,22 @@ _PREFIX_IDS, _REQUEST_IDS = 0, 1  # grandchildren of TOKEN_STREAM: per shared-pr
 LENGTH_CEILING = 1 << 40  # the longest length kept (see _lengths)
 
 
+# A normal or lognormal length distribution whose clipping to [min, max] moves the drawn mean by more than this
+# share of the asked mean is said (normal mean 200, std 300 for replies: 25% become 1 token, mean 248).
+CLIP_NOTICE = 0.02
+
+
+@dataclass(frozen=True)
+class Clipped:
+    """A length distribution that clipping to its [min, max] changed: the share of draws clipped, and the mean
+    of the draws before and after."""
+
+    field: str  # prompt_tokens | output_tokens
+    share: float
+    mean_before: float
+    mean_after: float
+
+
 @dataclass(frozen=True, eq=False)
 class Workload:
     """The requests as a struct of read-only arrays; index i is request i, in arrival order.
@@ -55,6 +71,7 @@ class Workload:
     vocab_size: int | None = None  # prompt_token_ids' default
     concurrency: int | None = None  # closed loop: users
     think_time_s: float = 0.0  # closed loop: pause between a reply and that user's next request
+    clipped: tuple[Clipped, ...] = ()  # length distributions that clipping to [min, max] changed
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -88,8 +105,13 @@ def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int |
     trace = _trace_columns(cfg)
     rows = _trace_rows(cfg.trace, trace, n, rngs[TRACE_ROW_STREAM]) if trace else None
     arrival_s = _arrivals(cfg.arrival, n, rngs[ARRIVAL_STREAM], trace.get("arrival"), cfg.trace)
-    prompt = _lengths(cfg.prompt_tokens, n, rngs[PROMPT_STREAM], trace.get("prompt"), rows)
-    output = _lengths(cfg.output_tokens, n, rngs[OUTPUT_STREAM], trace.get("output"), rows)
+    prompt, prompt_clip = _lengths(cfg.prompt_tokens, n, rngs[PROMPT_STREAM], trace.get("prompt"), rows)
+    output, output_clip = _lengths(cfg.output_tokens, n, rngs[OUTPUT_STREAM], trace.get("output"), rows)
+    clipped = tuple(
+        Clipped(name, *clip)
+        for name, clip in (("prompt_tokens", prompt_clip), ("output_tokens", output_clip))
+        if clip is not None
+    )
 
     too_long = prompt + output > max_model_len
     num_too_long = int(too_long.sum())
@@ -118,6 +140,7 @@ def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int |
         vocab_size=vocab_size,
         concurrency=cfg.arrival.concurrency,
         think_time_s=cfg.arrival.think_time_s,
+        clipped=clipped,
     )
 
 
@@ -210,9 +233,11 @@ def _replay_arrivals(trace_s: np.ndarray, n: int, rate: float | None) -> np.ndar
 
 def _lengths(
     dist: Distribution, n: int, rng: np.random.Generator, trace_values: np.ndarray | None, rows: np.ndarray | None
-) -> np.ndarray:
-    """`lognormal`'s mean and std are of the lengths themselves; the underlying normal has
-    sigma^2 = ln(1 + std^2/mean^2) and mu = ln(mean) - sigma^2/2."""
+) -> tuple[np.ndarray, tuple[float, float, float] | None]:
+    """The lengths, and for a `normal` or `lognormal` whose clipping to [min, max] moved the mean by more than
+    CLIP_NOTICE of it, (share clipped, mean before, mean after clipping): the same draws, so the shift is the
+    clipping's, not sampling noise. `lognormal`'s mean and std are of the lengths themselves; the underlying
+    normal has sigma^2 = ln(1 + std^2/mean^2) and mu = ln(mean) - sigma^2/2."""
     kind = dist.dist
     if kind == "fixed":
         lengths = np.full(n, dist.value)
@@ -230,7 +255,14 @@ def _lengths(
     # Past LENGTH_CEILING every length is rejected or truncated alike (max_model_len is far below it): the
     # ceiling only keeps a draw of 1e30 from overflowing int64.
     upper = LENGTH_CEILING if dist.max is None else min(dist.max, LENGTH_CEILING)
-    return np.clip(np.rint(lengths), dist.min, upper).astype(np.int64)
+    rounded = np.rint(lengths)
+    out = np.clip(rounded, dist.min, upper).astype(np.int64)
+    if kind not in ("normal", "lognormal") or not n:
+        return out, None
+    before, after = float(rounded.mean()), float(out.mean())
+    if abs(after - before) <= CLIP_NOTICE * dist.mean:
+        return out, None
+    return out, (float(np.mean((rounded < dist.min) | (rounded > upper))), before, after)
 
 
 def _token_rng(seed: int, kind: int, i: int) -> np.random.Generator:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from planner.errors import PlannerError
 
 
@@ -12,9 +14,11 @@ def load_scenario_args(args):
 
 
 def workload_problems(scenario) -> list[str]:
+    """Why the workload cannot run; what clipping changed in it is said on stderr (warn_clipped)."""
     from sim.workload import generate_workload
 
     workload = generate_workload(scenario.workload, scenario.max_model_len)
+    warn_clipped(scenario, workload)
     if len(workload):
         return []
     return [
@@ -23,6 +27,21 @@ def workload_problems(scenario) -> list[str]:
             " rejected; raise engine.max_model_len or set workload.too_long: truncate"
         )
     ]
+
+
+def warn_clipped(scenario, workload) -> None:
+    """A normal or lognormal length whose clipping to [min, max] moved the mean (sim.workload.CLIP_NOTICE): the
+    user asked for one distribution and gets another, so it is said, not silently run."""
+    for c in workload.clipped:
+        d = getattr(scenario.workload, c.field)
+        upper = "no max" if d.max is None else f"max {d.max:,}"
+        print(
+            f"planner: warning: {scenario.source}: workload.{c.field}: {d.dist} mean {d.mean:g} std {d.std:g} is"
+            f" clipped to min {d.min:,} / {upper}: {c.share:.1%} of the draws, which moves the mean from"
+            f" {c.mean_before:,.1f} to {c.mean_after:,.1f} tokens ({c.mean_after / c.mean_before - 1:+.1%});"
+            " a narrower std or other bounds keep the distribution asked for",
+            file=sys.stderr,
+        )
 
 
 def run_problems(scenario) -> list[str]:
