@@ -82,12 +82,12 @@ def summary_lines(s: dict) -> list[str]:
         f"  total tokens/s               {s['total_token_throughput']:,.1f}",
         f"  goodput (req/s within SLOs)  {'-' if s['goodput'] is None else format(s['goodput'], ',.2f')}",
         "",
-        f"  {'latency (ms)':<14}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
+    cells = {key: [_ms(s[f"{stat}_{key}_ms"]) for stat in ("mean", "median", "p90", "p99")] for key, _ in LATENCIES}
+    width = max(10, 2 + max(len(cell) for row in cells.values() for cell in row))  # 1,074,149.2 ms: 11 wide
+    lines.append(f"  {'latency (ms)':<14}" + "".join(f"{head:>{width}}" for head in ("mean", "p50", "p90", "p99")))
     for key, label in LATENCIES:
-        lines.append(
-            f"  {label:<14}" + "".join(f"{_ms(s[f'{stat}_{key}_ms']):>10}" for stat in ("mean", "median", "p90", "p99"))
-        )
+        lines.append(f"  {label:<14}" + "".join(f"{cell:>{width}}" for cell in cells[key]))
     mem = s["memory"]
     kv = s["kv_cache_utilization"]
     lines += [

@@ -249,3 +249,13 @@ def test_catalog_lists_and_shows(capsys):
     assert main(["catalog", "gpu", "a10"]) == 0
     assert json.loads(capsys.readouterr().out)["memory_bandwidth_gbps"] == 600.0
     assert main(["catalog", "gpu", "a11"]) == 2
+
+
+def test_latency_columns_widen_for_figures_of_a_million_ms(capsys):
+    from planner.report import summary_lines
+
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--json", "--set", "workload.num_requests=8"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    s["p90_ttft_ms"], s["p99_ttft_ms"] = 1_074_149.2, 1_306_079.3  # a queue of hours: once printed run together
+    row = next(line for line in summary_lines(s) if line.strip().startswith("TTFT"))
+    assert row.split()[-2:] == ["1,074,149.2", "1,306,079.3"]
