@@ -294,7 +294,8 @@ FOLLOWED = [  # (vLLM function, file, what we follow, our module)
     ("EngineArgs.get_batch_defaults, _set_default_max_num_seqs_and_batched_tokens_args", "vllm/engine/arg_utils.py",
      "unset max_num_batched_tokens / max_num_seqs as `vllm serve` picks them on the GPU", "sim/defaults.py"),
     ("Scheduler.schedule", "vllm/v1/core/sched/scheduler.py",
-     ("running first, then waiting FCFS; recompute preemption from the tail; chunked prefill off = whole"
+     ("running first, then waiting FCFS, each admitted only when its whole sequence fits the free blocks"
+      " (scheduler_reserve_full_isl); recompute preemption from the tail; chunked prefill off = whole"
       " prompts into what is left of the budget, in mixed steps"), "sim/scheduler.py"),
     ("KVCacheManager.get_computed_blocks, allocate_slots", "vllm/v1/core/kv_cache_manager.py",
      "prefix hits up to num_tokens - 1; blocks cached at allocation, capped at num_tokens", "sim/kv_manager.py"),

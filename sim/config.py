@@ -324,6 +324,10 @@ class EngineConfig:
     enforce_eager: bool = False
     kv_cache_dtype: str = "auto"  # auto (= the model dtype) | float16 | bfloat16 | float32 | fp8
     num_gpu_blocks_override: int | None = None  # as vLLM's flag: skip the memory model's pool size
+    # vLLM's --scheduler-reserve-full-isl (SchedulerConfig, on by default since PR #37307, March 2026): a waiting
+    # or preempted request is admitted only when its whole sequence fits the free blocks, not just its first
+    # chunk. False: the older admission on the first chunk.
+    scheduler_reserve_full_isl: bool = True
 
 
 @dataclass(frozen=True)

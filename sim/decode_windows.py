@@ -141,7 +141,9 @@ class DecodeWindows:
             return True
         needed = kv.blocks_needed(request, min(num_new, budget), len(hits))
         free = kv.pool.num_free_blocks - kv.pool.num_free_of(hits)
-        return needed > free  # allocate_slots would fail
+        if needed > free:
+            return True  # allocate_slots would fail
+        return self.config.scheduler_reserve_full_isl and not kv.full_sequence_fits(request, hits)
 
     def advance_decode_window(
         self, start: WindowStart, step_end_s: np.ndarray, rows: int | np.ndarray

@@ -83,8 +83,20 @@ class HybridKVCacheManager(KVCacheManager):
     vLLM does (no deferred registration: a sliding group registers its blocks before the window frees them
     anyway)."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool, groups: KVGroups) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_caching: bool,
+        groups: KVGroups,
+        admission_cap_blocks: int | None = None,
+    ) -> None:
         super().__init__(num_blocks, block_size, enable_caching, None, defer_private_blocks=False)
+        # The most blocks a sliding group holds for one request at once (vLLM's
+        # SlidingWindowSpec.max_admission_blocks_per_request: the window plus a step's tokens, and a block the
+        # window's start may fall in): what its admission check asks of a sliding group (full_sequence_fits);
+        # None: uncapped.
+        self.admission_cap_blocks = admission_cap_blocks
         self._groups = range(groups.num_groups)
         self.groups = groups
         self.full_ids = [g for g, s in enumerate(groups.sliding) if not s]
@@ -208,14 +220,22 @@ class HybridKVCacheManager(KVCacheManager):
                 self.pool.free_blocks(removed)
 
     def _num_blocks_to_allocate(
-        self, tables: list[list[int]], hits: Sequence[Sequence[int]], num_computed_tokens: int, num_tokens: int
+        self,
+        tables: list[list[int]],
+        hits: Sequence[Sequence[int]],
+        num_computed_tokens: int,
+        num_tokens: int,
+        admission_cap: bool = False,
     ) -> int:
         """`KVCacheCoordinator.get_num_blocks_to_allocate` summed over the groups: the blocks to reach
         num_tokens past what the group holds, its hits and (sliding) the skipped part; plus hit blocks that
-        sit in the free queue (taking them shrinks what is free)."""
+        sit in the free queue (taking them shrinks what is free). `admission_cap`: a sliding group's
+        requirement capped at admission_cap_blocks, as vLLM's admission check caps it."""
         bs, ref_cnt, total = self.block_size, self.pool.ref_cnt, 0
-        required = cdiv(num_tokens, bs)
         for g, blocks in enumerate(tables):
+            required = cdiv(num_tokens, bs)
+            if admission_cap and self.admission_cap_blocks is not None and self.groups.sliding[g]:
+                required = min(required, self.admission_cap_blocks)
             group_hits = hits[g] if hits else ()
             skipped = self.num_skipped_tokens(g, num_computed_tokens) // bs
             total += max(required - max(skipped, len(group_hits) + len(blocks)), 0)
@@ -223,6 +243,15 @@ class HybridKVCacheManager(KVCacheManager):
                 1 for b in group_hits[max(0, skipped - len(blocks)) :] if b != NULL_BLOCK_ID and ref_cnt[b] == 0
             )
         return total
+
+    def full_sequence_fits(self, request: Request, hit_blocks: Sequence[int] = ()) -> bool:
+        """vLLM's admission check (KVCacheManager.full_sequence_fits) over the groups, a sliding group's
+        requirement capped at what it holds at once."""
+        hits = getattr(hit_blocks, "by_group", None) or ()
+        computed = request.num_computed_tokens + len(hit_blocks) * self.block_size
+        tables = self.tables(request)
+        needed = self._num_blocks_to_allocate(tables, hits, computed, request.num_tokens, admission_cap=True)
+        return needed <= self.pool.num_free_blocks
 
     def blocks_needed(
         self, request: Request, num_new_tokens: int, num_hit_blocks: int = 0, reserve_tokens: int = 0

@@ -276,6 +276,8 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
             if not self.config.enable_chunked_prefill and num_new > budget:
                 break  # v1 without chunked prefill: a prompt is scheduled whole or not at all
             num_new = min(num_new, budget)
+            if self.config.scheduler_reserve_full_isl and not self.kv.full_sequence_fits(request, hits):
+                break  # vLLM's admission check: the whole sequence must fit the free blocks
             if not self.kv.allocate_slots(request, num_new, hits):
                 break
             self._admit(request)
@@ -362,7 +364,10 @@ def build_scheduler(
     contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
     groups = kv_groups(scenario)  # sliding-window layers: vLLM's hybrid allocator (sim/kv_groups.py)
     if groups is not None:
-        kv = HybridKVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, groups)
+        # SlidingWindowSpec.max_admission_blocks_per_request: the window plus a step's tokens, and a partial block
+        window_tokens = min(groups.sliding_window - 1 + e.max_num_batched_tokens, scenario.max_model_len)
+        cap = cdiv(window_tokens, e.block_size) + 1
+        kv = HybridKVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, groups, cap)
     else:
         kv = KVCacheManager(
             num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, fast_paths, count_blocks_lazily

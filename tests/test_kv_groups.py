@@ -260,3 +260,15 @@ def test_the_share_of_allocated_slots_holding_tokens_is_a_share():
     scenario = _gpt_oss(num_gpu_blocks_override=1200)
     utilization = summarize(simulate(scenario).recorder, scenario.slo)["kv_slot_utilization"]
     assert 0.5 < utilization <= 1.0
+
+
+def test_admission_asks_a_sliding_group_only_for_what_it_holds_at_once():
+    # vLLM's admission check (full_sequence_must_fit) caps a sliding group's requirement at
+    # max_admission_blocks_per_request: a 100-token prompt (25 blocks of 4) in a pool with 19 free blocks is
+    # admitted when its only group slides over 8 tokens (at most 7 blocks held), not when it is full attention.
+    prompt = list(range(100))
+    sliding = HybridKVCacheManager(20, 4, False, KVGroups((True,), 8), admission_cap_blocks=7)
+    full_and_sliding = HybridKVCacheManager(20, 4, False, KVGroups((False, True), 8), admission_cap_blocks=7)
+    assert sliding.pool.num_free_blocks == 19
+    assert sliding.full_sequence_fits(_request(0, prompt))
+    assert not full_and_sliding.full_sequence_fits(_request(0, prompt))

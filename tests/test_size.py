@@ -332,6 +332,9 @@ def test_the_vllm_serve_line_carries_every_setting_the_candidate_ran_with():
         load_scenario(ROOT / BASE, ["engine.enforce_eager=true", "engine.num_gpu_blocks_override=300"])
     )
     assert "--enforce-eager" in eager and "--num-gpu-blocks-override 300" in eager
+    assert "reserve-full-isl" not in plain  # vLLM's default: on
+    older = vllm_serve_command(load_scenario(ROOT / BASE, ["engine.scheduler_reserve_full_isl=false"]))
+    assert "--no-scheduler-reserve-full-isl" in older
     for baseline, words in (
         ("engine.scheduler=static", "the static scheduler"),
         ("engine.kv_cache=contiguous", "contiguous KV"),

@@ -52,6 +52,8 @@ def vllm_serve_command(s: Scenario) -> str:
         "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
         f"--kv-cache-dtype {e.kv_cache_dtype}",
     ]
+    if not e.scheduler_reserve_full_isl:  # the older admission on a prompt's first chunk
+        parts.append("--no-scheduler-reserve-full-isl")
     if e.enforce_eager:  # no CUDA graphs, no async scheduling: the serial steps the candidate was simulated with
         parts.append("--enforce-eager")
     if e.num_gpu_blocks_override is not None:
