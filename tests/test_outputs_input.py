@@ -116,7 +116,9 @@ def test_intervals_say_how_many_runs_rejected_every_request(capsys):
     intervals = json.loads(capsys.readouterr().out)["intervals"]
     assert intervals["runs"] == 5 and intervals["runs_with_requests"] == 2
     assert main([*REJECTING, "--intervals", "5"]) == 0
-    assert "90% intervals over 2 of 5 runs (3 rejected every request): workload seeds 3..7" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "90% intervals over 2 of 5 runs (3 rejected every request) (their 5%-95% range" in out
+    assert "lands inside about 30% of the time): workload seeds 3..7" in out
 
 
 def test_no_interval_from_fewer_than_2_runs_with_requests(capsys):

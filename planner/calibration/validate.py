@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 MAX_ATTEMPTS = 5  # live runs of one held-out scenario while the machine is not as it was during the sweep
 
 
+HELD_OUT_INTERVAL_RUNS = 10  # runs per held-out scenario for its calibrated intervals
+
+
 @dataclass
 class HeldOutRun:
     """One held-out scenario in the three ways, with what the plots need."""
@@ -154,7 +157,7 @@ def run_held_out(
     num_requests: int,
     progress: Callable[[str], None] = lambda name: None,
     uncertainty: dict[str, float] | None = None,
-    interval_runs: int = 10,
+    interval_runs: int = HELD_OUT_INTERVAL_RUNS,
     reference: tuple[Shape, float] | None = None,
 ) -> list[HeldOutRun]:
     """Each held-out scenario: live on `device`, simulated with `coefficients` and with the spec-sheet ones,

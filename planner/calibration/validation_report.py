@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from planner.calibration.busy import MAX_OTHER_LOAD, MIN_CPU_SHARE
+from planner.calibration.intervals import chance_inside
 from planner.calibration.machine_check import SLOWDOWN_LIMIT
-from planner.calibration.validate import HeldOutRun
+from planner.calibration.validate import HELD_OUT_INTERVAL_RUNS, HeldOutRun
 
 METRICS = (
     ("request_throughput", "requests/s"),
@@ -167,10 +168,12 @@ def coverage_line(runs: list[HeldOutRun]) -> str:
         return "Intervals: not computed"
     keys = [k for k in TARGETS["cpu"] if any(run.covered.get(k) is not None for run in runs)]
     target = [run.covered[k] for run in runs for k in keys if run.covered.get(k) is not None]
+    runs = HELD_OUT_INTERVAL_RUNS
     return (
         f"Intervals (90%, workload seeds x coefficient draws): the measured value fell inside in {sum(seen)} of"
         f" {len(seen)} (scenario, statistic) pairs ({sum(seen) / len(seen):.0%}); for {', '.join(keys)}:"
-        f" {sum(target)} of {len(target)} ({sum(target) / max(len(target), 1):.0%})"
+        f" {sum(target)} of {len(target)} ({sum(target) / max(len(target), 1):.0%}); a model exactly right lands"
+        f" inside the 5%-95% range of {runs} runs about {chance_inside(runs):.0%} of the time"
     )
 
 

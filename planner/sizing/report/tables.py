@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from planner.calibration.intervals import chance_inside
 from planner.sizing.probe import LONGER_PROBE, LONGEST_PROBE
 from planner.sizing.rank import Ranking, worst_ratio
 from planner.sizing.report.interval_tables import interval_results, interval_row, varies_short
@@ -278,7 +279,9 @@ def terminal_lines(out: SizingResult, ranking: Ranking) -> list[str]:
     if ranking.runner_ups:
         lines += ["", "Runner-ups:"] + [f"  {r.candidate.label}: {why}" for r, why in ranking.runner_ups]
     if interval_results(out):
-        lines += ["", f"90% intervals (median [5%-95%] over {out.interval_runs} draws; report.md says how):"]
+        inside = chance_inside(out.interval_runs)
+        header = f"90% intervals (median [5%-95%] over {out.interval_runs} draws, a further draw inside about"
+        lines += ["", f"{header} {inside:.0%} of the time; report.md says how):"]
         for r in interval_results(out):
             rw = interval_row(r, unit)
             lines.append(
