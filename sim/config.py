@@ -213,33 +213,6 @@ class ModelSpec:
         dense = (self.other_params + dense_linear - dense_q) * dtype_bytes + dense_q * qbits / 8
         return float(dense), experts * qbits / 8
 
-    def replicated_weights(self, dtype_bytes: int) -> tuple[int, float]:
-        """(parameters, stored bytes) that vLLM holds whole on every tensor-parallel rank, within weight_bytes'
-        dense part: MLA's down-projections (DeepseekV2MLAAttention's fused q_a + kv_a projection, or kv_a alone
-        without q_lora_rank: replicated linears, quantised as the other linears) and every MoE router (a
-        ReplicatedLinear, never quantised). DeepSeek-V3: 0.92 GB of fp8 projections and 0.21 GB of routers on
-        each rank, not an eighth of them at tensor parallel 8."""
-        mla = 0
-        if self.is_mla:
-            mla = (
-                self.num_hidden_layers
-                * self.hidden_size
-                * (self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim)
-            )
-        router = self.num_moe_layers * self.hidden_size * self.num_experts
-        qbits = self.quantized_bits_per_weight
-        mla_bytes = mla * (qbits / 8 if qbits is not None and not self.experts_only_quantized else dtype_bytes)
-        return mla + router, mla_bytes + router * dtype_bytes
-
-    def absorbed_mla_copy_bytes(self) -> float:
-        """The bf16 copy of kv_b that vLLM's MLA keeps for its absorbed decode (W_UK, W_UV) when kv_b is
-        quantised (MLACommonImpl.process_weights_after_loading dequantises it), across all ranks; split by heads
-        like kv_b itself. 0 for unquantised weights, whose W_UK and W_UV are views of kv_b."""
-        if not self.is_mla or self.quantized_bits_per_weight is None or self.experts_only_quantized:
-            return 0.0
-        per_layer = self.kv_lora_rank * self.num_attention_heads * (self.qk_nope_head_dim + self.v_head_dim)
-        return float(self.num_hidden_layers * per_layer * 2)  # bfloat16
-
     def live_engine_unsupported(self) -> list[str]:
         """What the live engine (gpu_engine) does not implement for this model; empty: it runs it."""
         problems = []

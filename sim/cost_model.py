@@ -48,17 +48,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from sim.config import DTYPE_BYTES, HOST_DEVICES, Scenario
-from sim.errors import WorkloadError
+from sim.errors import StepTimeError
 from sim.kv_sizing import kv_bytes_per_token_per_layer
-from sim.weights import expert_parallel_size, expert_tensor_parallel_size, max_local_experts
+from sim.peak_rates import linear_peak_flops, peak_flops
+from sim.weights import expert_parallel_size, expert_tensor_parallel_size, max_local_experts, replicated_weights
 
 MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vLLM's cap on the default capture sizes (VllmConfig._set_cudagraph_sizes)
-
-
-class StepTimeError(WorkloadError):
-    """A GPU spec or coefficients under which a step takes no finite time (a rate of ~0, an overhead of 1e308).
-    The scenario and profile checks bound both far outside any real device first; this is the last defence,
-    before the simulator's statistics meet an inf or NaN. A WorkloadError: the CLI reports it as one line."""
 
 
 @dataclass(frozen=True)
@@ -102,31 +97,6 @@ class CostCoefficients:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def peak_flops(scenario: Scenario) -> float:
-    """Dense peak for the model dtype: the fp16/bf16 tensor cores, or for float32 the FP32 rate without them
-    (PyTorch's and vLLM's default float32 matmul precision uses no TF32: an H100 runs 67 TFLOPS, not the half of
-    its 989 bf16 TFLOPS once assumed here)."""
-    gpu = scenario.hardware.gpu
-    if scenario.dtype != "float32":
-        return gpu.bf16_tflops * 1e12
-    if gpu.fp32_tflops is None:
-        raise StepTimeError(
-            f"dtype float32 needs the GPU's fp32_tflops (its FP32 peak without tensor cores, where float32 matmuls"
-            f" run by default); GPU {gpu.name} has none: give hardware.gpu.fp32_tflops, or use bfloat16/float16"
-        )
-    return gpu.fp32_tflops * 1e12
-
-
-def linear_peak_flops(scenario: Scenario) -> float:
-    """The linear layers' peak: the fp8 tensor rate for fp8 weights (vLLM's W8A8 fp8 GEMMs quantise the
-    activations on the fly) where the GPU has one; int4/MXFP4 kernels on these GPUs dequantise to bf16
-    (W4A16, Marlin-style), so they run at the dtype's rate."""
-    gpu = scenario.hardware.gpu
-    if scenario.model.quant_method == "fp8" and gpu.fp8_tflops:
-        return gpu.fp8_tflops * 1e12
-    return peak_flops(scenario)
 
 
 def expected_experts_touched(num_tokens, num_experts: int, top_k: int):
@@ -206,7 +176,7 @@ class CostModel:
         outside = m.embedding_params * (1 if m.tie_word_embeddings else 2) + m.hidden_size
         dense_bytes, expert_bytes = m.weight_bytes(dtype_bytes)
         # What vLLM replicates (MLA's down-projections, the routers) every rank reads and computes whole.
-        replicated_params, replicated_bytes = m.replicated_weights(dtype_bytes)
+        replicated_params, replicated_bytes = replicated_weights(m, dtype_bytes)
         self.linear_bytes = (dense_bytes - outside * dtype_bytes - replicated_bytes) / tp + replicated_bytes
         self.linear_flops_per_token = 2 * (m.active_params - outside - replicated_params) / tp + 2 * replicated_params
         # Routed experts: a step reads the distinct experts its tokens go to, in every MoE layer. Without

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from sim.config import DTYPE_BYTES, Scenario
+from sim.config import DTYPE_BYTES, ModelSpec, Scenario
 
 
 def expert_parallel_size(scenario: Scenario) -> int:
@@ -31,19 +31,44 @@ def max_local_experts(scenario: Scenario) -> int:
     return ceil(scenario.model.num_experts / expert_parallel_size(scenario))
 
 
+def replicated_weights(m: ModelSpec, dtype_bytes: int) -> tuple[int, float]:
+    """(parameters, stored bytes) that vLLM holds whole on every tensor-parallel rank, within
+    ModelSpec.weight_bytes' dense part: MLA's down-projections (DeepseekV2MLAAttention's fused q_a + kv_a
+    projection, or kv_a alone without q_lora_rank: replicated linears, quantised as the other linears) and
+    every MoE router (a ReplicatedLinear, never quantised). DeepSeek-V3: 0.92 GB of fp8 projections and 0.21 GB of routers on
+    each rank, not an eighth of them at tensor parallel 8."""
+    mla = 0
+    if m.is_mla:
+        mla = m.num_hidden_layers * m.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+    router = m.num_moe_layers * m.hidden_size * m.num_experts
+    qbits = m.quantized_bits_per_weight
+    mla_bytes = mla * (qbits / 8 if qbits is not None and not m.experts_only_quantized else dtype_bytes)
+    return mla + router, mla_bytes + router * dtype_bytes
+
+
+def absorbed_mla_copy_bytes(m: ModelSpec) -> float:
+    """The bf16 copy of kv_b that vLLM's MLA keeps for its absorbed decode (W_UK, W_UV) when kv_b is
+    quantised (MLACommonImpl.process_weights_after_loading dequantises it), across all ranks; split by heads
+    like kv_b itself. 0 for unquantised weights, whose W_UK and W_UV are views of kv_b."""
+    if not m.is_mla or m.quantized_bits_per_weight is None or m.experts_only_quantized:
+        return 0.0
+    per_layer = m.kv_lora_rank * m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim)
+    return float(m.num_hidden_layers * per_layer * 2)  # bfloat16
+
+
 def weights_bytes(scenario: Scenario) -> int:
     """Every parameter once, every expert included, quantised weights at their stored size with their scales
     (ModelSpec.weight_bytes), on the rank that holds the most. Split evenly over tensor-parallel ranks (vLLM
     shards experts over TP ranks too, by their intermediate dimension), but for what vLLM replicates on every
-    rank (`ModelSpec.replicated_weights`: MLA's down-projections, MoE routers; norms too, negligible), plus
+    rank (`replicated_weights`: MLA's down-projections, MoE routers; norms too, negligible), plus
     MLA's bf16 copy of a quantised kv_b for its absorbed decode (split by heads). Under expert parallel the
     routed experts are not sliced but placed whole (`max_local_experts`): with an uneven count the largest
     rank's share sets the memory, and vLLM profiles every rank and keeps the smallest KV pool."""
     m, dtype_bytes = scenario.model, DTYPE_BYTES[scenario.dtype]
     dense, experts = m.weight_bytes(dtype_bytes)
-    _, replicated = m.replicated_weights(dtype_bytes)
+    _, replicated = replicated_weights(m, dtype_bytes)
     tp = scenario.hardware.tensor_parallel_size
-    dense_per_rank = (dense - replicated) / tp + replicated + m.absorbed_mla_copy_bytes() / tp
+    dense_per_rank = (dense - replicated) / tp + replicated + absorbed_mla_copy_bytes(m) / tp
     if expert_parallel_size(scenario) == 1:
         return int(dense_per_rank + experts / tp)
     return int(dense_per_rank) + int(experts * max_local_experts(scenario) / m.num_experts)

@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 
 from gpu_engine.bench import MEMORY_ROWS, main
 from gpu_engine.engine import EngineError
-from planner.catalog import catalog_gpu_of_device, load_gpu_catalog
+from planner.calibration.device_gpu import catalog_gpu_of_device, load_gpu_catalog
 
 NUM_REQUESTS = 6
 

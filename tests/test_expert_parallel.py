@@ -18,7 +18,13 @@ from planner.sizing.serve import vllm_serve_command
 from sim.cost_model import CostModel, expected_experts_touched, expected_local_experts_touched
 from sim.memory import forward_peak_bytes, memory_breakdown
 from sim.memory_fit import tensor_parallel_that_fits
-from sim.weights import expert_parallel_size, max_local_experts, weights_bytes
+from sim.weights import (
+    absorbed_mla_copy_bytes,
+    expert_parallel_size,
+    max_local_experts,
+    replicated_weights,
+    weights_bytes,
+)
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 QWEN3_MOE = SCENARIOS / "h100_qwen3_30b_a3b.yaml"
@@ -65,7 +71,7 @@ def test_qwen3_30b_a3b_memory_per_gpu_with_and_without_expert_parallel():
         dense, experts = m.weight_bytes(2)
         # 128 experts split evenly: 128/tp whole experts per GPU weigh what a 1/tp slice of all 128 does; the
         # routers (48 x 2048 x 128 in bf16) are whole on every rank
-        _, routers = m.replicated_weights(2)
+        _, routers = replicated_weights(m, 2)
         assert routers == 48 * 2048 * 128 * 2
         assert weights_bytes(on) == pytest.approx((dense - routers + experts) / tp + routers, abs=1)
         assert weights_bytes(on) == pytest.approx(weights_bytes(off), abs=1)
@@ -82,8 +88,8 @@ def test_deepseek_v3_on_8_h200_with_and_without_expert_parallel():
     off, on = _load(DEEPSEEK_V3, 8, False), _load(DEEPSEEK_V3, 8, True)
     dense, experts = on.model.weight_bytes(2)
     assert on.model.num_experts == 256 and max_local_experts(on) == 32
-    _, replicated = on.model.replicated_weights(2)  # MLA's down-projections and the routers, whole on each rank
-    dense_per_rank = (dense - replicated) / 8 + replicated + on.model.absorbed_mla_copy_bytes() / 8
+    _, replicated = replicated_weights(on.model, 2)  # MLA's down-projections and the routers, whole on each rank
+    dense_per_rank = (dense - replicated) / 8 + replicated + absorbed_mla_copy_bytes(on.model) / 8
     assert weights_bytes(on) == pytest.approx(dense_per_rank + experts * 32 / 256, abs=1)
     assert weights_bytes(on) == pytest.approx(weights_bytes(off), abs=1)
     # MLA's latent is replicated on every rank either way; only the MoE workspace differs
@@ -107,7 +113,7 @@ def test_uneven_expert_counts_cost_the_largest_rank_its_whole_experts():
         ),
     )
     dense, experts = on.model.weight_bytes(2)
-    _, routers = on.model.replicated_weights(2)  # whole on every rank
+    _, routers = replicated_weights(on.model, 2)  # whole on every rank
     assert weights_bytes(off) == pytest.approx((dense - routers + experts) / 16 + routers, abs=1)
     assert weights_bytes(on) == pytest.approx((dense - routers) / 16 + routers + experts / 8, abs=1)
     # the same in the cost model: each step's expert reads and flops on the busiest rank
@@ -151,7 +157,7 @@ def test_tensor_parallel_suggestion_stops_where_expert_parallel_stops_shrinking(
         )
 
     dense, _ = at(8, "true").model.weight_bytes(2)
-    split = dense - at(8, "true").model.replicated_weights(2)[1]  # the routers are whole on every rank
+    split = dense - replicated_weights(at(8, "true").model, 2)[1]  # the routers are whole on every rank
     assert weights_bytes(at(8, "true")) - weights_bytes(at(16, "true")) == pytest.approx(split / 8 - split / 16, abs=2)
     off, on = at(2, "false"), at(2, "true")
     assert tensor_parallel_that_fits(off, memory_breakdown(off)) == 16

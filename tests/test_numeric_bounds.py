@@ -17,8 +17,8 @@ from planner.calibration.shipped import PROFILE_DIR, default_profile_dir
 from planner.cli import main
 from planner.errors import show_value
 from planner.rules import is_percentile_key
-from sim.cost_model import CostCoefficients, CostModel, StepTimeError
-from sim.errors import WorkloadError
+from sim.cost_model import CostCoefficients, CostModel
+from sim.errors import StepTimeError, WorkloadError
 from tests.sim_helpers import make_scenario
 
 A10 = str(Path(__file__).resolve().parent.parent / "scenarios" / "a10_qwen7b.yaml")

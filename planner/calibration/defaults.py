@@ -62,10 +62,10 @@ def _fit_problems(scenario: Scenario) -> list[str]:
 
 def catalog_gpu_for_device() -> str:
     """The catalog entry for the visible CUDA device, from its name and memory ("NVIDIA H100 80GB HBM3" ->
-    h100-sxm: planner.catalog.catalog_gpu_of_device)."""
+    h100-sxm: planner.calibration.device_gpu.catalog_gpu_of_device)."""
     import torch
 
-    from planner.catalog import catalog_gpu_of_device
+    from planner.calibration.device_gpu import catalog_gpu_of_device
 
     name = torch.cuda.get_device_name(0)
     entry = catalog_gpu_of_device(name, torch.cuda.mem_get_info(0)[1])

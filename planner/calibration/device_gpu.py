@@ -10,10 +10,24 @@ inline GPU (not in the catalog) is taken as the user's word for the device.
 from __future__ import annotations
 
 import dataclasses
+import re
 
-from planner.catalog import catalog_gpu, catalog_gpu_of_device, gpu_names
+from planner.catalog import catalog_gpu, gpu_names, load_gpu_catalog
 from planner.errors import PlannerError
 from sim.config import Scenario
+
+
+def catalog_gpu_of_device(device_name: str, total_bytes: int) -> str | None:
+    """The catalog GPU a CUDA device is (torch.cuda.get_device_name, mem_get_info()[1]): the key's first word must be a word of the device name ("a100" in
+    "NVIDIA A100-SXM4-80GB", never "a10"); more matching words ("80gb", "pcie"), then the nearer memory size,
+    decide between variants. None when the catalog has no such GPU."""
+    words = set(re.split(r"[^a-z0-9]+", device_name.lower()))
+    candidates = [
+        (sum(w in words for w in key.split("-")), -abs(spec.memory_bytes - total_bytes), key)
+        for key, spec in load_gpu_catalog().items()
+        if key.split("-")[0] in words
+    ]
+    return max(candidates)[2] if candidates else None
 
 
 def measured_gpu(scenario_gpu: str, kind: str, device_name: str | None, total_bytes: int | None, where: str) -> str:

@@ -378,19 +378,6 @@ def catalog_model(name: str) -> ModelSpec:
     return model_spec_from_hf_config(_catalog_entry("models.yaml", name), name)
 
 
-def catalog_gpu_of_device(device_name: str, total_bytes: int) -> str | None:
-    """The catalog GPU a CUDA device is (torch.cuda.get_device_name, mem_get_info()[1]): the key's first word must be a word of the device name ("a100" in
-    "NVIDIA A100-SXM4-80GB", never "a10"); more matching words ("80gb", "pcie"), then the nearer memory size,
-    decide between variants. None when the catalog has no such GPU."""
-    words = set(re.split(r"[^a-z0-9]+", device_name.lower()))
-    candidates = [
-        (sum(w in words for w in key.split("-")), -abs(spec.memory_bytes - total_bytes), key)
-        for key, spec in load_gpu_catalog().items()
-        if key.split("-")[0] in words
-    ]
-    return max(candidates)[2] if candidates else None
-
-
 def load_gpu_catalog() -> dict[str, GpuSpec]:
     """Catalog name -> GpuSpec. Parsed once; each call returns a new dict (the specs are frozen)."""
     return {name: catalog_gpu(name) for name in gpu_names()}
