@@ -76,3 +76,15 @@ def test_run_refuses_clearly(args, words):
     assert "Traceback" not in result.stderr
     for word in words:
         assert word in result.stderr
+
+
+def test_a_run_says_its_steps_are_serial_where_the_simulator_overlaps_them(tmp_path, capsys):
+    # cpu_tiny is eager (serial on both sides): no note. On a GPU of the catalog with vLLM's defaults the simulator
+    # overlaps host and device (async scheduling), which this engine does not: the run says so.
+    base = ["run", "scenarios/cpu_tiny.yaml", "--device", "cpu", "--set", "workload.num_requests=4"]
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    assert "Steps: this engine runs them serially" not in capsys.readouterr().out
+    overlapped = ["--set", "hardware.gpu=a10", "--set", "engine.enforce_eager=false"]
+    assert main([*base, *overlapped, "--out", str(tmp_path / "b")]) == 0
+    assert "Steps: this engine runs them serially" in capsys.readouterr().out
+
