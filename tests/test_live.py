@@ -87,4 +87,3 @@ def test_a_run_says_its_steps_are_serial_where_the_simulator_overlaps_them(tmp_p
     overlapped = ["--set", "hardware.gpu=a10", "--set", "engine.enforce_eager=false"]
     assert main([*base, *overlapped, "--out", str(tmp_path / "b")]) == 0
     assert "Steps: this engine runs them serially" in capsys.readouterr().out
-

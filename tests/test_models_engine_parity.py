@@ -191,12 +191,15 @@ def test_sliding_window_on_the_hybrid_allocator(tmp_path, monkeypatch, prefix_ca
     batch_prompts[1] = shared + batch_prompts[1]  # a shared prefix for prefix caching to hit
     batch_prompts[4] = shared + batch_prompts[4]
     num_blocks = 7  # 6 usable: a 16-token chunk takes 4 blocks, a decode within the window 1 or 2
+    # Admission on the first chunk (vLLM's older rule): it over-admits, so the tiny pool forces preemptions, whose
+    # recomputation the outputs must survive.
     base = make_scenario(
         model="tiny-llama",
         dtype="float32",
         hardware={"gpu": "cpu"},
         engine={"block_size": BLOCK_SIZE, "max_num_batched_tokens": 16, "max_num_seqs": 4, "max_model_len": 128,
-                "num_gpu_blocks_override": num_blocks, "enable_prefix_caching": prefix_caching},
+                "num_gpu_blocks_override": num_blocks, "enable_prefix_caching": prefix_caching,
+                "scheduler_reserve_full_isl": False},
     )  # fmt: skip
     scenario = dataclasses.replace(base, model=spec)
     runner = ModelRunner(spec, "float32", device, num_blocks, BLOCK_SIZE, weights_path=str(tmp_path),
