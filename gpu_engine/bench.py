@@ -100,11 +100,13 @@ def this_gpu(device: torch.device) -> str | dict:
     if device.type == "cpu":
         return "cpu"
     name, total_bytes = torch.cuda.get_device_name(device), torch.cuda.mem_get_info(device)[1]
-    # Only memory_bytes reaches the memory model; the other two required fields are placeholders.
+    # Only memory_bytes reaches the memory model; the rates are placeholders (fp32_tflops: a float32 scenario
+    # needs one).
     return catalog_gpu_of_device(name, total_bytes) or {
         "name": name,
         "memory_bytes": total_bytes,
         "bf16_tflops": 1.0,
+        "fp32_tflops": 1.0,
         "memory_bandwidth_gbps": 1.0,
     }
 

@@ -32,11 +32,13 @@ import torch
 
 from gpu_engine.attention import AttentionMetadata
 from gpu_engine.model import KVCache, Transformer
+from sim.memory import cudagraph_capture_sizes
 
 
 def capture_sizes(largest: int) -> tuple[int, ...]:
-    """vLLM's capture sizes (1, 2, 4, then every 8) up to `largest` sequences; () for none."""
-    return tuple(n for n in (1, 2, 4, *range(8, largest + 1, 8)) if n <= largest)
+    """vLLM's capture sizes (sim.memory.cudagraph_capture_sizes: 1, 2, 4, every 8 below 256, then every 16) up to
+    `largest` sequences, ascending; () for none."""
+    return tuple(sorted(cudagraph_capture_sizes(largest, largest)))
 
 
 DEFAULT_CAPTURE_SIZES = capture_sizes(256)  # vLLM's default sizes for max_num_seqs 128 or more

@@ -54,8 +54,9 @@ def kv_bytes_per_token(scenario: Scenario) -> int:
 
 def sliding_window_blocks(scenario: Scenario) -> int:
     """Blocks a sliding-window layer holds per request at most, as vLLM's `SlidingWindowSpec.
-    max_memory_usage_bytes`: the last window - 1 tokens plus a step's new ones, one more block because the
-    window need not start at a block boundary."""
+    max_memory_usage_bytes` (and its admission cap, `max_admission_blocks_per_request`): the last window - 1
+    tokens plus a step's new ones, one more block because the window need not start at a block boundary. The
+    newest vLLM counts every batch in flight instead of one step's (two under async scheduling): not followed."""
     m, e = scenario.model, scenario.engine
     if not m.num_sliding_layers:
         return 0

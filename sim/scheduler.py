@@ -16,6 +16,7 @@ from sim.config import EngineConfig, Scenario
 from sim.decode_windows import DecodeWindows
 from sim.kv_groups import HybridKVCacheManager, kv_groups
 from sim.kv_manager import KVCacheManager, cdiv
+from sim.kv_sizing import sliding_window_blocks
 from sim.metrics import Recorder
 from sim.request import Request, Status
 from sim.scheduler_output import SchedulerOutput
@@ -364,9 +365,8 @@ def build_scheduler(
     contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
     groups = kv_groups(scenario)  # sliding-window layers: vLLM's hybrid allocator (sim/kv_groups.py)
     if groups is not None:
-        # SlidingWindowSpec.max_admission_blocks_per_request: the window plus a step's tokens, and a partial block
-        window_tokens = min(groups.sliding_window - 1 + e.max_num_batched_tokens, scenario.max_model_len)
-        cap = cdiv(window_tokens, e.block_size) + 1
+        # vLLM's admission cap for a sliding group is the pool sizer's own figure (one source of truth there too)
+        cap = sliding_window_blocks(scenario)
         kv = HybridKVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, groups, cap)
     else:
         kv = KVCacheManager(

@@ -72,6 +72,11 @@ def test_memory_section_puts_profiling_beside_the_memory_model(bench_run):
         ("NVIDIA A10G", 22, "a10g"),
         ("NVIDIA GeForce RTX 4090", 23.5, "rtx-4090"),
         ("NVIDIA B200", 180, None),
+        # no catalog part, though one word matches one (the matcher once called any RTX a 4090)
+        ("NVIDIA GeForce RTX 3090", 23.5, None),
+        ("NVIDIA RTX A6000", 47.5, None),
+        ("NVIDIA H100 NVL", 93, None),
+        ("NVIDIA A100-PCIE-40GB", 39.4, "a100-40gb"),
     ],
 )
 def test_catalog_gpu_is_found_from_the_device_name(device_name, total_gib, key):

@@ -272,3 +272,10 @@ def test_admission_asks_a_sliding_group_only_for_what_it_holds_at_once():
     assert sliding.pool.num_free_blocks == 19
     assert sliding.full_sequence_fits(_request(0, prompt))
     assert not full_and_sliding.full_sequence_fits(_request(0, prompt))
+
+
+def test_the_admission_cap_is_the_pool_sizers_figure():
+    # gpt-oss-20b's window of 128 tokens, a 1,024-token budget, blocks of 16: ceil((128 - 1 + 1024) / 16) + 1 = 73
+    scenario = _gpt_oss()
+    kv = build_scheduler(scenario, 1200, simulate(scenario).recorder).kv
+    assert kv.admission_cap_blocks == 73

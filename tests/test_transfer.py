@@ -74,3 +74,16 @@ def test_quantised_weights_are_not_calibrated_by_an_fp16_profile():
     _, quantised, quantised_label, _ = public_cost_model(gpu, "bfloat16", 1, quantized=True)
     assert label.startswith("calibrated") and quantised_label.startswith("transferred")
     assert quantised["flops_efficiency"] > plain["flops_efficiency"]  # the widest spread, not the fit's 1%
+
+
+def test_the_a40s_all_reduces_are_transferred_on_every_path_of_its_own_profile():
+    # Quantised weights, float32 and tp above 8 take its own profile as "transferred": the all-reduce terms must not
+    # fall back to spec-sheet defaults there either.
+    a40 = load_gpu_catalog()["a40"]
+    for dtype, tp, quantized in (("bfloat16", 2, True), ("float32", 4, False), ("bfloat16", 16, False)):
+        c, u, label, _ = public_cost_model(a40, dtype, tp, quantized)
+        assert (
+            label.startswith("transferred")
+            and c["interconnect_efficiency"] != CostCoefficients().interconnect_efficiency
+        )
+        assert u["interconnect_efficiency"] > 0

@@ -16,18 +16,29 @@ from planner.catalog import catalog_gpu, gpu_names, load_gpu_catalog
 from planner.errors import PlannerError
 from sim.config import Scenario
 
+# Words of a catalog key that name a variant of a part, which a device's name may leave out ("NVIDIA H100 80GB
+# HBM3" is the SXM part; "NVIDIA A100-SXM4-80GB" names its memory, not every A100 does). Every other word of the
+# key must be a word of the name: "rtx-4090" needs "4090" (an RTX 3090 or an RTX A6000 is not one), "a100" is
+# never found in "a10".
+VARIANT_WORDS = {"sxm", "pcie", "40gb", "80gb"}
+OTHER_PARTS = {"nvl"}  # the H100 NVL (94 GB, its own bandwidth) is no catalog part, though its name says H100
+
 
 def catalog_gpu_of_device(device_name: str, total_bytes: int) -> str | None:
-    """The catalog GPU a CUDA device is (torch.cuda.get_device_name, mem_get_info()[1]): the key's first word must be a word of the device name ("a100" in
-    "NVIDIA A100-SXM4-80GB", never "a10"); more matching words ("80gb", "pcie"), then the nearer memory size,
-    decide between variants. None when the catalog has no such GPU."""
+    """The catalog GPU a CUDA device is (torch.cuda.get_device_name, mem_get_info()[1]), or None when the catalog
+    has no such part. Between variants: the one whose words the name says most, then PCIe only when the name says
+    it (NVIDIA names its PCIe cards so), then the nearer memory size."""
     words = set(re.split(r"[^a-z0-9]+", device_name.lower()))
-    candidates = [
-        (sum(w in words for w in key.split("-")), -abs(spec.memory_bytes - total_bytes), key)
-        for key, spec in load_gpu_catalog().items()
-        if key.split("-")[0] in words
-    ]
-    return max(candidates)[2] if candidates else None
+    if words & OTHER_PARTS:
+        return None
+    candidates = []
+    for key, spec in load_gpu_catalog().items():
+        parts = key.split("-")
+        if all(part in words for part in parts if part not in VARIANT_WORDS):
+            named = sum(part in words for part in parts)
+            form = ("pcie" in words) == ("pcie" in parts)
+            candidates.append((named, form, -abs(spec.memory_bytes - total_bytes), key))
+    return max(candidates)[3] if candidates else None
 
 
 def measured_gpu(scenario_gpu: str, kind: str, device_name: str | None, total_bytes: int | None, where: str) -> str:

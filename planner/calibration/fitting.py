@@ -287,9 +287,9 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     where = str(run_dirs[0])
     gpu = measured_gpu(scenario.hardware.gpu.name, kind, summary0.get("device_name"), total_bytes, where)
     scenario = on_measured_gpu(scenario, gpu, warn, where)  # its peaks are what the efficiencies divide
-    # `planner run --device cuda` replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py); on CPU
-    # there are none.
-    fit = fit_steps(scenario, rows, robust=True, cuda_graphs=kind == "cuda")
+    # `planner run --device cuda` replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py) unless the
+    # run was eager; on CPU there are none.
+    fit = fit_steps(scenario, rows, robust=True, cuda_graphs=kind == "cuda" and not scenario.engine.enforce_eager)
     device = {
         "name": str(summary0.get("device_name") or kind),
         "kind": kind,

@@ -227,6 +227,16 @@ def _spread(coefficients: dict, rule: str) -> dict:
     return {k: abs(v) * spread[k] for k, v in coefficients.items() if k in spread}
 
 
+def _all_reduce_terms(own: dict, gpu: str, tp: int) -> dict[str, float]:
+    """The all-reduce terms a GPU's own profile lacks at tp > 1 (the A40: no all-reduce was measured on it),
+    from the profiled GPUs that have them: rather than spec-sheet defaults without a spread, said to be
+    calibrated. {} where the profile has them, or at tp 1."""
+    if tp == 1 or "interconnect_efficiency" in own["coefficients"]:
+        return {}
+    filled = fill_interconnect(load_table()["joint"], (gpu,), tp)
+    return {k: v for k, v in filled.items() if k not in own["coefficients"]}
+
+
 def public_cost_model(
     gpu: GpuSpec, dtype: str, tensor_parallel_size: int, quantized: bool = False
 ) -> tuple[dict, dict, str, tuple[str, ...]]:
@@ -239,22 +249,17 @@ def public_cost_model(
     if own is not None and tp == tensor_parallel_size and dtype in CALIBRATED_DTYPES and not quantized:
         from planner.calibration.provenance import residual_spread
 
-        coefficients = dict(own["coefficients"])
-        uncertainty = dict(own["uncertainty"]) | residual_spread(own.get("fit"))
+        terms = _all_reduce_terms(own, gpu.name, tp)
+        coefficients = dict(own["coefficients"]) | terms
+        uncertainty = dict(own["uncertainty"]) | residual_spread(own.get("fit")) | _spread(terms, "all")
         label = f"calibrated (public profile {own['id']}, {gpu.name})"
-        if tp > 1 and "interconnect_efficiency" not in coefficients:
-            # No all-reduce measured on it (the A40): its all-reduces are priced from the GPUs that have one, with
-            # the widest spread of a transfer, rather than from spec-sheet defaults said to be calibrated.
-            filled = fill_interconnect(load_table()["joint"], (gpu.name,), tp)
-            terms = {k: v for k, v in filled.items() if k not in coefficients}
-            coefficients |= terms
-            uncertainty |= _spread(terms, "all")
+        if terms:
             label = f"calibrated (public profile {own['id']}, {gpu.name}; all-reduce transferred from profiled GPUs)"
         return coefficients, uncertainty, label, (own["id"],)
     if own is not None:
         # Its own profile at another tp or dtype, or for quantised weights (other GEMM kernels): the nearest
         # measurement, but no fold measured that step, so it carries the widest spread leave-one-GPU-out measured.
-        coefficients, ids = dict(own["coefficients"]), (own["id"],)
+        coefficients, ids = dict(own["coefficients"]) | _all_reduce_terms(own, gpu.name, tp), (own["id"],)
         sources = [f"{gpu.name} tp{tp} {own['id']}"]
         uncertainty = _spread(coefficients, "all") | _widest_residual([own])
     else:

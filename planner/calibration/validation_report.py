@@ -168,12 +168,12 @@ def coverage_line(runs: list[HeldOutRun]) -> str:
         return "Intervals: not computed"
     keys = [k for k in TARGETS["cpu"] if any(run.covered.get(k) is not None for run in runs)]
     target = [run.covered[k] for run in runs for k in keys if run.covered.get(k) is not None]
-    runs = HELD_OUT_INTERVAL_RUNS
+    interval_runs = HELD_OUT_INTERVAL_RUNS  # what calibrate's held-out runs use (validate.run_held_out's default)
     return (
         f"Intervals (90%, workload seeds x coefficient draws): the measured value fell inside in {sum(seen)} of"
         f" {len(seen)} (scenario, statistic) pairs ({sum(seen) / len(seen):.0%}); for {', '.join(keys)}:"
         f" {sum(target)} of {len(target)} ({sum(target) / max(len(target), 1):.0%}); a model exactly right lands"
-        f" inside the 5%-95% range of {runs} runs about {chance_inside(runs):.0%} of the time"
+        f" inside the 5%-95% range of {interval_runs} runs about {chance_inside(interval_runs):.0%} of the time"
     )
 
 

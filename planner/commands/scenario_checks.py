@@ -37,9 +37,9 @@ def warn_clipped(scenario, workload) -> None:
         upper = "no max" if d.max is None else f"max {d.max:,}"
         print(
             f"planner: warning: {scenario.source}: workload.{c.field}: {d.dist} mean {d.mean:g} std {d.std:g} is"
-            f" clipped to min {d.min:,} / {upper}: {c.share:.1%} of the draws, which moves the mean from"
-            f" {c.mean_before:,.1f} to {c.mean_after:,.1f} tokens ({c.mean_after / c.mean_before - 1:+.1%});"
-            " a narrower std or other bounds keep the distribution asked for",
+            f" clipped to min {d.min:,} / {upper}: {c.share:.1%} of the draws, which moves their mean by"
+            f" {c.mean_after - c.mean_before:+,.1f} tokens ({(c.mean_after - c.mean_before) / d.mean:+.1%} of the mean"
+            f" asked), to {c.mean_after:,.1f}; a narrower std or other bounds keep the distribution asked for",
             file=sys.stderr,
         )
 
