@@ -97,7 +97,6 @@ class HybridKVCacheManager(KVCacheManager):
         # window's start may fall in): what its admission check asks of a sliding group (full_sequence_fits);
         # None: uncapped.
         self.admission_cap_blocks = admission_cap_blocks
-        self._groups = range(groups.num_groups)
         self.groups = groups
         self.full_ids = [g for g, s in enumerate(groups.sliding) if not s]
         self.sliding_ids = [g for g, s in enumerate(groups.sliding) if s]
@@ -302,7 +301,8 @@ class HybridKVCacheManager(KVCacheManager):
         `context` tokens: a full group all of them, a sliding group those from its first block still held
         (the blocks wholly before the window were freed when the step's slots were allocated)."""
         block_size = self.block_size
-        return sum(context - self.num_skipped_tokens(g, computed) // block_size * block_size for g in self._groups)
+        groups = range(self.groups.num_groups)
+        return sum(context - self.num_skipped_tokens(g, computed) // block_size * block_size for g in groups)
 
     def shared_tokens(self) -> int:
         """Prefix tokens stored once for several requests: the pool's shared references over the groups

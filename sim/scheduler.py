@@ -232,13 +232,13 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
 
     def _count_held(self, out: SchedulerOutput, first_unscheduled: int) -> SchedulerOutput:
         """Running requests left out of this step (budget spent) still hold their tokens."""
-        tokens_in_slots = getattr(self.kv, "tokens_in_slots", None)
-        if tokens_in_slots is not None:
+        kv = self.kv
+        if isinstance(kv, HybridKVCacheManager):
             # The hybrid allocator's groups: every group's slots count, and a sliding group holds only its window's
             # blocks (the contexts once counted against them gave 198% of slots holding tokens).
             new = {r.request_id: n for r, n in out.scheduled}
             out.tokens_held = sum(
-                tokens_in_slots(r.num_computed_tokens, r.num_computed_tokens + new.get(r.request_id, 0))
+                kv.tokens_in_slots(r.num_computed_tokens, r.num_computed_tokens + new.get(r.request_id, 0))
                 for r in self.running
             )
             out.tokens_held -= self.kv.pool.num_shared_refs * self.kv.block_size  # shared blocks: once

@@ -35,8 +35,8 @@ def replicated_weights(m: ModelSpec, dtype_bytes: int) -> tuple[int, float]:
     """(parameters, stored bytes) that vLLM holds whole on every tensor-parallel rank, within
     ModelSpec.weight_bytes' dense part: MLA's down-projections (DeepseekV2MLAAttention's fused q_a + kv_a
     projection, or kv_a alone without q_lora_rank: replicated linears, quantised as the other linears) and
-    every MoE router (a ReplicatedLinear, never quantised). DeepSeek-V3: 0.92 GB of fp8 projections and 0.21 GB of routers on
-    each rank, not an eighth of them at tensor parallel 8."""
+    every MoE router (a ReplicatedLinear, never quantised). DeepSeek-V3: 0.92 GB of fp8 projections and 0.21 GB
+    of routers on each rank, not an eighth of them at tensor parallel 8."""
     mla = 0
     if m.is_mla:
         mla = m.num_hidden_layers * m.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)

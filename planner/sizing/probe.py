@@ -162,11 +162,15 @@ def queue_grows(arrival_s: np.ndarray, finished_s: np.ndarray) -> bool:
     arrivals: a queue that keeps growing to the end of the run is not a steady state."""
     if len(arrival_s) < 8:
         return False
-    finished = np.sort(finished_s)
-    grid = np.linspace(0.0, float(arrival_s[-1]), 81)
-    in_system = np.searchsorted(arrival_s, grid, side="right") - np.searchsorted(finished, grid, side="right")
+    in_system = _in_system(arrival_s, finished_s, np.linspace(0.0, float(arrival_s[-1]), 81))
     second, last = in_system[20:41].mean(), in_system[60:].mean()
     return bool(last > GROWTH_FACTOR * second + GROWTH_SLACK)
+
+
+def _in_system(arrival_s: np.ndarray, finished_s: np.ndarray, at_s: np.ndarray) -> np.ndarray:
+    """Requests arrived and not finished at each time of at_s."""
+    finished = np.sort(finished_s)
+    return np.searchsorted(arrival_s, at_s, side="right") - np.searchsorted(finished, at_s, side="right")
 
 
 def unserved_fraction(arrival_s: np.ndarray, finished_s: np.ndarray) -> float:
@@ -179,9 +183,8 @@ def unserved_fraction(arrival_s: np.ndarray, finished_s: np.ndarray) -> float:
     arrived = len(arrival_s) - int(np.searchsorted(arrival_s, half_s, side="right"))
     if last_s <= half_s or not arrived:
         return 0.0
-    finished = np.sort(finished_s)
     grid = np.linspace(half_s, last_s, 41)
-    in_system = np.searchsorted(arrival_s, grid, side="right") - np.searchsorted(finished, grid, side="right")
+    in_system = _in_system(arrival_s, finished_s, grid)
     slope_per_s = float(np.polyfit(grid, in_system, 1)[0])
     if slope_per_s * (last_s - half_s) <= GROWTH_SLACK:
         return 0.0
