@@ -41,7 +41,10 @@ class DecodeWindows:
     running: list[Request]
     waiting: deque[Request]
     fast_decode_rows: bool
-    _finish: Callable[[Request, float], None]  # Scheduler's: the reply is complete, its blocks freed
+    finished_holding: list[Request]  # Scheduler's: finished requests whose slots and blocks are still held
+    num_slots_taken: int
+    _finish: Callable[[Request, float], None]  # Scheduler's: the reply is complete, its blocks freed (or held)
+    release_finished: Callable[[int | None], None]
 
     def decode_window_bound(self, through_finishes: bool = False) -> tuple[int, WindowStart | None]:
         """How many next steps are certain to be pure-decode steps of the running requests: none mid-prompt,
@@ -51,6 +54,10 @@ class DecodeWindows:
         but the batch: the driver's choice). 0 or 1: step. Off with the fast paths (sliding windows:
         sim/kv_groups.py). With a bound of 2 or more, the running requests' counts for the window's methods."""
         if not self.fast_decode_rows or not self.running or len(self.running) > self.config.max_num_batched_tokens:
+            return 0, None
+        if self.finished_holding:
+            # The next step's plan frees them (hold_finished), after its allocations: that step is stepped, so
+            # that the queue's head sees their slots and blocks free only from the step after it.
             return 0, None
         # The cheap tests first (each rules a window out; none changes anything): the latest admitted request
         # is mid-prompt (a chunked prefill), someone finishes within two steps (a busy engine has one most
@@ -129,7 +136,7 @@ class DecodeWindows:
         _schedule_waiting would find, without its side effects. It stays blocked through a decode window
         (so do those behind it: first come, first served): the rows and so the budget are the same each
         step, free blocks only get fewer, and its prefix hits only fewer, which needs more blocks."""
-        if len(self.running) >= self.config.max_num_seqs:
+        if self.num_slots_taken >= self.config.max_num_seqs:
             return True
         budget = self.config.max_num_batched_tokens - len(self.running)
         if budget <= 0:
@@ -211,6 +218,9 @@ class DecodeWindows:
         done = [request for _, _, request in finishing]
         for request in done:
             self._finish(request, request.last_token_s)
+        if self.finished_holding:  # hold_finished: a request is freed by the plan of the step after its last one,
+            # inside the window for all but those finishing in its last step, which the next plan frees
+            self.release_finished(sum(left < num_steps for left, _, _ in finishing))
         for request in done:  # a few of the running: list.remove beats rebuilding the list
             running.remove(request)
         return done, blocks

@@ -84,6 +84,9 @@ class Replica:
         # while a step runs, the requests that arrived since the last schedule() (they miss the next one).
         self.overlapped = not cost.serial
         self.deferred: list[Request] | None = None
+        # ... and a request finished in step N holds its slot and blocks while step N+1 is planned (vLLM's
+        # AsyncScheduler: sim/scheduler.py, hold_finished).
+        scheduler.hold_finished = self.overlapped and isinstance(scheduler, ContinuousScheduler)
         env.process(self.run())
 
     def submit(self, request: Request) -> None:
@@ -118,7 +121,9 @@ class Replica:
         while True:
             if not sched.num_unfinished:
                 # The last step finished every request: nothing was scheduled ahead of the requests that
-                # arrived during it, so the next schedule() sees them.
+                # arrived during it, so the next schedule() sees them, and its outputs were processed (those
+                # finished in it are freed).
+                sched.release_finished()
                 pending, self.deferred = self.deferred or (), None
                 for request in pending:
                     sched.add_request(request)
@@ -141,7 +146,12 @@ class Replica:
                     admitting = window.arrival_step
                     continue
             admitting = False
+            holding = bool(sched.finished_holding)
             out = sched.schedule()
+            if not out.scheduled and holding:
+                # Only the finished requests' held slots or blocks kept the queue's head out (vLLM plans an empty
+                # step N+1): once N's outputs free them the head is planned, with no step to hide that behind.
+                out, after_idle = sched.schedule(), True
             if not out.scheduled:
                 raise RuntimeError(
                     f"no request can be scheduled at t={env.now:.3f}s with "

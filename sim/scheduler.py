@@ -35,6 +35,15 @@ class Scheduler(ABC):
         self.replica = replica  # for the step rows, when several engines share one recorder
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        # vLLM's async scheduling (`AsyncScheduler`, `EngineCore.step_with_batch_queue`) plans step N+1 before step
+        # N's outputs are processed: a request that samples its last token in step N is left out of N+1 (its
+        # `num_output_placeholders` say it is done) but stays in `running`, holding its max_num_seqs slot and its
+        # blocks, until N's outputs free it, after N+1 is planned. With hold_finished (the simulator's replica sets
+        # it when steps overlap; serial engines, ours live included, free at once) a finished request's reply is
+        # complete at its last token, as before, but its slot and blocks are held here until the end of the next
+        # schedule() (or decode_step()), in the order it finished.
+        self.hold_finished = False
+        self.finished_holding: list[Request] = []
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -42,6 +51,20 @@ class Scheduler(ABC):
     @property
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
+
+    @property
+    def num_slots_taken(self) -> int:
+        """Requests that count against max_num_seqs: the running ones and the finished ones still held."""
+        return len(self.running) + len(self.finished_holding)
+
+    def release_finished(self, num_requests: int | None = None) -> None:
+        """Free the finished requests held since the last schedule() (hold_finished), or the first num_requests of
+        them: their blocks join the free queue's back in the order they finished, after the allocations of the
+        schedule() they were held through."""
+        released = self.finished_holding[:num_requests]
+        for request in released:
+            self.kv.free(request)
+        del self.finished_holding[: len(released)]
 
     @abstractmethod
     def schedule(self) -> SchedulerOutput:
@@ -124,7 +147,10 @@ class Scheduler(ABC):
 
     def _finish(self, request: Request, now_s: float) -> None:
         self._complete(request, now_s)
-        self.kv.free(request)
+        if self.hold_finished:
+            self.finished_holding.append(request)
+        else:
+            self.kv.free(request)
 
     def _complete(self, request: Request, now_s: float) -> None:
         """The reply is complete: the request's metrics are final (its KV may outlive it, in static)."""
@@ -194,6 +220,7 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
         num_from_running = len(scheduled)  # the running requests before the first one left out
         if not out.num_preempted:
             self._schedule_waiting(out)
+        self.release_finished()  # held through this plan (hold_finished): N's outputs are processed now
         return self._count_held(out, num_from_running)
 
     def decode_step(self) -> SchedulerOutput | None:
@@ -218,6 +245,7 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
         if len(starting_block) > kv.pool.num_free_blocks:
             return None
         self._take_blocks(starting_block)
+        self.release_finished()  # as schedule() does, after its allocations
         out.add_decodes(len(scheduled), context)
         out.tokens_held -= kv.shared_tokens()
         return out
@@ -270,7 +298,7 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
 
     def _schedule_waiting(self, out: SchedulerOutput) -> None:
         budget = self.config.max_num_batched_tokens - out.num_tokens
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.waiting and budget > 0 and self.num_slots_taken < self.config.max_num_seqs:
             request = self.waiting[0]
             hits = self.kv.get_computed_blocks(request) if request.num_computed_tokens == 0 else []
             num_new = request.num_tokens - request.num_computed_tokens - len(hits) * self.kv.block_size

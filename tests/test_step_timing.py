@@ -9,6 +9,9 @@ import pytest
 
 from sim.cost_model import CostCoefficients, CostModel
 from sim.driver import simulate
+from sim.metrics import Recorder
+from sim.request import Request
+from sim.scheduler import build_scheduler
 from tests.sim_helpers import make_scenario
 
 
@@ -115,6 +118,46 @@ def test_async_steps_last_the_longer_side_except_after_idle():
     sides = np.maximum(steps["host_s"], steps["device_s"])
     assert steps["duration_s"][0] == pytest.approx(steps["host_s"][0] + steps["device_s"][0])  # after idle
     assert np.allclose(steps["duration_s"][1:], sides[1:])
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_async_a_request_finished_in_step_n_holds_its_slot_and_blocks_while_n_plus_1_is_planned(hold):
+    """vLLM's AsyncScheduler plans N+1 before N's outputs free the requests that finished in N."""
+    sched = build_scheduler(make_scenario(engine={"max_num_seqs": 2}), 1000, Recorder(1000, 16, record_steps=False))
+    sched.hold_finished = hold
+    a, b, c = Request(0, 0.0, 64, 1), Request(1, 0.0, 64, 50), Request(2, 0.0, 64, 50)
+    for request in (a, b, c):
+        sched.add_request(request)
+    assert sched.update(sched.schedule(), 1.0) == [a]  # a's prompt and only token; b's prompt
+    assert a.finished_s == 1.0  # the reply is complete at its last token either way
+    free_after_n = sched.kv.pool.num_free_blocks
+    assert free_after_n == 999 - 4 - (4 if hold else 0)  # b's 4 blocks, and a's 4 while held
+    plan = [request for request, _ in sched.schedule().scheduled]
+    if hold:
+        assert plan == [b]  # a's slot kept c out of N+1; N's outputs then freed a
+        assert sched.kv.pool.num_free_blocks == free_after_n - 1 + 4  # b's 65th token took a block first
+        assert [request for request, _ in sched.schedule().scheduled] == [b, c]
+    else:
+        assert plan == [b, c]
+
+
+@pytest.mark.parametrize("fast_forward", [False, True])
+def test_async_a_plan_left_empty_by_held_slots_is_replanned_with_no_step_to_hide_behind(fast_forward):
+    """max_num_seqs 1: the second request waits for the first; the plan of the step after the first one's last
+    is empty (its slot is held), so the second one's step is planned after that step's outputs, host + device."""
+    workload = {
+        "num_requests": 2,
+        "arrival": {"process": "constant", "rate": 1000.0},
+        "prompt_tokens": {"dist": "fixed", "value": 128},
+        "output_tokens": {"dist": "fixed", "value": 6},
+    }
+    result = simulate(make_scenario(workload=workload, engine={"max_num_seqs": 1}), fast_forward=fast_forward)
+    steps, requests = result.recorder.steps.view(), result.recorder.requests.view()
+    assert list(steps["num_seqs"]) == [1] * 12
+    second = int(np.flatnonzero(steps["start_s"] == requests["finished_s"][0])[0])  # the second one's prefill
+    assert second == 6
+    assert steps["duration_s"][second] == steps["host_s"][second] + steps["device_s"][second]
+    assert np.allclose(steps["duration_s"][second + 1 :], np.maximum(steps["host_s"], steps["device_s"])[second + 1 :])
 
 
 def test_fast_forward_matches_stepping_under_async():
