@@ -33,18 +33,25 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
             f" replicated), as vLLM requires; valid sizes for {m.name}: {valid}",
         )  # fmt: skip
 
+    # A catalog GPU without a figure (the cpu entry) is not fixed by editing a mapping the user never wrote.
+    given_as = ((raw.get("hardware") or {}).get("gpu")) if isinstance(raw.get("hardware"), dict) else None
+    in_mapping = (
+        f"the catalog's {given_as} has none: give hardware.gpu as a mapping of its fields with it"
+        if isinstance(given_as, str)
+        else "in the inline gpu mapping"
+    )
     if tp > 1 and hw.gpu.interconnect_bandwidth_gbps is None:  # the cost model prices the all-reduces by it
         fail(
             "hardware.gpu.interconnect_bandwidth_gbps", NO_VALUE,
             f"missing; tensor_parallel_size {tp} needs the GPU's link bandwidth (GB/s per GPU, one direction:"
-            " NVLink 450 on an H100, PCIe Gen4 x16 32) in the inline gpu mapping",
+            f" NVLink 450 on an H100, PCIe Gen4 x16 32); {in_mapping}",
         )  # fmt: skip
 
     if s.dtype == "float32" and hw.gpu.fp32_tflops is None:  # the cost model prices float32 matmuls by it
         fail(
             "hardware.gpu.fp32_tflops", NO_VALUE,
             "missing; dtype float32 needs the GPU's FP32 peak without tensor cores (TFLOPS: 67 on an H100, 19.5 on"
-            " an A100), where float32 matmuls run by default (no TF32), in the inline gpu mapping; or use bfloat16",
+            f" an A100), where float32 matmuls run by default (no TF32); {in_mapping}, or use bfloat16",
         )  # fmt: skip
 
     # Expert parallel: vLLM accepts the flag for any model and ignores it where it means nothing (a dense model,
@@ -144,10 +151,12 @@ def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
     if not t.path.lower().endswith(".csv"):
         return  # another format: the workload reader checks it
     try:
-        with open(t.path, newline="", encoding="utf-8") as f:
+        with open(t.path, newline="", encoding="utf-8-sig") as f:  # a byte-order mark is no part of a name
             header = [name.strip() for name in next(csv.reader(f), [])]  # as sim/trace_file.py reads it
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise ScenarioError(ctx.file, "workload.trace.path", t.path, f"cannot read its header: {e}") from None
+    if not header:
+        raise ScenarioError(ctx.file, "workload.trace.path", t.path, "is empty: a CSV trace needs a header line")
     for key, is_used in used.items():
         column = getattr(t, key)
         if is_used and column not in header:

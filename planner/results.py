@@ -51,8 +51,8 @@ def check_out_dir(out_dir: Path, names: tuple[str, ...] = OUTPUT_NAMES) -> None:
 
 def read_summary(path: Path) -> dict:
     """A run's summary.json (or the --out folder holding it), checked: a JSON object whose compared metrics
-    are finite numbers >= 0 or null, with at least one of them, whose `memory` (when there) is an object and
-    whose `mode` (when there) is a string. Anything else is a PlannerError naming the file."""
+    are finite numbers >= 0 or null, with at least one of them, whose `memory` and `scenario` (when there) are
+    objects and whose `mode` (when there) is a string. Anything else is a PlannerError naming the file."""
     from planner.report import COMPARE_ROWS  # the metrics `compare` reads
 
     file = path / "summary.json" if path.is_dir() else path
@@ -70,7 +70,11 @@ def read_summary(path: Path) -> dict:
             f"{file}: expected a JSON object (a run's summary), found {_JSON_KINDS.get(type(data), 'a number')}"
         )
     # planner writes both; an edited one of another type would drop the memory rows or break the header
-    for key, kind, allowed in (("memory", dict, "an object"), ("mode", str, "a string")):
+    for key, kind, allowed in (
+        ("memory", dict, "an object"),
+        ("mode", str, "a string"),
+        ("scenario", dict, "an object"),
+    ):
         if key in data and not isinstance(data[key], kind):
             raise PlannerError(f"{file}: {key} = {shown_json(data[key])}: must be {allowed}")
     found = 0

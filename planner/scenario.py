@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,16 +62,24 @@ def validate_mapping(data: dict, source: str, base_dir: Path) -> Scenario:
 
 
 def apply_overrides(data: dict, overrides: Sequence[str], source: str) -> dict:
-    """`engine.max_num_seqs=4` -> data["engine"]["max_num_seqs"] = 4 (value read as YAML), on a copy."""
+    """`engine.max_num_seqs=4` -> data["engine"]["max_num_seqs"] = 4 (value read as YAML), on a copy. A
+    percentile key keeps its dot (`slo.ttft_ms.p99.9=5`). Nothing asked for is dropped: a key set twice, or a
+    mapping set after a key inside it (which it would replace), is refused; a key after its mapping goes in it."""
     data = copy.deepcopy(data)
     if overrides and not isinstance(data, dict):
         return data  # validate_mapping reports the top level
+    earlier: dict[tuple[str, ...], str] = {}  # the keys set so far, and the --set that set each
     for raw_item in overrides:
         key, sep, text = raw_item.partition("=")
         item = _printable(raw_item)
-        parts = key.strip().split(".")
+        parts = _key_parts(key.strip())
         if not sep or not all(parts):
             raise PlannerError(f"--set {item}: expected dotted.key=value, e.g. engine.max_num_seqs=128")
+        for path, given in earlier.items():
+            if path[: len(parts)] == tuple(parts):  # the same key, or a mapping holding one set before
+                what = "sets it again" if len(path) == len(parts) else f"replaces the mapping holding {'.'.join(path)}"
+                raise PlannerError(f"--set {item}: {what}, given before by --set {given}; set each key once")
+        earlier[tuple(parts)] = item
         value = parse_yaml(text, f"--set {item}")
         node = data
         for i, part in enumerate(parts[:-1]):
@@ -82,6 +91,17 @@ def apply_overrides(data: dict, overrides: Sequence[str], source: str) -> dict:
                 raise PlannerError(f"--set {item}: {source}: {where} is {show_value(node)}, not a mapping")
         node[parts[-1]] = value
     return data
+
+
+def _key_parts(key: str) -> list[str]:
+    """A dotted key's parts, a percentile's decimals kept with it: slo.ttft_ms.p99.9 -> slo, ttft_ms, p99.9."""
+    parts: list[str] = []
+    for part in key.split("."):
+        if parts and re.fullmatch(r"p[0-9]+", parts[-1]) and re.fullmatch(r"[0-9]+", part):
+            parts[-1] += "." + part
+        else:
+            parts.append(part)
+    return parts
 
 
 def _printable(text: str, limit: int = 80) -> str:

@@ -30,7 +30,7 @@ def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
             spec = catalog.model_spec_from_hf_config(config, name)
         except (ValueError, TypeError, KeyError) as e:
             raise ScenarioError(ctx.file, key_path, NO_VALUE, _reason(e)) from None
-        return _check_ranges(spec, key_path, ctx)
+        return check_ranges(spec, key_path, ctx)
     if not isinstance(value, str) or not value:
         raise ScenarioError(ctx.file, key_path, value, "expected " + _model_help())
     models = catalog.model_names()
@@ -45,7 +45,7 @@ def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
             spec = catalog.load_model_config_path(path)
         except (ValueError, TypeError, KeyError, OSError, RecursionError) as e:
             raise ScenarioError(ctx.file, key_path, value, f"cannot read model config {path}: {_reason(e)}") from None
-        return _check_ranges(spec, key_path, ctx)
+        return check_ranges(spec, key_path, ctx)
     hint = did_you_mean(value, models)
     raise ScenarioError(
         ctx.file, key_path, value,
@@ -67,7 +67,7 @@ def _resolve_gpu(value: Any, key_path: str, ctx: Ctx) -> GpuSpec:
             gpu = catalog.gpu_spec_from_mapping(spec, name)
         except (ValueError, TypeError, KeyError) as e:
             raise ScenarioError(ctx.file, key_path, NO_VALUE, _reason(e)) from None
-        return _check_ranges(gpu, key_path, ctx)
+        return check_ranges(gpu, key_path, ctx)
     gpus = catalog.gpu_names()
     if isinstance(value, str) and value in gpus:
         return catalog.catalog_gpu(value)
@@ -102,7 +102,7 @@ def _resolve_path(value: str, key_path: str, ctx: Ctx) -> Path:
     return path if path.is_absolute() else (ctx.base_dir / path).resolve()
 
 
-def _check_ranges(spec: GpuSpec | ModelSpec, key_path: str, ctx: Ctx) -> GpuSpec | ModelSpec:
+def check_ranges(spec: GpuSpec | ModelSpec, key_path: str, ctx: Ctx) -> GpuSpec | ModelSpec:
     """A spec the catalog built from the user's mapping or config.json, against RULES' ranges: the catalog
     checks types and signs, not what a real GPU or model could have."""
     for f in dataclasses.fields(spec):

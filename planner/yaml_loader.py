@@ -3,8 +3,10 @@
 PyYAML's SafeLoader follows YAML 1.1: `1:20` is the integer 80 (base 60), `on`, `yes`, `off` and `no`
 are booleans, `012` is octal 10, and `1e3` is a string. This loader resolves plain scalars by the YAML 1.2
 core schema instead (what a reader of the file expects): booleans are only true/false, integers are decimal
-(or 0o.. / 0x..), `1e3` is a float, and everything else is a string, which validation then reports against
-the key's type ("expected true or false", "expected an integer"). It also refuses what no scenario needs
+(or 0o.. / 0x..), `1e3` is a float, `null`/`~`/nothing is null, and everything else is a string, which
+validation then reports against the key's type ("expected true or false", "expected an integer"): YAML 1.1's
+timestamps (`2026-02-30` crashed the reader as a date out of range, and a valid one was no name), merge keys
+(`<<`) and value keys (`=`) are plain strings too. It also refuses what no scenario needs
 and what makes a reader misbehave: a key given twice (PyYAML silently keeps the last), anchors and aliases
 (exponential "billion laughs" expansions), integers of more than MAX_INT_DIGITS digits, and nesting deeper
 than MAX_DEPTH. Every refusal is a `PlannerError` naming the file, line and column.
@@ -20,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, show_value
 
 MAX_DEPTH = 32  # a scenario nests 4 levels; an inline model or GPU mapping a few more
 MAX_INT_DIGITS = 30  # 10^30 is beyond every range in planner.rules; Python refuses to parse > 4,300 digits
@@ -54,8 +56,9 @@ class Loader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
+_NULL_TAG = "tag:yaml.org,2002:null"
 Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _CORE]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag == _NULL_TAG]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 for _tag, (_regexp, _first) in _CORE.items():
@@ -123,6 +126,8 @@ def parse_yaml(text: str, source: str) -> Any:
         raise PlannerError(f"{source}: invalid YAML: {e}") from None
     except RecursionError:
         raise PlannerError(f"{source}: invalid YAML: nested deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, OverflowError) as e:  # an explicit tag's value out of range (!!timestamp 2026-02-30)
+        raise PlannerError(f"{source}: invalid YAML: {e}") from None
     _check_depth(data, source)
     return data
 
@@ -137,14 +142,32 @@ def parse_packaged_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_PACKAGED_LOADER)  # safe: a SafeLoader
 
 
+class _UniqueKeysLoader(_PACKAGED_LOADER):  # type: ignore[misc, valid-type]
+    """The packaged loader, refusing a key given twice."""
+
+
+_UniqueKeysLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml11_unique_keys(text: str) -> Any:
+    """YAML 1.1 as parse_packaged_yaml reads it (files planner writes, such as calibration profiles, which a
+    user may also edit or pass), refusing a key given twice (PyYAML silently keeps the last)."""
+    return yaml.load(text, Loader=_UniqueKeysLoader)  # safe: a SafeLoader
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # Unicode's Cc characters but the tab
+
+
 def _where(line: int, column: int) -> str:
     return f"line {line + 1}, column {column + 1}: "
 
 
 def _check_depth(data: Any, source: str) -> None:
     """Refuse nesting deeper than MAX_DEPTH (iterative: a deep structure must not overflow the stack here),
-    and strings that are not text: a "\\ud800" escape gives a lone surrogate that no file name, terminal or
-    encoder takes."""
+    and strings that are not one line of text: a "\\ud800" escape gives a lone surrogate that no file name,
+    terminal or encoder takes, and a "\\x1b" or "\\n" escape (or a block scalar's newlines) a control character
+    that the outputs would print raw (an escape sequence to the terminal, a newline that fakes an output line;
+    the reader refuses them written raw, tabs and line breaks aside). A tab is kept."""
     stack = [(data, 1)]
     while stack:
         value, depth = stack.pop()
@@ -155,6 +178,12 @@ def _check_depth(data: Any, source: str) -> None:
                 raise PlannerError(
                     f"{source}: invalid YAML: a string holds a lone surrogate (U+{ord(value[e.start]):04X}), not text"
                 ) from None
+            control = _CONTROL.search(value)
+            if control:
+                raise PlannerError(
+                    f"{source}: invalid YAML: the string {show_value(value)} holds control character"
+                    f" U+{ord(control.group()):04X}; strings are one line of printable text"
+                )
         if isinstance(value, dict):
             stack.extend((key, depth) for key in value)
         if isinstance(value, dict | list):

@@ -53,7 +53,10 @@ def _read_trace(
     table = _read_plain_csv(text, list(columns), arrival_column) if is_csv else None
     if table is None:  # not plain (or bad): read row by row, to name the line of the first bad value
         values, lines, where = (_read_csv if is_csv else _read_jsonl)(path, text, list(columns))
-        table = {c: _check_values(path, c, values[c], lines, where[c], c == arrival_column) for c in columns}
+        table = {
+            c: _check_values(path, c, values[c], lines, where[c], c == arrival_column, text_numbers=is_csv)
+            for c in columns
+        }
     for values in table.values():
         values.setflags(write=False)  # shared by every caller of the cache
     return table
@@ -168,11 +171,14 @@ def _json_kind(value: object) -> str:
     )
 
 
-def _check_values(path: Path, column: str, raw: list, lines: list[int], where: str, is_time: bool) -> np.ndarray:
-    """Text or JSON values -> float64, or a WorkloadError at the first that is not a number in range."""
+def _check_values(
+    path: Path, column: str, raw: list, lines: list[int], where: str, is_time: bool, text_numbers: bool
+) -> np.ndarray:
+    """Text (a CSV's fields: text_numbers) or JSON values -> float64, or a WorkloadError at the first that is not
+    a number in range (a token count: a whole number; a JSON string is no number)."""
     out = np.empty(len(raw), dtype=np.float64)
     for k, value in enumerate(raw):
-        if isinstance(value, str):
+        if isinstance(value, str) and text_numbers:
             try:
                 out[k] = float(value.strip())
                 continue
@@ -191,11 +197,11 @@ def _check_values(path: Path, column: str, raw: list, lines: list[int], where: s
     bad = _out_of_range(out, is_time)
     if bad.any():
         k = int(np.argmax(bad))
-        lo, hi, unit = _bounds(is_time)
-        raise WorkloadError(
-            f"trace file {path}: line {lines[k]}, {where}: {_show(raw[k])}: must be a finite number of {unit}"
-            f" in [{lo:g}, {hi:g}]"
+        lo, hi, _ = _bounds(is_time)
+        allowed = (
+            f"a finite number of seconds in [{lo:g}, {hi:g}]" if is_time else f"a whole number of tokens in [0, {hi:,}]"
         )
+        raise WorkloadError(f"trace file {path}: line {lines[k]}, {where}: {_show(raw[k])}: must be {allowed}")
     return out
 
 
@@ -204,8 +210,10 @@ def _bounds(is_time: bool) -> tuple[float, float, str]:
 
 
 def _out_of_range(values: np.ndarray, is_time: bool) -> np.ndarray:
+    """Values outside their bounds, and token counts that are not whole (10.7 was rounded to 11 silently)."""
     lo, hi, _ = _bounds(is_time)
-    return ~np.isfinite(values) | (values < lo) | (values > hi)
+    bad = ~np.isfinite(values) | (values < lo) | (values > hi)
+    return bad if is_time else bad | (values != np.floor(values))
 
 
 def _show(value: object) -> str:

@@ -43,6 +43,7 @@ def test_simulate_intervals_need_2_to_1000_runs(runs, no_simulation, capsys):
         ("--top-p", "nan", "must be a number in (0, 1]"),
         ("--top-p", "inf", "must be a number in (0, 1]"),
         ("--top-p", "0.0", "must be a number in (0, 1]"),
+        ("--top-p", "0.5", "only with --temperature > 0 (at 0, greedy, it would be ignored)"),  # was dropped
     ],
 )
 def test_run_refuses_sampling_values_before_the_engine_starts(option, value, allowed, monkeypatch, capsys):

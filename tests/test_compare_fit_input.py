@@ -58,9 +58,11 @@ def test_compare_refuses_a_negative_latency(simulated, tmp_path, capsys):
         ({"memory": "x"}, 'memory = "x": must be an object'),
         ({"memory": None}, "memory = null: must be an object"),
         ({"mode": 5}, "mode = 5: must be a string"),
+        ({"scenario": 5}, "scenario = 5: must be an object"),  # its keys are compared: 'int' has no items()
+        ({"scenario": [1, 2]}, "scenario = [1, 2]: must be an object"),
     ],
 )
-def test_compare_refuses_memory_or_mode_of_another_type(simulated, tmp_path, capsys, edit, words):
+def test_compare_refuses_memory_mode_or_scenario_of_another_type(simulated, tmp_path, capsys, edit, words):
     a = write_summary(tmp_path / "a", simulated)
     b = write_summary(tmp_path / "b", simulated | edit)
     assert f"{b / 'summary.json'}: {words}" in error_of(["compare", str(a), str(b)], capsys)
@@ -146,9 +148,11 @@ def with_values(values: dict[str, str]):
     [
         (
             {"duration_s": "0", "host_s": "0", "device_s": "0"},
-            "row 1, duration_s = 0: must be a finite number of seconds >= 1e-06",
+            "row 1, duration_s = 0: must be a number of seconds in [1e-06, 3600]",
         ),
-        ({"device_s": "1e-300"}, "row 1, device_s = 1e-300: must be 0 or a finite number of seconds >= 1e-06"),
+        ({"device_s": "1e-300"}, "row 1, device_s = 1e-300: must be 0 or a number of seconds in [1e-06, 3600]"),
+        ({"duration_s": "1e300"}, "row 1, duration_s = 1e+300: must be a number of seconds in [1e-06, 3600]"),
+        ({"num_steps": "5"}, "row 1, num_steps = 5: must be 1 (calibrate fits single steps"),
         ({"attention_pairs": "1e300"}, "row 1, attention_pairs = 1e+300: must be a whole number from 0 to "),
         ({"num_sampled": "x"}, "row 1, num_sampled = empty or not a number: must be a whole number"),
     ],
@@ -170,6 +174,43 @@ def test_from_refuses_a_scenario_section_that_is_no_object(run_dir, tmp_path, ca
     folder = edited_run(run_dir, tmp_path, scenario=scenario)
     err = error_of(["calibrate", "--from", str(folder), "--out", str(tmp_path / "p.yaml")], capsys)
     assert f"{folder / 'summary.json'}: {words}" in err
+
+
+def _with(section: str, **values):
+    """A scenario edit: the run's resolved `section` (model, hardware, engine) with these values."""
+
+    def edit(summary_scenario: dict) -> dict:
+        return {section: summary_scenario[section] | values}
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda s: {"dtype": "float8"}, 'scenario.dtype = "float8": must be one of bfloat16, float16, float32'),
+        (_with("engine", kv_cache_dtype="foo"), 'scenario.engine.kv_cache_dtype = "foo": must be one of auto'),
+        (_with("engine", block_size=0), "scenario.engine.block_size = 0: must be a power of two"),
+        (_with("model", num_hidden_layers=0), "scenario.model.num_hidden_layers = 0: must be in [1, "),
+        (_with("model", hidden_size="x"), 'scenario.model.hidden_size = "x": expected an integer'),
+        (_with("hardware", tensor_parallel_size=0), "scenario.hardware.tensor_parallel_size = 0: must be in [1, 64]"),
+    ],
+)
+def test_from_checks_the_resolved_scenario_as_a_scenario_file(run_dir, tmp_path, capsys, edit, words):
+    # An edited summary is input too: these made the fit divide by zero or fail on a missing dtype (tracebacks),
+    # or wrote a profile from a model of no layers.
+    recorded = json.loads((run_dir / "summary.json").read_text())["scenario"]
+    folder = edited_run(run_dir, tmp_path, scenario=edit(recorded))
+    err = error_of(["calibrate", "--from", str(folder), "--out", str(tmp_path / "p.yaml")], capsys)
+    assert f"{folder / 'summary.json'}: {words}" in err and not (tmp_path / "p.yaml").exists()
+
+
+def test_from_refuses_a_steps_column_named_twice(run_dir, tmp_path, capsys):
+    folder = edited_run(run_dir, tmp_path)
+    steps = folder / "steps.csv"  # num_steps's header becomes a second duration_s: numpy read it as duration_s_1
+    steps.write_text(steps.read_text().replace("num_steps", "duration_s", 1))
+    err = error_of(["calibrate", "--from", str(folder), "--out", str(tmp_path / "p.yaml")], capsys)
+    assert f"{steps}: line 1: the column duration_s is named twice: not a steps.csv" in err
 
 
 def test_from_refuses_too_few_steps_to_fit(run_dir, tmp_path, capsys):

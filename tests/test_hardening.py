@@ -158,9 +158,9 @@ def trace_workload(path: Path, n: int = 5) -> WorkloadConfig:
 @pytest.mark.parametrize(
     ("name", "content", "words"),
     [
-        ("t.csv", "t,p,o\n0,10,10\n1,nan,10\n", "line 3, column 2 ('p'): \"nan\": must be a finite number"),
+        ("t.csv", "t,p,o\n0,10,10\n1,nan,10\n", "line 3, column 2 ('p'): \"nan\": must be a whole number of tokens"),
         ("t.csv", "t,p,o\n0,10,10\ninf,10,10\n", "line 3, column 1 ('t'): \"inf\": must be a finite number of seconds"),
-        ("t.csv", "t,p,o\n0,10,10\n1,-5,10\n", "line 3, column 2 ('p'): \"-5\": must be a finite number of tokens"),
+        ("t.csv", "t,p,o\n0,10,10\n1,-5,10\n", "line 3, column 2 ('p'): \"-5\": must be a whole number of tokens"),
         ("t.csv", "t,p,o\n0,10,10\n1,1e30,10\n", "line 3, column 2 ('p')"),
         ("t.csv", "t,p,o\n0,10,10\n\n1,x,10\n", "line 4, column 2 ('p'): \"x\" is not a number"),
         ("t.csv", "t,p,o\n0,10\n", "line 2: 2 fields, no column 3 ('o')"),

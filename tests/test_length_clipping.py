@@ -38,3 +38,21 @@ def test_the_clipping_warning_names_the_file_and_field(capsys):
     wide = "workload.output_tokens={dist: normal, mean: 20, std: 1000}"
     assert main(["validate", "scenarios/a10_qwen7b.yaml", "--set", wide]) == 0
     assert re.search(r"moves their mean by \+[\d,.]+ tokens \(\+[\d,.]+% of the mean asked\)", capsys.readouterr().err)
+
+
+def test_a_shared_prefix_longer_than_prompts_is_said(tmp_path, capsys):
+    # The prefix was cut to each shorter prompt without a word: 1,000 tokens asked, 10 shared.
+    from planner.cli import main
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "model: tiny-llama\nhardware: {gpu: cpu}\nworkload: {num_requests: 10, arrival: {rate: 20},"
+        " prompt_tokens: {dist: fixed, value: 10}, output_tokens: {dist: fixed, value: 4},"
+        " shared_prefix: {tokens: 1000, group_size: 2}}\n"
+    )
+    assert main(["simulate", str(scenario), "--json"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        f"planner: warning: {scenario}: workload.shared_prefix.tokens 1,000 is longer than 10 of the 10 prompts"
+        " (100.0%; mean prompt 10.0 tokens): those share their whole prompt" in err
+    )

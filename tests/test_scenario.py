@@ -324,3 +324,10 @@ def test_scenario_to_dict_is_json(tmp_path):
     assert d["hardware"]["gpu"]["memory_bytes"] == s.hardware.gpu.memory_bytes
     assert d["engine"]["max_model_len"] == 8192 and d["max_model_len"] == 8192 and d["kv_dtype"] == "bfloat16"
     assert d["slo"]["ttft_ms"] == {"p99": 500.0} and d["workload"]["prompt_tokens"]["value"] == 128
+
+
+def test_a_catalog_gpu_without_a_link_bandwidth_is_not_called_an_inline_mapping(tmp_path):
+    path = write(tmp_path, "model: tiny-llama\nhardware: {gpu: cpu, tensor_parallel_size: 2}\n" + RATE)
+    assert error_of(path).endswith(
+        "PCIe Gen4 x16 32); the catalog's cpu has none: give hardware.gpu as a mapping of its fields with it"
+    )

@@ -298,3 +298,36 @@ def test_a_demand_in_users_without_a_wait_bound_is_refused(capsys, sizing_file, 
     # TPOT (or ITL) alone held at any number of users: they only queue longer (11,136 users per A10, once).
     err = size_error(capsys, str(sizing_file), *sets(f"slo={bounds}"))
     assert f"{sizing_file}: slo: a demand in users (search.demand.concurrency) needs a TTFT or E2E bound" in err
+
+
+# A fuzzing round's finds: a demand the scenarios cannot run, a GPU priced at $0
+
+
+@pytest.mark.parametrize(
+    ("demand", "words"),
+    [
+        ("{concurrency: 1000000000000}", "search.demand.concurrency = 1000000000000: must be in [1, 100,000] users"),
+        ("{rate: 1e300}", "search.demand.rate = 1e+300: must be in [1e-06, 1e+06] requests/s"),
+        ("{concurrency: 4, headroom: 1e9}", "search.demand.headroom = 1000000000.0: must be in [1, 100]"),
+        (
+            "{concurrency: 90000, headroom: 1.2}",
+            (
+                "search.demand.headroom = 1.2: sizes for 108,000 users (90,000 from search.demand.concurrency), and a"
+                " scenario's workload.arrival.concurrency must be in [1, 100,000]"
+            ),
+        ),
+    ],
+)
+def test_a_demand_beyond_what_a_scenario_may_run_is_refused(capsys, sizing_file, no_search, demand, words):
+    # 10^12 users allocated 29 TiB and 10^300 req/s answered with a 300-digit replica count.
+    assert words in size_error(capsys, str(sizing_file), *sets(f"search.demand={demand}"))
+
+
+def test_a_gpu_priced_at_nothing_can_win(capsys, sizing_file):
+    # The runner-ups' "+N%" divided by the winner's $0 (a GPU already owned).
+    two_gpus = "search.candidates={gpus: [a10, l4], tensor_parallel_sizes: [1]}"
+    args = [str(sizing_file), *sets(two_gpus, "search.money.rental_usd_per_gpu_hour={a10: 0}")]
+    assert main(["size", *args]) == 0
+    out = capsys.readouterr().out
+    assert "Answer: Rent 1 replica of a10 tp1" in out and "$0/month" in out
+    assert "(the best costs nothing)" in out

@@ -23,7 +23,7 @@ from planner.calibration.profile import (
     ProfileError,
 )
 from planner.errors import PlannerError, read_text_file, show_value
-from planner.yaml_loader import parse_packaged_yaml
+from planner.yaml_loader import parse_yaml11_unique_keys
 
 MAX_PROFILE_BYTES = 1 << 20  # a profile is ~2 kB of coefficients and a validation table; a larger file is not one
 # Bounds no real measurement comes near, so that a typo (1e300, 5e-324) cannot make a step take an infinite time.
@@ -134,7 +134,7 @@ def _parse(text: str, path: Path) -> Any:
     loader would misread (a content id 012345678901 as a number); any problem one line naming the file."""
     where = f"{path}: calibration profile: "
     try:
-        return parse_packaged_yaml(text)  # libyaml refuses nesting beyond 1,000 levels
+        return parse_yaml11_unique_keys(text)  # libyaml refuses nesting beyond 1,000 levels
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -151,6 +151,8 @@ def _parse(text: str, path: Path) -> Any:
         raise ProfileError(f"{where}invalid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:  # PyYAML's pure-Python parser, where it has no libyaml, recurses per level
         raise ProfileError(f"{where}invalid YAML: nested too deeply (a profile nests 4 levels)") from None
+    except (ValueError, OverflowError) as e:  # a timestamp out of range (created: 2026-02-30)
+        raise ProfileError(f"{where}invalid YAML: {e}") from None
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -5,14 +5,27 @@ the fit reads checked (a PlannerError naming the file, the row and column, and w
 from __future__ import annotations
 
 import dataclasses
+import typing
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from planner.errors import PlannerError
+from planner.cross_checks import check_relations
+from planner.errors import NO_VALUE, PlannerError, ScenarioError
 from planner.results import read_summary, shown_json
-from sim.config import EngineConfig, GpuSpec, HardwareConfig, ModelSpec, Scenario, SloConfig, WorkloadConfig
+from planner.rules import RULES, Ctx, Rule
+from planner.special_fields import check_ranges as check_model_ranges
+from planner.validation import TYPE_NAMES, build_dataclass
+from sim.config import (
+    ArrivalConfig,
+    EngineConfig,
+    HardwareConfig,
+    ModelSpec,
+    Scenario,
+    SloConfig,
+    WorkloadConfig,
+)
 
 SCENARIO_SECTIONS = ("scenario", "scenario.model", "scenario.hardware", "scenario.hardware.gpu", "scenario.engine")
 
@@ -38,28 +51,73 @@ def _sections(data: dict, where: str) -> dict[str, dict]:
     return found
 
 
+# The fit reads the run's steps, not its workload: a placeholder that passes the scenario checks stands for it.
+_PLACEHOLDER_LOAD = WorkloadConfig(arrival=ArrivalConfig(rate=1.0))
+
+
 def scenario_from_summary(data: dict, where: str) -> Scenario:
-    """The cost model's part of a summary.json's resolved scenario (model, dtype, GPU, engine)."""
+    """The cost model's part of a summary.json's resolved scenario (model, dtype, GPU, engine), checked as a
+    scenario file's sections are (types, ranges, relations such as tensor parallel dividing the heads): an
+    edited summary is no less input than a scenario, and a bad value made the fit divide by zero or fail on a
+    missing dtype."""
     sections = _sections(data, where)
-    s, hardware = sections["scenario"], sections["scenario.hardware"]
+    s = sections["scenario"]
+    ctx = Ctx(where, Path(where).parent)
+    for key, rule in (("name", Rule(lambda v: True, "")), ("dtype", RULES[(Scenario, "dtype")])):
+        value = s.get(key, NO_VALUE)
+        if not isinstance(value, str) or not value or not rule.ok(value):
+            allowed = rule.allowed or "expected a non-empty string"
+            raise ScenarioError(
+                where, f"scenario.{key}", value, f"{allowed} (the resolved scenario `planner run` writes)"
+            )
+    engine = _known(EngineConfig, sections["scenario.engine"])
+    scenario = Scenario(
+        name=s["name"],
+        model=_model_spec(sections["scenario.model"], ctx),
+        dtype=s["dtype"],
+        hardware=build_dataclass(
+            HardwareConfig, _known(HardwareConfig, sections["scenario.hardware"]), "scenario.hardware", ctx
+        ),
+        engine=build_dataclass(EngineConfig, engine, "scenario.engine", ctx),
+        workload=_PLACEHOLDER_LOAD,
+        slo=SloConfig(),
+        source=where,
+    )
+    return check_relations(scenario, {"engine": engine}, ctx)
+
+
+def _model_spec(data: dict, ctx: Ctx) -> ModelSpec:
+    """The resolved ModelSpec a summary records (its own fields, not an HF config's), each of its type and in
+    RULES' range, as an inline model's are."""
+    hints = typing.get_type_hints(ModelSpec)
+    fields = {}
+    for name, value in _known(ModelSpec, data).items():
+        is_tuple = typing.get_origin(hints[name]) is tuple
+        kinds = (tuple,) if is_tuple else typing.get_args(hints[name]) or (hints[name],)  # `int | None`: both
+        if is_tuple:  # a tuple of ints: JSON writes a list
+            ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            value = tuple(value) if ok else value
+        else:
+            ok = any(_is(value, kind) for kind in kinds)
+        if not ok:
+            words = " or ".join("a list of integers" if k is tuple else TYPE_NAMES.get(k, "null") for k in kinds)
+            raise ScenarioError(ctx.file, f"scenario.model.{name}", value, f"expected {words}")
+        fields[name] = value
     try:
-        return Scenario(
-            name=s["name"],
-            model=ModelSpec(**_known(ModelSpec, sections["scenario.model"])),
-            dtype=s["dtype"],
-            hardware=HardwareConfig(
-                gpu=GpuSpec(**_known(GpuSpec, sections["scenario.hardware.gpu"])),
-                **_known(HardwareConfig, {k: v for k, v in hardware.items() if k != "gpu"}),
-            ),
-            engine=EngineConfig(**_known(EngineConfig, sections["scenario.engine"])),
-            workload=WorkloadConfig(),
-            slo=SloConfig(),
-            source=where,
-        )
-    except (KeyError, TypeError) as e:
-        raise PlannerError(
-            f"{where}: summary.json has no usable `scenario` ({e!r}); was it written by planner run?"
-        ) from None
+        spec = ModelSpec(**fields)
+    except TypeError as e:  # a required field missing
+        raise ScenarioError(ctx.file, "scenario.model", NO_VALUE, str(e)) from None
+    return check_model_ranges(spec, "scenario.model", ctx)
+
+
+def _is(value, kind) -> bool:
+    if kind is type(None):
+        return value is None
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
@@ -75,6 +133,7 @@ def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
             f"{summary_path}: mode is {summary.get('mode')!r}: calibrate fits measured runs (`planner run`), not simulations"
         )
     scenario = scenario_from_summary(summary, str(summary_path))
+    _check_header(steps_path)
     try:
         with warnings.catch_warnings():  # an empty file: numpy warns, then fails on the header it lacks
             warnings.simplefilter("ignore")
@@ -102,6 +161,7 @@ def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
 # The fit divides by each measured time; steps.csv keeps microseconds, so a time it wrote is 0 or at least
 # this (a smaller one is an edit, and dividing by it overflows).
 STEPS_CSV_RESOLUTION_S = 1e-6
+MAX_STEP_S = 3600.0  # a step of an hour is no engine step (an edit): 1e300 made the fit's sums overflow
 # Counts are whole numbers; beyond 2**53 a float no longer holds one exactly, and a count of 1e300 makes the
 # predicted seconds overflow (no step comes near: attention_pairs of a 1M-token prompt are ~5e11).
 MAX_COUNT = 2**53
@@ -116,22 +176,35 @@ COUNT_COLUMNS = (
 )
 
 
+def _check_header(steps_path: Path) -> None:
+    """A column named twice: numpy renames the second (duration_s_1) and the fit would read whichever."""
+    with open(steps_path, encoding="utf-8", errors="replace") as f:
+        names = [name.strip() for name in f.readline(1 << 16).split(",")]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise PlannerError(f"{steps_path}: line 1: the column {twice[0]} is named twice: not a steps.csv")
+
+
 def _check_steps(rows: dict[str, np.ndarray], steps_path: Path) -> None:
     """What the fit reads, per row: counts that are whole numbers in [0, MAX_COUNT] (genfromtxt reads an
     empty or unreadable cell as nan); a duration_s of at least STEPS_CSV_RESOLUTION_S (a step that took no
     time has no relative error); a host_s and device_s of 0 (too short to measure: fit_steps leaves such rows
     out of the split fit) or at least that."""
-    seconds = f"a finite number of seconds >= {STEPS_CSV_RESOLUTION_S:g}"
+    seconds = f"a number of seconds in [{STEPS_CSV_RESOLUTION_S:g}, {MAX_STEP_S:g}]"
     allowed = {name: f"a whole number from 0 to {MAX_COUNT:,}" for name in COUNT_COLUMNS}
+    allowed["num_steps"] = "1 (calibrate fits single steps: `planner run` writes a row per step)"
     allowed |= {"duration_s": seconds, "host_s": f"0 or {seconds}", "device_s": f"0 or {seconds}"}
     for name, rule in allowed.items():
         if name not in rows:
             continue
         column = rows[name]
-        if name in COUNT_COLUMNS:
+        if name == "num_steps":
+            good = column == 1
+        elif name in COUNT_COLUMNS:
             good = (column >= 0) & (column <= MAX_COUNT) & (column == np.round(column))
         else:
-            good = np.isfinite(column) & (column >= STEPS_CSV_RESOLUTION_S) | (name != "duration_s") & (column == 0)
+            measured = (column >= STEPS_CSV_RESOLUTION_S) & (column <= MAX_STEP_S)
+            good = measured | (name != "duration_s") & (column == 0)
         if not good.all():
             i = int(np.argmin(good))
             shown = "empty or not a number" if np.isnan(column[i]) else f"{column[i]:g}"

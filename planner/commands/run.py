@@ -21,6 +21,8 @@ def _check_sampling(temperature: float, top_p: float) -> None:
         raise PlannerError(f"--temperature {temperature}: must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE}")
     if not 0 < top_p <= 1:
         raise PlannerError(f"--top-p {top_p}: must be a number in (0, 1]")
+    if top_p < 1 and temperature == 0:  # greedy decoding takes the likeliest token: top-p would change nothing
+        raise PlannerError(f"--top-p {top_p}: only with --temperature > 0 (at 0, greedy, it would be ignored)")
 
 
 SERIAL_NOTE = (

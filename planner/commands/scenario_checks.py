@@ -19,6 +19,7 @@ def workload_problems(scenario) -> list[str]:
 
     workload = generate_workload(scenario.workload, scenario.max_model_len)
     warn_clipped(scenario, workload)
+    warn_prefix_cut(scenario, workload)
     if len(workload):
         return []
     return [
@@ -40,6 +41,23 @@ def warn_clipped(scenario, workload) -> None:
             f" clipped to min {d.min:,} / {upper}: {c.share:.1%} of the draws, which moves their mean by"
             f" {c.mean_after - c.mean_before:+,.1f} tokens ({(c.mean_after - c.mean_before) / d.mean:+.1%} of the mean"
             f" asked), to {c.mean_after:,.1f}; a narrower std or other bounds keep the distribution asked for",
+            file=sys.stderr,
+        )
+
+
+def warn_prefix_cut(scenario, workload) -> None:
+    """A shared prefix longer than some prompts is their whole prompt (sim.workload: a prefix is part of the drawn
+    prompt): said, with how many, as the run does not share what the user asked for there."""
+    prefix = scenario.workload.shared_prefix
+    if prefix is None or not len(workload):
+        return
+    cut = int((workload.prompt_tokens < prefix.tokens).sum())
+    if cut:
+        print(
+            f"planner: warning: {scenario.source}: workload.shared_prefix.tokens {prefix.tokens:,} is longer than"
+            f" {cut:,} of the {len(workload):,} prompts ({cut / len(workload):.1%}; mean prompt"
+            f" {float(workload.prompt_tokens.mean()):,.1f} tokens): those share their whole prompt, fewer tokens than"
+            " asked; a shorter prefix or longer prompts keep it",
             file=sys.stderr,
         )
 

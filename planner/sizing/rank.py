@@ -52,7 +52,10 @@ def _dominates(a: Result, b: Result) -> bool:
 
 def _why_lost(r: Result, best: Result) -> str:
     extra = r.objective_usd_per_month - best.objective_usd_per_month
-    why = f"costs ${extra:,.0f}/month more (+{extra / best.objective_usd_per_month:.0%})"
+    if best.objective_usd_per_month > 0:
+        why = f"costs ${extra:,.0f}/month more (+{extra / best.objective_usd_per_month:.0%})"
+    else:  # a GPU priced at $0 (one already owned): no share of nothing
+        why = f"costs ${extra:,.0f}/month more (the best costs nothing)"
     if p99_e2el_ms(r) < p99_e2el_ms(best):
         why += f" for a lower p99 E2E ({p99_e2el_ms(r):,.0f} vs {p99_e2el_ms(best):,.0f} ms)"
     return why

@@ -28,7 +28,7 @@ from planner.sizing.spec_checks import (
 from planner.sizing.spec_fields import int_list, mapping, one_of, price_map, scalar, section
 from planner.special_fields import SPECIAL
 from planner.validation import _convert_scalar, allowed_keys
-from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
+from sim.config import ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
 # Weight dtypes the memory and cost models price: the scenario's dtype rule. fp8/int8/int4 weights would need
@@ -175,19 +175,37 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
 # Sections
 
 
+MAX_HEADROOM = 100.0  # spare capacity to size for: 100x the demand is another demand, to give as such
+
+
 def _demand(raw: Any, scenario: Scenario, ctx: Ctx) -> Demand:
     d = mapping(raw, "search.demand", DEMAND_KEYS, ctx)
     where = "search.demand"
-    headroom = scalar(d, "headroom", float, 1.2, where, ctx, lambda v: v >= 1, "must be >= 1 (1.2 = 20% spare)")
+    headroom = scalar(
+        d, "headroom", float, 1.2, where, ctx, lambda v: 1 <= v <= MAX_HEADROOM,
+        f"must be in [1, {MAX_HEADROOM:g}] (1.2 = 20% spare)",
+    )  # fmt: skip
     if "rate" in d and "concurrency" in d:
         raise ScenarioError(ctx.file, f"{where}.concurrency", d["concurrency"], "give rate or concurrency, not both")
+    # The scenario's own ranges (planner.rules): the probes run scenarios at up to the sized demand.
+    rate_rule, users_rule = RULES[(ArrivalConfig, "rate")], RULES[(ArrivalConfig, "concurrency")]
     if "rate" in d:
-        rate = scalar(d, "rate", float, None, where, ctx, lambda v: v > 0, "must be > 0 (requests/s)")
-        return Demand("rate", rate, headroom, f"{where}.rate")
-    if "concurrency" in d:
-        users = scalar(d, "concurrency", int, None, where, ctx, lambda v: v >= 1, "must be >= 1 (users)")
-        return Demand("users", users, headroom, f"{where}.concurrency")
-    return _demand_from_workload(scenario, headroom, ctx)
+        rate = scalar(d, "rate", float, None, where, ctx, rate_rule.ok, rate_rule.allowed)
+        demand = Demand("rate", rate, headroom, f"{where}.rate")
+    elif "concurrency" in d:
+        users = scalar(d, "concurrency", int, None, where, ctx, users_rule.ok, users_rule.allowed + " users")
+        demand = Demand("users", users, headroom, f"{where}.concurrency")
+    else:
+        demand = _demand_from_workload(scenario, headroom, ctx)
+    rule = rate_rule if demand.kind == "rate" else users_rule
+    if not rule.ok(demand.value * headroom):
+        raise ScenarioError(
+            ctx.file, f"{where}.headroom", headroom,
+            f"sizes for {demand.value * headroom:,.6g} {demand.unit} ({demand.value:,.6g} from {demand.source}), and"
+            f" a scenario's {'workload.arrival.rate' if demand.kind == 'rate' else 'workload.arrival.concurrency'}"
+            f" {rule.allowed}",
+        )  # fmt: skip
+    return demand
 
 
 def _demand_from_workload(scenario: Scenario, headroom: float, ctx: Ctx) -> Demand:

@@ -61,8 +61,8 @@ def question_lines(out: SizingResult) -> list[str]:
         f"workload: prompts {_dist(w.prompt_tokens)}, replies {_dist(w.output_tokens)} tokens",
         *([f"too long: {cut[0]}"] if cut else []),
         (
-            f"demand: {d.value:.4g} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
-            f" = {d.value * d.headroom:.4g} {d.unit}"
+            f"demand: {_amount(d.value)} {d.unit} (from {d.source}), sized with headroom x{d.headroom:g}"
+            f" = {_amount(d.value * d.headroom)} {d.unit}"
         ),
         f"SLOs: {slo or 'none (capacity = the highest steady-state load)'}",
         "objective: " + OBJECTIVE_WORDS[q.search.money.objective] + f" ({q.search.money.hours_per_month:g} h a month)",
@@ -110,7 +110,7 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
         ratio = worst_ratio(c)
         how_close = f" (its worst SLO value {ratio:.2f}x the bound)" if 0 < ratio < float("inf") else ""
         return (
-            f"No candidate meets the SLOs at {d.value:.4g} {d.unit}; the closest is {c.candidate.label}{how_close},"
+            f"No candidate meets the SLOs at {_amount(d.value)} {d.unit}; the closest is {c.candidate.label}{how_close},"
             f" which {c.note.removeprefix('not cheaper: ')}. Per GPU below: how close each came and what it"
             " would take."
         )
@@ -129,7 +129,7 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
         f"{verb} {ev.replicas} replica{'s' if ev.replicas > 1 else ''} of {r.candidate.label}"
         f" ({c.num_gpus} {r.candidate.gpu.name} GPU{'s' if c.num_gpus > 1 else ''} in all):"
         f" {_usd(r.objective_usd_per_month)}/month, {_usd(per_million, 2)} per 1M output"
-        f" tokens, serving {d.value:.4g} {d.unit}{f' ({cut[1]})' if (cut := too_long(out)) else ''}"
+        f" tokens, serving {_amount(d.value)} {d.unit}{f' ({cut[1]})' if (cut := too_long(out)) else ''}"
         f" with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
         f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures{odds})."
     )
@@ -310,3 +310,8 @@ def _provenance_caveats(provenances: list[str]) -> list[str]:
     if "spec-sheet" in provenances:
         caveats.append("spec-sheet figures are not calibrated against a measured engine: treat capacities as estimates")
     return caveats
+
+
+def _amount(value: float) -> str:
+    """A demand as people write it: 4.7 req/s, 24 users, 80,000 users (not 8e+04)."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
