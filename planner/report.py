@@ -238,11 +238,14 @@ def _uncertainty(s: dict) -> str:
     """The fit's (or the transfer's measured) one-std spread of the efficiencies, in % of their values, and
     the step time's spread that the fit's residuals leave."""
     std, values = s["cost_model_provenance"].get("uncertainty") or {}, s.get("cost_model") or {}
-    spread = [
-        f"{name.removesuffix('_efficiency')} ±{std[name] / values[name]:.0%}"
-        for name in ("flops_efficiency", "bandwidth_efficiency", "interconnect_efficiency")
-        if name in std and values.get(name) and std[name] / values[name] < 10
-    ]
+    spread = []
+    for name in ("flops_efficiency", "bandwidth_efficiency", "interconnect_efficiency"):
+        if name in std and values.get(name):
+            ratio = std[name] / values[name]
+            # A spread of 10x its value or more is a term the fit could not pin (a CPU's flops): drawn across its
+            # whole range by --intervals, so said, not left out as it was.
+            shown = f"±{ratio:.0%}" if ratio < 10 else f"not pinned by the fit (std {ratio:,.0f}x its value)"
+            spread.append(f"{name.removesuffix('_efficiency')} {shown}")
     out = f"; efficiencies {', '.join(spread)} (1 std)" if spread else ""
     residual = std.get("step_time_rel")  # planner.calibration.provenance.STEP_TIME_SPREAD (not imported here)
     return out + (f"; step time ±{residual:.0%} unexplained by the fit (1 std)" if residual else "")

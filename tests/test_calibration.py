@@ -330,3 +330,18 @@ def test_a_further_run_lands_inside_the_5_to_95_range_of_n_runs_less_often_than_
             low, high = np.percentile(draws[:, :runs], [5, 95], axis=1)
             inside = np.mean((draws[:, runs] >= low) & (draws[:, runs] <= high))
             assert inside == pytest.approx(chance_inside(runs), abs=tolerance), (draw, runs)
+
+
+def test_a_spread_the_fit_could_not_pin_is_said_not_left_out(tmp_path, capsys):
+    # A CPU's fit leaves flops_efficiency unpinned (std ~20x its value); the Cost model line showed the others
+    # only, while --intervals drew it across its whole range.
+    shipped = Path(__file__).resolve().parent.parent / "planner" / "calibrations" / "a100-80gb-tp1.yaml"
+    profile = yaml.safe_load(shipped.read_text())
+    profile["uncertainty"]["flops_efficiency"] = 100 * profile["coefficients"]["flops_efficiency"]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    scenario = Path(__file__).resolve().parent.parent / "scenarios" / "a100_llama2_7b_mixed.yaml"
+    argv = ["simulate", str(scenario), "--set", "dtype=float16", "--set", "workload.num_requests=20"]
+    assert main([*argv, "--calibration", str(path)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Cost model:"))
+    assert "efficiencies flops not pinned by the fit (std 100x its value), bandwidth ±1% (1 std)" in line
