@@ -164,6 +164,13 @@ def test_no_silent_dense_reading() -> None:
     gpt = dict(_raw_catalog()["gpt-oss-20b"])
     with pytest.raises(CatalogError, match="layer_types"):
         model_spec_from_hf_config({**gpt, "layer_types": ["sliding_attention"] * 3}, "x")
+    layers = llama["num_hidden_layers"]  # another kind of layer, where no window is set, was read as attention
+    with pytest.raises(CatalogError, match=r"layer_types = \['linear_attention'.*must list 32 of sliding_attention"):
+        model_spec_from_hf_config({**llama, "layer_types": ["linear_attention"] * layers}, "x")
+    qwen = {k: v for k, v in _raw_catalog()["qwen3-8b"].items() if k != "published_params"}
+    with pytest.raises(CatalogError, match=r"layer_types = \['foo', 'bar'\]"):
+        model_spec_from_hf_config({**qwen, "layer_types": ["foo", "bar"]}, "x")
+    assert model_spec_from_hf_config({**llama, "layer_types": ["full_attention"] * layers}, "x").sliding_window is None
     with pytest.raises(CatalogError, match="rope_scaling type 'dynamic'"):
         model_spec_from_hf_config({**llama, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "x")
 

@@ -115,6 +115,14 @@ def attention_fields(config: Mapping[str, Any], model_type: str, num_layers: int
     - Mistral (v0.1) and Mixtral: a non-null sliding_window applies to every layer.
     - Qwen2/Qwen3(-MoE) carry sliding_window but use it only with use_sliding_window true (not supported).
     """
+    types = config.get("layer_types")
+    allowed = ("sliding_attention", "full_attention")
+    if types is not None and (
+        not isinstance(types, list) or len(types) != num_layers or any(t not in allowed for t in types)
+    ):  # another kind of layer (linear attention, say) is not what the memory and cost models price
+        raise ArchitectureError(
+            f"model {name!r}: layer_types = {types!r}: must list {num_layers} of {', '.join(allowed)}"
+        )
     window = config.get("sliding_window")
     if model_type in ("qwen2", "qwen3", "qwen3_moe"):
         if config.get("use_sliding_window"):
@@ -123,17 +131,11 @@ def attention_fields(config: Mapping[str, Any], model_type: str, num_layers: int
             )
         return {}
     if window is None:
-        if any(t == "sliding_attention" for t in config.get("layer_types") or []):
+        if any(t == "sliding_attention" for t in types or []):
             raise ArchitectureError(f"model {name!r}: layer_types has sliding_attention but sliding_window is null")
         return {}
     window = _int(config, "sliding_window", name)
-    types = config.get("layer_types")
     if types is not None:
-        allowed = ("sliding_attention", "full_attention")
-        if not isinstance(types, list) or len(types) != num_layers or any(t not in allowed for t in types):
-            raise ArchitectureError(
-                f"model {name!r}: layer_types = {types!r}: must list {num_layers} of {', '.join(allowed)}"
-            )
         sliding = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
     elif config.get("sliding_window_pattern") is not None:
         pattern = _int(config, "sliding_window_pattern", name)
