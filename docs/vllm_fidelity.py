@@ -297,6 +297,10 @@ FOLLOWED = [  # (vLLM function, file, what we follow, our module)
      ("running first, then waiting FCFS, each admitted only when its whole sequence fits the free blocks"
       " (scheduler_reserve_full_isl); recompute preemption from the tail; chunked prefill off = whole"
       " prompts into what is left of the budget, in mixed steps"), "sim/scheduler.py"),
+    ("AsyncScheduler, EngineCore.step_with_batch_queue", "vllm/v1/core/sched/async_scheduler.py, vllm/v1/engine/core.py",
+     ("step N+1 planned while N runs: an arrival during N first runs in N+2, and a request finishing in N keeps its"
+      " slot and blocks while N+1 is planned (left out of it, freed when N's output is processed)"),
+     "sim/replica.py, sim/scheduler_base.py"),
     ("KVCacheManager.get_computed_blocks, allocate_slots", "vllm/v1/core/kv_cache_manager.py",
      "prefix hits up to num_tokens - 1; blocks cached at allocation, capped at num_tokens", "sim/kv_manager.py"),
     ("BlockPool", "vllm/v1/core/block_pool.py",
