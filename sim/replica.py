@@ -150,8 +150,11 @@ class Replica:
             out = sched.schedule()
             if not out.scheduled and holding:
                 # Only the finished requests' held slots or blocks kept the queue's head out (vLLM plans an empty
-                # step N+1): once N's outputs free them the head is planned, with no step to hide that behind.
+                # step N+1, preempting maybe): once N's outputs free them the head is planned, with no step to hide
+                # that behind; the empty plan's preemptions are this step's.
+                preempted = out.num_preempted
                 out, after_idle = sched.schedule(), True
+                out.num_preempted += preempted
             if not out.scheduled:
                 raise RuntimeError(
                     f"no request can be scheduled at t={env.now:.3f}s with "

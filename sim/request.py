@@ -38,6 +38,7 @@ class Request:
     num_cached_blocks: int = 0  # leading blocks already registered in the prefix cache
     block_hashes: list[int] = field(default_factory=list)  # chained hashes of the full blocks
     num_preemptions: int = 0
+    admission_order: int = 0  # when it last joined the running requests (the scheduler's count): their order
     first_token_s: float | None = None
     last_token_s: float | None = None  # inter-token gaps go to the metrics as they happen, not kept here
     finished_s: float | None = None

@@ -139,8 +139,16 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
 
     def _allocate_or_preempt(self, request: Request, num_new_tokens: int, out: SchedulerOutput) -> bool:
         """Find blocks for the request, preempting the most recently admitted requests while the pool is
-        short; False when the request itself had to go."""
+        short; False when the request itself had to go. A finished request still held (hold_finished) is in
+        vLLM's `running` where it was admitted: when it is the most recent, vLLM pops it first, which frees its
+        blocks and recomputes nothing (its output is processed as a finish)."""
         while not self.kv.allocate_slots(request, num_new_tokens):
+            held = self.finished_holding
+            newest_held = max(held, key=lambda r: r.admission_order) if held else None
+            if newest_held is not None and newest_held.admission_order > self.running[-1].admission_order:
+                held.remove(newest_held)
+                self.kv.free(newest_held)
+                continue
             victim = self.running.pop()
             self._preempt(victim)
             out.num_preempted += 1

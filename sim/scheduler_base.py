@@ -36,6 +36,7 @@ class Scheduler(ABC):
         # schedule() (or decode_step()), in the order it finished.
         self.hold_finished = False
         self.finished_holding: list[Request] = []
+        self.num_admitted = 0  # admissions so far: each request's admission_order, vLLM's `running` order
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -154,3 +155,5 @@ class Scheduler(ABC):
         self.waiting.popleft()
         self.running.append(request)
         request.status = Status.RUNNING
+        self.num_admitted += 1
+        request.admission_order = self.num_admitted

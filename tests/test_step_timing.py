@@ -160,6 +160,36 @@ def test_async_a_plan_left_empty_by_held_slots_is_replanned_with_no_step_to_hide
     assert np.allclose(steps["duration_s"][second + 1 :], np.maximum(steps["host_s"], steps["device_s"])[second + 1 :])
 
 
+def test_async_a_held_request_admitted_last_is_preempted_first_freeing_its_blocks():
+    """vLLM keeps a finished request in `running` until its output is processed and preempts from the tail: a
+    held request admitted after the others goes first, which frees its blocks and recomputes nothing."""
+    sched = build_scheduler(make_scenario(engine={"max_num_seqs": 2}), 5, Recorder(5, 16, record_steps=False))
+    sched.hold_finished = True
+    a, b = Request(0, 0.0, 32, 50), Request(1, 0.0, 32, 1)  # two blocks each: the pool's four
+    for request in (a, b):
+        sched.add_request(request)
+    assert sched.update(sched.schedule(), 1.0) == [b]
+    plan = sched.schedule()  # a's 33rd token needs a block: b's, not a's preemption
+    assert [request for request, _ in plan.scheduled] == [a] and plan.num_preempted == 0
+    assert a.num_preemptions == 0 and len(a.block_ids) == 3 and not sched.finished_holding
+
+
+@pytest.mark.parametrize(("max_num_seqs", "num_blocks", "seed"), [(2, 17, 5), (3, 17, 5), (3, 20, 1), (3, 23, 0)])
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_async_every_preemption_is_in_a_step_row(max_num_seqs, num_blocks, seed, fast_forward):
+    # A plan left empty by held blocks, re-made once they were free, lost the preemptions it had made (the step
+    # rows said 8 where the requests said 9); and a held request admitted last was kept while a live one went.
+    scenario = make_scenario(
+        engine={"max_num_seqs": max_num_seqs, "max_model_len": 256, "num_gpu_blocks_override": num_blocks,
+                "enable_prefix_caching": False, "enable_chunked_prefill": False},
+        workload={"num_requests": 20, "seed": seed, "arrival": {"process": "poisson", "rate": 200.0},
+                  "prompt_tokens": {"dist": "uniform", "low": 1, "high": 120},
+                  "output_tokens": {"dist": "uniform", "low": 1, "high": 120}},
+    )  # fmt: skip
+    recorder = simulate(scenario, fast_forward=fast_forward).recorder
+    assert recorder.num_preemptions == recorder.requests.view()["preemptions"].sum() > 0
+
+
 def test_fast_forward_matches_stepping_under_async():
     scenario = make_scenario(workload={"num_requests": 60})
     a = simulate(scenario, fast_forward=True).recorder.requests.view()
