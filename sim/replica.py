@@ -85,7 +85,7 @@ class Replica:
         self.overlapped = not cost.serial
         self.deferred: list[Request] | None = None
         # ... and a request finished in step N holds its slot and blocks while step N+1 is planned (vLLM's
-        # AsyncScheduler: sim/scheduler.py, hold_finished).
+        # AsyncScheduler: sim/scheduler_base.py, hold_finished).
         scheduler.hold_finished = self.overlapped and isinstance(scheduler, ContinuousScheduler)
         env.process(self.run())
 
