@@ -188,18 +188,30 @@ def _check_checkpoint(model: Transformer, names: dict[str, list[str]], files: di
     wanted = {n for parts in names.values() for n in parts}
     missing = sorted(wanted - files.keys())
     unexpected = sorted(n for n in files.keys() - wanted if not _ignored(model, n))
+    # An index can name a shard that does not hold the tensor (swapped entries): safetensors then raised its own
+    # error mid-check.
+    in_shards = {file: set(handle.keys()) for file, handle in handles.items()}
+    misplaced = sorted(
+        f"{n} (the index says {files[n].name})" for n in wanted & files.keys() if n not in in_shards[files[n]]
+    )
     mismatched = []
     for name, param in model.named_parameters():
-        if not files.keys() >= set(names[name]):
+        if not all(n in files and n in in_shards[files[n]] for n in names[name]):
             continue
         shapes = [tuple(handles[files[n]].get_slice(n).get_shape()) for n in names[name]]
-        stacked = (sum(s[0] for s in shapes), *shapes[0][1:])
+        # A 0-dimensional tensor stacks with nothing (it had no dim 0: an IndexError)
+        stacked = (sum(s[0] for s in shapes), *shapes[0][1:]) if all(shapes) else ()
         if any(s[1:] != shapes[0][1:] for s in shapes) or stacked != tuple(param.shape):
             parts = " + ".join(f"{n} {list(s)}" for n, s in zip(names[name], shapes))
             mismatched.append(f"{name}: model wants {list(param.shape)}, checkpoint has {parts}")
     problems = [
         f"{label} ({len(items)}): {_first(items)}"
-        for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", mismatched))
+        for label, items in (
+            ("missing", missing),
+            ("not in the shard the index names", misplaced),
+            ("unexpected", unexpected),
+            ("shape mismatch", mismatched),
+        )
         if items
     ]
     if problems:

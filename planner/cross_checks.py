@@ -10,9 +10,19 @@ from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
 from planner.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
-from sim.config import Distribution, Scenario, WorkloadConfig
+from sim.config import Distribution, GpuSpec, Scenario, WorkloadConfig
 from sim.defaults import resolve_batch_limits
 from sim.memory_fit import tensor_parallel_sizes
+
+
+def _where_to_give(gpu: GpuSpec) -> str:
+    """Where a GPU figure the scenario needs goes: a catalog GPU without it (the cpu entry) is not mended in a
+    mapping the user never wrote (the GPU itself says which: a sizing candidate is not the file's GPU)."""
+    from planner import catalog  # late: the catalog reads its YAML on use
+
+    if gpu.name in catalog.gpu_names() and catalog.catalog_gpu(gpu.name) == gpu:
+        return f"the catalog's {gpu.name} has none: give hardware.gpu as a mapping of its fields with it"
+    return f"give it in the inline gpu mapping ({gpu.name})"
 
 
 def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
@@ -33,13 +43,7 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
             f" replicated), as vLLM requires; valid sizes for {m.name}: {valid}",
         )  # fmt: skip
 
-    # A catalog GPU without a figure (the cpu entry) is not fixed by editing a mapping the user never wrote.
-    given_as = ((raw.get("hardware") or {}).get("gpu")) if isinstance(raw.get("hardware"), dict) else None
-    in_mapping = (
-        f"the catalog's {given_as} has none: give hardware.gpu as a mapping of its fields with it"
-        if isinstance(given_as, str)
-        else "in the inline gpu mapping"
-    )
+    in_mapping = _where_to_give(hw.gpu)
     if tp > 1 and hw.gpu.interconnect_bandwidth_gbps is None:  # the cost model prices the all-reduces by it
         fail(
             "hardware.gpu.interconnect_bandwidth_gbps", NO_VALUE,

@@ -196,8 +196,12 @@ def edit_checkpoint(path, edit) -> None:
             lambda t: t.update({"model.layers.9.mlp.up_proj.weight": torch.zeros(1)}),
             r"unexpected \(1\): model.layers.9",
         ),
+        (  # a 0-dimensional tensor has no dim 0 to stack: it was an IndexError
+            lambda t: t.update({"model.embed_tokens.weight": torch.tensor(1.0)}),
+            r"shape mismatch \(1\): embed_tokens.weight: model wants \[\d+, 64\], checkpoint has model.embed_tokens.weight \[\]",
+        ),
     ],
-    ids=["missing", "shape", "unexpected"],
+    ids=["missing", "shape", "unexpected", "0-d"],
 )
 def test_checkpoint_that_does_not_fit_is_rejected_untouched(llama_dir, edit, message):
     edit_checkpoint(llama_dir, edit)
@@ -229,6 +233,19 @@ def test_index_naming_an_absent_shard(llama_dir):
     weight_map = dict.fromkeys(names, "model.safetensors") | {"lm_head.weight": "model-2.safetensors"}
     (llama_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     with pytest.raises(WeightLoadError, match="lists shards that are not there: model-2.safetensors"):
+        load_weights(build_model(LLAMA, torch.float32, "cpu"), llama_dir)
+
+
+def test_index_naming_a_shard_without_the_tensor(llama_dir):
+    # The shard is there but does not hold what the index says (swapped entries): safetensors raised its own error.
+    tensors = load_file(llama_dir / "model.safetensors")
+    save_file({"lm_head.weight": tensors.pop("lm_head.weight")}, llama_dir / "model-2.safetensors")
+    save_file(tensors, llama_dir / "model.safetensors")
+    weight_map = dict.fromkeys(tensors, "model-2.safetensors") | {"lm_head.weight": "model.safetensors"}
+    (llama_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(
+        WeightLoadError, match=r"not in the shard the index names \(\d+\): lm_head.weight \(the index says"
+    ):
         load_weights(build_model(LLAMA, torch.float32, "cpu"), llama_dir)
 
 

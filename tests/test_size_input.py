@@ -82,6 +82,7 @@ def test_a_swept_max_model_len_no_request_fits_under_prunes_its_candidates(sizin
 def test_a_sweep_whose_every_max_model_len_rejects_every_request_cannot_run(capsys, sizing_file):
     err = size_error(capsys, str(sizing_file), "--workers", "1", *sets("search.candidates.engine={max_model_len: [1]}"))
     assert "no candidate can run" in err and "max_model_len 1 rejects 20 of a probe's 20 requests" in err
+    assert "\\n" not in err  # the candidates' reasons were joined by newlines, which the CLI printed escaped
 
 
 # A swept max_model_len shorter than some requests: it would drop (or cut) the longest ones and size a lighter

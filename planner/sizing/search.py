@@ -361,11 +361,11 @@ def _misses(p: ProbeResult, unit: str) -> str:
 
 
 def _nothing_runs(q: SizingQuestion, pruned: list[Pruned]) -> str:
-    lines = [f"{q.source}: no candidate can run ({len(pruned)} pruned):"]
-    lines += [f"  {p.label}: {p.reason}" for p in pruned[:20]]
+    """One line, as every error (the CLI escapes a newline: it printed a literal \\n between candidates)."""
+    reasons = [f"{p.label}: {p.reason}" for p in pruned[:20]]
     if len(pruned) > 20:
-        lines.append(f"  ... and {len(pruned) - 20} more")
-    return "\n".join(lines)
+        reasons.append(f"and {len(pruned) - 20} more")
+    return f"{q.source}: no candidate can run ({len(pruned)} pruned): " + "; ".join(reasons)
 
 
 def median_simulation_s(out: SizingResult, cpu: bool = False) -> float | None:
