@@ -57,6 +57,7 @@ def above_to(lo: float, hi: float, unit: str = "") -> Rule:
 
 # Upper bounds shared by several keys. Each is beyond any deployment we know of, and small enough that the
 # arithmetic on it stays exact and the run's memory bounded.
+MAX_RENTAL_USD_PER_HOUR, MAX_PURCHASE_USD = 1e4, 1e8  # a GPU's price: also the sizing file's overrides of it
 MAX_TOKENS = 1 << 24  # 16,777,216: a context length (Llama 4 Scout's is 10,485,760)
 MAX_NUM_REQUESTS = 10_000_000  # a run's requests; 1,000,000 simulate in < 1 GB (README, "Speed and scale")
 MAX_NUM_GPU_BLOCKS = 1 << 24  # the block pool keeps a few dozen bytes per block
@@ -155,8 +156,8 @@ RULES: dict[tuple[type, str], Rule] = {
         (GpuSpec, name): above_to(0, hi, unit)
         for name, hi, unit in (
             ("tdp_w", 1e5, " W"),
-            ("rental_usd_per_hour", 1e4, " $/h"),
-            ("purchase_usd", 1e8, " $"),
+            ("rental_usd_per_hour", MAX_RENTAL_USD_PER_HOUR, " $/h"),
+            ("purchase_usd", MAX_PURCHASE_USD, " $"),
         )
     },
     **{

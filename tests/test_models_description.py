@@ -171,6 +171,12 @@ def test_no_silent_dense_reading() -> None:
     with pytest.raises(CatalogError, match=r"layer_types = \['foo', 'bar'\]"):
         model_spec_from_hf_config({**qwen, "layer_types": ["foo", "bar"]}, "x")
     assert model_spec_from_hf_config({**llama, "layer_types": ["full_attention"] * layers}, "x").sliding_window is None
+    mxfp4 = {"quantization_config": {"quant_method": "mxfp4"}}  # experts only: a dense model kept its full size
+    with pytest.raises(CatalogError, match="'mxfp4' quantizes only a mixture of experts' experts; model_type 'llama'"):
+        model_spec_from_hf_config({**llama, **mxfp4}, "x")
+    fp8_block = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [True, 128]}}
+    with pytest.raises(CatalogError, match=r"weight_block_size = \[True, 128\]: must be \[rows, columns\]"):
+        model_spec_from_hf_config({**llama, **fp8_block}, "x")
     with pytest.raises(CatalogError, match="rope_scaling type 'dynamic'"):
         model_spec_from_hf_config({**llama, "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "x")
 

@@ -332,3 +332,22 @@ def test_a_gpu_priced_at_nothing_can_win(capsys, sizing_file):
     out = capsys.readouterr().out
     assert "Answer: Rent 1 replica of a10 tp1" in out and "$0/month" in out
     assert "(the best costs nothing)" in out
+
+
+@pytest.mark.parametrize(
+    ("money", "words"),
+    [
+        (
+            "search.money.rental_usd_per_gpu_hour={a10: 1.0e308}",
+            "search.money.rental_usd_per_gpu_hour.a10 = 1e+308: must be a number of USD in [0, 10,000]",
+        ),
+        (
+            "search.money.purchase_usd_per_gpu={a10: 1.0e9}",
+            "search.money.purchase_usd_per_gpu.a10 = 1000000000.0: must be a number of USD in [0, 100,000,000]",
+        ),
+        ("search.money.amortization_months=1.0e-300", "search.money.amortization_months = 1e-300: must be in [1, 600]"),
+    ],
+)
+def test_a_price_beyond_the_catalogs_bounds_is_refused(capsys, sizing_file, no_search, money, words):
+    # 1e308 $/h answered "$inf/month" (and null in --json); the catalog caps an inline GPU's prices the same way.
+    assert words in size_error(capsys, str(sizing_file), *sets(money))

@@ -233,6 +233,12 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec
         }
     except ArchitectureError as err:
         raise CatalogError(str(err)) from None
+    if extra.get("experts_only_quantized") and not extra.get("num_experts"):
+        # MXFP4 quantizes the routed experts only: a dense model would be read at full size, silently
+        raise CatalogError(
+            f"model {name!r}: quantization_config.quant_method = 'mxfp4' quantizes only a mixture of experts' experts;"
+            f" model_type {model_type!r} has none"
+        )
     if extra.get("kv_lora_rank"):
         # MLA: a query head is qk_nope + qk_rope wide; there are no per-head K/V to cache (the latent is).
         head_dim = extra["qk_nope_head_dim"] + extra["qk_rope_head_dim"]

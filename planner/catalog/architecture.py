@@ -185,7 +185,11 @@ def quantization_fields(config: Mapping[str, Any], name: str) -> dict[str, Any]:
         block = q.get("weight_block_size")
         if block is None:
             return {"quant_method": "fp8", "weight_bits": 8, "quant_group_size": 0}
-        if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
+        if not (
+            isinstance(block, list)
+            and len(block) == 2
+            and all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)
+        ):
             raise ArchitectureError(f"model {name!r}: weight_block_size = {block!r}: must be [rows, columns]")
         return {"quant_method": "fp8", "weight_bits": 8, "quant_group_size": block[0] * block[1]}
     if method == "mxfp4":  # 4-bit e2m1 weights with an e8m0 scale per 32 (OCP MX spec); experts only

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import MAX_NUM_REQUESTS, RULES, Ctx, did_you_mean, in_range
+from planner.rules import (
+    MAX_NUM_REQUESTS,
+    MAX_PURCHASE_USD,
+    MAX_RENTAL_USD_PER_HOUR,
+    RULES,
+    Ctx,
+    did_you_mean,
+    in_range,
+)
 from planner.scenario import read_overridden, validate_mapping
 from planner.sizing.spec_checks import (
     check_num_candidates,
@@ -252,13 +260,20 @@ def _money(raw: Any, ctx: Ctx) -> Money:
         objective=scalar(
             m, "objective", str, "rental", w, ctx, lambda v: v in OBJECTIVES, one_of(OBJECTIVES), OBJECTIVES
         ),
-        rental_usd_per_gpu_hour=price_map(m.get("rental_usd_per_gpu_hour"), f"{w}.rental_usd_per_gpu_hour", ctx),
-        purchase_usd_per_gpu=price_map(m.get("purchase_usd_per_gpu"), f"{w}.purchase_usd_per_gpu", ctx),
+        rental_usd_per_gpu_hour=price_map(
+            m.get("rental_usd_per_gpu_hour"), f"{w}.rental_usd_per_gpu_hour", ctx, MAX_RENTAL_USD_PER_HOUR
+        ),
+        purchase_usd_per_gpu=price_map(
+            m.get("purchase_usd_per_gpu"), f"{w}.purchase_usd_per_gpu", ctx, MAX_PURCHASE_USD
+        ),
         # US average commercial electricity, 2025: ~$0.13-0.14/kWh (EIA Electric Power Monthly, table 5.6.A).
         power_usd_per_kwh=scalar(m, "power_usd_per_kwh", float, 0.14, w, ctx, lambda v: v >= 0, "must be >= 0"),
         # A serving GPU's average draw sits well below its board limit; 0.7 is an assumption, not a measurement.
         power_utilization=scalar(m, "power_utilization", float, 0.7, w, ctx, lambda v: 0 < v <= 1, "must be in (0, 1]"),
-        amortization_months=scalar(m, "amortization_months", float, 36.0, w, ctx, lambda v: v > 0, "must be > 0"),
+        # A month to 50 years: 1e-300 months spread the price over nothing ($inf a month).
+        amortization_months=scalar(
+            m, "amortization_months", float, 36.0, w, ctx, lambda v: 1 <= v <= 600, "must be in [1, 600] months"
+        ),
         hours_per_month=scalar(m, "hours_per_month", float, 730.0, w, ctx, lambda v: 0 < v <= 744, "must be in (0, 744]"),
     )  # fmt: skip
 

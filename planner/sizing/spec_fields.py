@@ -68,14 +68,15 @@ def int_list(raw: Any, key: str, rule: Rule, ctx: Ctx) -> tuple[int, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def price_map(raw: Any, key: str, ctx: Ctx) -> dict[str, float]:
+def price_map(raw: Any, key: str, ctx: Ctx, most_usd: float) -> dict[str, float]:
+    """GPU name -> USD, each in [0, most_usd] (the catalog's bound for the same price: 1e308 printed $inf)."""
     if raw is None:
         return {}
     if not isinstance(raw, dict):
         raise ScenarioError(ctx.file, key, raw, "expected a mapping of GPU name to USD, e.g. {a10: 0.75}")
     for name, v in raw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v >= 0):
-            raise ScenarioError(ctx.file, f"{key}.{name}", v, "must be a number of USD >= 0")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0 <= v <= most_usd):
+            raise ScenarioError(ctx.file, f"{key}.{name}", v, f"must be a number of USD in [0, {most_usd:,.0f}]")
     return {str(k): float(v) for k, v in raw.items()}
 
 
