@@ -52,6 +52,14 @@ def test_a_probe_passing_at_the_upper_bound_lifts_it(kind):
     assert find_capacity(lambda x: probe_result(x, x <= 4.5), kind, 4, 5, 12, 0.1).load <= 5  # a true bound still holds
 
 
+@pytest.mark.parametrize(("max_probes", "lower_bound"), [(2, True), (3, True), (12, False)])
+def test_a_search_out_of_probes_above_a_pass_reports_a_lower_bound(max_probes, lower_bound):
+    # 2 probes bracketed 174.7 req/s between 134.7 (passed) and 269.5 (failed) and reported 134.7 as if measured.
+    cap = find_capacity(lambda x: probe_result(x, x <= 174.7), "rate", 134.7, None, max_probes, 0.1)
+    assert cap.lower_bound is lower_bound and cap.load <= 174.7
+    assert not find_capacity(lambda x: probe_result(x, x <= 13), "users", 4, 60, 12, 0.01).lower_bound
+
+
 def test_no_capacity_when_even_the_lightest_load_fails():
     cap = find_capacity(lambda x: probe_result(x, False), "users", 8, None, 12, 0.1)
     assert cap.load == 0 and cap.best is None and cap.lightest.load == 1

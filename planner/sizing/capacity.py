@@ -27,6 +27,9 @@ class Capacity:
     lightest: ProbeResult  # the lightest load tried: how close a candidate with no capacity came
     short_of: float | None = None  # it failed at this load, the least it needed: the search stopped there
     ran_out: bool = False  # nothing passed, and max_probes ended the search before its lightest load
+    # A load passed, but max_probes ended the search before a failing load within the tolerance above it (or the
+    # bound there): the capacity is at least `load`, maybe more (2 probes gave 134.7 req/s where 174.7 holds).
+    lower_bound: bool = False
 
 
 def find_capacity(
@@ -108,4 +111,5 @@ def find_capacity(
     probes = tuple(results[k] for k in sorted(results))
     best = results.get(lo) if lo > 0 else None
     ran_out = lo == 0 and len(results) >= max_probes and probes[0].load > snap(floor_load)
-    return Capacity(float(lo), probes, best, probes[0], ran_out=ran_out)
+    closed = hi is not None and (hi <= lo * (1 + tolerance) or (users and hi - lo <= 1))
+    return Capacity(float(lo), probes, best, probes[0], ran_out=ran_out, lower_bound=lo > 0 and not closed)

@@ -27,6 +27,8 @@ def _result(r: Result) -> dict:
         "tpot_floor_ms": r.tpot_floor_ms,
         "memory": r.memory,
         "capacity_per_replica": ev.capacity.load if ev else None,
+        # out of probes before a failing load close above it: at least this much (planner/sizing/capacity.py)
+        "capacity_is_lower_bound": ev.capacity.lower_bound if ev else None,
         "replicas": ev.replicas if ev else None,
         "probes": [p.to_dict() for p in ev.capacity.probes] if ev else [],
         "at_demand": ev.at_demand.to_dict() if ev and ev.at_demand else None,

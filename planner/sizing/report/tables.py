@@ -132,6 +132,7 @@ def answer(out: SizingResult, ranking: Ranking) -> str:
         f" tokens, serving {_amount(d.value)} {d.unit}{f' ({cut[1]})' if (cut := too_long(out)) else ''}"
         f" with p99 TTFT {_ms(p['p99_ttft'])} ms and p99 TPOT"
         f" {_ms(p['p99_tpot'])} ms ({r.candidate.provenance} figures{odds})."
+        + (f" {OUT_OF_PROBES}" if ev.capacity.lower_bound else "")
     )
 
 
@@ -144,7 +145,7 @@ def row(r: Result, unit: str) -> list[str]:
         r.candidate.label,
         "-" if not ev or ev.replicas is None else str(ev.replicas),
         "-" if c is None else str(c.num_gpus),
-        "-" if not ev else f"{ev.capacity.load:,.{0 if unit == 'users' else 2}f} {unit}",
+        "-" if not ev else capacity_text(ev.capacity, unit),
         "-" if p is None else f"{_ms(p['p50_ttft'])} / {_ms(p['p99_ttft'])}",
         "-" if p is None else f"{_ms(p['p50_tpot'])} / {_ms(p['p99_tpot'])}",
         "-" if c is None else _usd(c.rental_usd_per_month),
@@ -310,6 +311,18 @@ def _provenance_caveats(provenances: list[str]) -> list[str]:
     if "spec-sheet" in provenances:
         caveats.append("spec-sheet figures are not calibrated against a measured engine: treat capacities as estimates")
     return caveats
+
+
+OUT_OF_PROBES = (
+    "Its capacity per replica is a lower bound: the search ran out of probes before a failing load close above it"
+    " (raise search.probe.max_probes), so fewer replicas may do."
+)
+
+
+def capacity_text(capacity, unit: str) -> str:
+    """A replica's capacity as the table shows it: `>= x` where the search ran out of probes above it."""
+    text = f"{capacity.load:,.{0 if unit == 'users' else 2}f} {unit}"
+    return f">= {text}" if capacity.lower_bound else text
 
 
 def _amount(value: float) -> str:
