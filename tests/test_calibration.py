@@ -345,3 +345,13 @@ def test_a_spread_the_fit_could_not_pin_is_said_not_left_out(tmp_path, capsys):
     assert main([*argv, "--calibration", str(path)]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Cost model:"))
     assert "efficiencies flops not pinned by the fit (std 100x its value), bandwidth ±1% (1 std)" in line
+
+
+def test_an_inline_gpu_under_a_catalog_name_with_other_figures_is_not_that_gpus_calibration():
+    # Named a100-80gb with a tenth of its flops and bandwidth, it was "calibrated ±1%" by the A100's profile.
+    a100 = make_scenario(hardware={"gpu": "a100-80gb"})
+    lookalike = dataclasses.replace(
+        a100, hardware=dataclasses.replace(a100.hardware, gpu=dataclasses.replace(a100.hardware.gpu, bf16_tflops=31.2))
+    )
+    assert resolve_cost_model(a100)[1].label.startswith("calibrated (public profile")
+    assert resolve_cost_model(lookalike)[1].label.startswith("transferred (from public profiles")

@@ -3,23 +3,35 @@ profile file, the newest matching profile in the user's profile folder, or the s
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from planner.calibration.provenance import SPEC_SHEET, Provenance, residual_spread
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import NO_SUCH_USER, PlannerError, expand_user, show_value
-from sim.config import Scenario
+from sim.config import GpuSpec, Scenario
 from sim.cost_model import CostCoefficients
 
 if TYPE_CHECKING:
     from planner.calibration.profile import Profile
 
 
+def calibration_gpu(gpu: GpuSpec) -> GpuSpec:
+    """The GPU as calibrations know it. An inline mapping that takes a catalog GPU's name with other figures is
+    not that GPU: a profile of the catalog's was measured against the catalog's figures (an inline "a100-80gb"
+    of 100 GB/s was called calibrated ±1% by the A100's). It goes by a name no profile has."""
+    from planner import catalog  # loaded by the scenario already
+
+    if gpu.name in catalog.gpu_names() and catalog.catalog_gpu(gpu.name) != gpu:
+        return dataclasses.replace(gpu, name=f"{gpu.name} (inline, other figures)")
+    return gpu
+
+
 def mismatches(profile: Profile, scenario: Scenario, check_model: bool = True) -> list[str]:
     """What differs between where the profile was measured and what the scenario simulates."""
     out = []
-    gpu = scenario.hardware.gpu.name
+    gpu = calibration_gpu(scenario.hardware.gpu).name
     if profile.device["gpu"] != gpu:
         out.append(f"it was measured on {profile.device['gpu'] or profile.device['name']}, the scenario's GPU is {gpu}")
     if profile.dtype != scenario.dtype:
@@ -113,6 +125,7 @@ def _public(scenario: Scenario) -> tuple[CostCoefficients, Provenance]:
     gpu = scenario.hardware.gpu
     if gpu.name == "cpu":
         return CostCoefficients(), SPEC_SHEET
+    gpu = calibration_gpu(gpu)
     from planner.calibration.transfer import public_cost_model  # reads one to three small YAML files
 
     tp = scenario.hardware.tensor_parallel_size
