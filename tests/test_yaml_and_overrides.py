@@ -68,6 +68,10 @@ SHIPPED_PROFILE = Path(__file__).resolve().parent.parent / "planner" / "calibrat
     [
         (lambda text: re.sub(r"(?m)^created: .*$", "created: 2026-02-30", text), "day is out of range for month"),
         (lambda text: text + "format: planner-calibration/1\n", "found duplicate key 'format'"),
+        (  # a hand edit as a scenario takes it: YAML 1.1 reads it as text
+            lambda text: re.sub(r"(?m)^  kernel_floor_per_layer_s: .*$", "  kernel_floor_per_layer_s: 4e-05", text),
+            "expected a finite number .*: write 4.0e-05",
+        ),
     ],
 )
 def test_a_profile_with_a_date_out_of_range_or_a_key_twice_is_refused(tmp_path, edit, words):

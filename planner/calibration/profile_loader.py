@@ -80,12 +80,26 @@ def _number_map(value: Any, key: str, path: Path, check) -> dict[str, float]:
         if name not in COEFFICIENTS:
             raise _fail(path, f"{key}.{name}", _MISSING, "unknown coefficient; allowed: " + ", ".join(COEFFICIENTS))
         if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
-            raise _fail(path, f"{key}.{name}", number, "expected a finite number")
+            hint = ""
+            if isinstance(number, str) and _is_float_text(number):  # YAML 1.1 reads 4e-05 as text, 4.0e-05 as a number
+                mantissa, _, exponent = number.lower().partition("e")
+                dotted = (mantissa if "." in mantissa else mantissa + ".0") + ("e" + exponent if exponent else "")
+                hint = (
+                    f" (a profile is YAML 1.1, which reads a number with an exponent only with a dot: write {dotted})"
+                )
+            raise _fail(path, f"{key}.{name}", number, "expected a finite number" + hint)
         problem = check(name, float(number))
         if problem:
             raise _fail(path, f"{key}.{name}", number, problem)
         out[name] = float(number)
     return out
+
+
+def _is_float_text(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _coefficient_problem(name: str, value: float) -> str:
