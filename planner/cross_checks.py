@@ -61,10 +61,10 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
     # Expert parallel: vLLM accepts the flag for any model and ignores it where it means nothing (a dense model,
     # or one GPU: `FusedMoEParallelConfig.make` sets use_ep only for tp x dp > 1); asked for there, it would be
     # silently dropped, so it is refused.
-    if hw.expert_parallel and not m.is_moe:
+    if hw.expert_parallel and not m.num_moe_layers:  # no experts, or every layer dense (mlp_only_layers)
         fail(
             "hardware.expert_parallel", True,
-            f"is only for mixture-of-experts models; {m.name} is dense (it has no experts to place); allowed: false",
+            f"is only for mixture-of-experts models; {m.name} is dense (no layer has experts to place); allowed: false",
         )  # fmt: skip
     if hw.expert_parallel and tp == 1:
         fail(

@@ -107,6 +107,7 @@ def test_from_needs_no_torch(run_dir, tmp_path):
         (["--device", "cpu", "--model", "no-such-model"], ["no-such-model"]),
         (["--device", "cpu", "--model", "tiny-llama", "scenarios/cpu_tiny.yaml"], ["--model", "scenario"]),
         (["--device", "cpu", "--out", "x.yaml", "scenarios/cpu_tiny.yaml", "scenarios/cpu_tiny.yaml"], ["--out", "2"]),
+        (["--device", "cpu", "scenarios/cpu_tiny.yaml", "./scenarios/cpu_tiny.yaml"], ["cpu_tiny.yaml: given twice"]),
         (["--from", "/nonexistent/run"], ["/nonexistent/run"]),
         (["--from", ".", "--device", "cpu"], ["--from", "--device"]),
     ],

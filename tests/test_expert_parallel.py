@@ -5,11 +5,14 @@ on the tensor-parallel ranks. Memory per GPU, the cost model's expert reads, the
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
+from importlib import resources
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
+import yaml
 
 from planner.catalog import load_model_catalog
 from planner.errors import ScenarioError
@@ -219,3 +222,20 @@ def test_sizing_candidates_keep_expert_parallel_where_there_is_more_than_one_gpu
     assert not by_tp[1].hardware.expert_parallel and "--enable-expert-parallel" not in vllm_serve_command(by_tp[1])
     for tp in (2, 4):
         assert by_tp[tp].hardware.expert_parallel and "--enable-expert-parallel" in vllm_serve_command(by_tp[tp])
+
+
+def test_a_moe_config_whose_every_layer_is_dense_takes_no_expert_parallel(tmp_path):
+    # mlp_only_layers listing every layer leaves no experts to place: vLLM ignores the flag there, so it is refused.
+    raw = yaml.safe_load(resources.files("planner.catalog").joinpath("models.yaml").read_text())["qwen3-30b-a3b"]
+    config = {k: v for k, v in raw.items() if k != "published_params"}
+    config["mlp_only_layers"] = list(range(config["num_hidden_layers"]))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        f"model: {tmp_path}\nhardware: {{gpu: h100-sxm, tensor_parallel_size: 2, expert_parallel: true}}\n"
+        "workload: {arrival: {rate: 1}}\n"
+    )
+    with pytest.raises(
+        ScenarioError, match="expert_parallel = true: is only for mixture-of-experts models; .* is dense"
+    ):
+        load_scenario(scenario)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 from planner.calibration.calibrate import (
     calibrate_scenario,
@@ -46,6 +47,10 @@ def cmd_calibrate(args) -> int:
         raise PlannerError(f"--held-out-requests {args.held_out_requests}: must be at least 4")
     if args.out and len(args.scenarios) > 1:
         raise PlannerError(f"--out {args.out}: names one profile file, but {len(args.scenarios)} scenarios were given")
+    resolved = [Path(p).resolve() for p in args.scenarios]
+    twice = sorted({str(p) for p, r in zip(args.scenarios, resolved) if resolved.count(r) > 1})
+    if twice:  # two calibrations of one scenario would halve each one's budget and write one profile twice
+        raise PlannerError(f"{twice[0]}: given twice; name each scenario once")
     if args.out and args.out.exists() and args.out.is_dir():
         raise PlannerError(f"--out {args.out}: is a folder; give the profile's file name (e.g. {args.out}/tiny.yaml)")
     torch = engine_modules()[0]
