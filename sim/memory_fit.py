@@ -41,6 +41,8 @@ def tensor_parallel_that_fits(scenario: Scenario, mem: MemoryBreakdown) -> int |
 def _more_gpus(scenario: Scenario, mem: MemoryBreakdown) -> str:
     tp = tensor_parallel_that_fits(scenario, mem)
     if tp is not None:
+        if scenario.hardware.gpu.interconnect_bandwidth_gbps is None:  # else that advice is refused for the field
+            return f"hardware.tensor_parallel_size {tp} (with the GPU's interconnect_bandwidth_gbps, which it lacks)"
         return f"hardware.tensor_parallel_size {tp}"
     sizes = tensor_parallel_sizes(scenario.model.num_attention_heads, scenario.model.num_key_value_heads)
     return f"more GPUs than the tensor parallel sizes up to 16 that this model allows ({', '.join(map(str, sizes))})"

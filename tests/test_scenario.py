@@ -331,3 +331,18 @@ def test_a_catalog_gpu_without_a_link_bandwidth_is_not_called_an_inline_mapping(
     assert error_of(path).endswith(
         "PCIe Gen4 x16 32); the catalog's cpu has none: give hardware.gpu as a mapping of its fields with it"
     )
+
+
+def test_a_tensor_parallel_advice_says_what_the_gpu_lacks_for_it(tmp_path):
+    # The advice on an inline GPU without a link bandwidth was then refused for that very field.
+    from scenario_helpers import INLINE_GPU
+
+    from sim.memory import memory_breakdown
+    from sim.memory_fit import fit_problems
+
+    data = {"model": "qwen2.5-32b", "hardware": {"gpu": INLINE_GPU}, "workload": {"arrival": {"rate": 1.0}}}
+    scenario = validate_mapping(data, "<test>", tmp_path)
+    (problem,) = fit_problems(scenario, memory_breakdown(scenario))
+    assert re.search(
+        r"hardware.tensor_parallel_size \d+ \(with the GPU.s interconnect_bandwidth_gbps, which it lacks\)", problem
+    )
