@@ -208,5 +208,10 @@ def did_you_mean(word: str, choices: Sequence[str]) -> str:
     import difflib  # late: only a mistake needs it, and every start-up would pay for its import
 
     by_lower = {str(c).lower(): str(c) for c in choices}
-    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1, cutoff=0.6)
+    lower = str(word).lower()
+    # A name the word begins (h100: h100-sxm, h100-pcie) before the closest spelling (h200)
+    extended = [by_lower[c] for c in by_lower if lower and c.startswith(lower) and c != lower][:3]
+    if extended:
+        return f" (did you mean {' or '.join(extended)}?)"
+    close = difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.6)
     return f" (did you mean {by_lower[close[0]]}?)" if close else ""

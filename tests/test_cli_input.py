@@ -75,3 +75,8 @@ def test_an_empty_path_is_refused_not_taken_for_the_current_folder(argv, argumen
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "Traceback" not in err
     assert f"error: argument {argument}: '' is empty: give {allowed}" in err
+
+
+def test_catalog_suggests_the_names_a_word_begins(capsys):
+    err = error_of(["catalog", "gpu", "h100"], capsys)  # difflib alone said h200
+    assert "no gpu named 'h100' in the catalog (did you mean h100-sxm or h100-pcie?)" in err

@@ -120,7 +120,7 @@ def test_full_example_file(tmp_path):
         # catalog names
         (
             "hardware.gpu=a100",
-            r"hardware\.gpu = \"a100\": unknown GPU \(did you mean a10\?\); a catalog GPU \(a10, .*h100",
+            r"hardware\.gpu = \"a100\": unknown GPU \(did you mean a100-40gb or a100-80gb\?\); a catalog GPU \(a10, .*h100",
         ),
         (
             "model=qwen7b",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from planner.errors import PlannerError
+from planner.rules import did_you_mean
 
 
 def _catalog_entry(entry) -> dict:
@@ -28,7 +29,8 @@ def cmd_catalog(args) -> int:
             )
         entries = catalogs[args.kind]
         if args.name not in entries:
-            raise PlannerError(f"no {args.kind} named {args.name!r} in the catalog; known: {', '.join(entries)}")
+            hint = did_you_mean(args.name, list(entries))
+            raise PlannerError(f"no {args.kind} named {args.name!r} in the catalog{hint}; known: {', '.join(entries)}")
         print(json.dumps(_catalog_entry(entries[args.name]), indent=2))
         return 0
     kinds = [args.kind] if args.kind else ["gpu", "model"]
