@@ -174,6 +174,15 @@ def test_no_silent_dense_reading() -> None:
     mxfp4 = {"quantization_config": {"quant_method": "mxfp4"}}  # experts only: a dense model kept its full size
     with pytest.raises(CatalogError, match="'mxfp4' quantizes only a mixture of experts' experts; model_type 'llama'"):
         model_spec_from_hf_config({**llama, **mxfp4}, "x")
+    yarn = {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": "x"}}
+    with pytest.raises(
+        CatalogError, match="rope_scaling yarn original_max_position_embeddings = 'x': must be a number"
+    ):
+        model_spec_from_hf_config({**llama, **yarn}, "x")
+    qwen_moe = {k: v for k, v in _raw_catalog()["qwen3-30b-a3b"].items() if k != "published_params"}
+    for layers in ({}, [True]):  # no list of layer indices: {} passed as an empty one, True as layer 1
+        with pytest.raises(CatalogError, match="mlp_only_layers = .*: must be a list of layer indices"):
+            model_spec_from_hf_config({**qwen_moe, "mlp_only_layers": layers}, "x")
     fp8_block = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [True, 128]}}
     with pytest.raises(CatalogError, match=r"weight_block_size = \[True, 128\]: must be \[rows, columns\]"):
         model_spec_from_hf_config({**llama, **fp8_block}, "x")

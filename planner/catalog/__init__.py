@@ -106,6 +106,7 @@ SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear", "yarn")
 # Described for sizes and costs (Gemma 3's linear, gpt-oss's and DeepSeek-V3's YaRN); the live engine
 # implements only llama3 and refuses these (ModelSpec.live_engine_unsupported).
 DESCRIBED_ROPE_TYPES = ("linear", "yarn")
+DESCRIBED_ROPE_NUMBERS = ("original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
 
 
 def _rope_scaling(config: Mapping[str, Any], name: str) -> dict | None:
@@ -131,6 +132,10 @@ def _rope_scaling(config: Mapping[str, Any], name: str) -> dict | None:
         if scaling.get("factor") is None:
             raise CatalogError(f"model {name!r}: rope_scaling {rope_type} lacks factor")
         _float(scaling, "factor", 0.0, name)
+        for key in DESCRIBED_ROPE_NUMBERS:  # shown in the summary as given: a number where one is meant
+            value = scaling.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise CatalogError(f"model {name!r}: rope_scaling {rope_type} {key} = {value!r}: must be a number")
         return {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": rope_type}
     if rope_type != "llama3":
         raise CatalogError(

@@ -73,8 +73,11 @@ def moe_fields(config: Mapping[str, Any], model_type: str, num_layers: int, name
 
     if model_type == "qwen3_moe":
         step = _int(config, "decoder_sparse_step", name, default=1)
-        only = config.get("mlp_only_layers") or []
-        if not isinstance(only, list) or not all(isinstance(i, int) and 0 <= i < num_layers for i in only):
+        only = config.get("mlp_only_layers")
+        only = [] if only is None else only  # `{}` or false is no list of layers (it passed as one, empty)
+        if not isinstance(only, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < num_layers for i in only
+        ):
             raise ArchitectureError(f"model {name!r}: mlp_only_layers = {only!r}: must be a list of layer indices")
         dense = tuple(i for i in range(num_layers) if i in only or (i + 1) % step != 0)
         width = _int(config, "moe_intermediate_size", name)
