@@ -20,7 +20,7 @@ def _where_to_give(gpu: GpuSpec) -> str:
     mapping the user never wrote (the GPU itself says which: a sizing candidate is not the file's GPU)."""
     from planner import catalog  # late: the catalog reads its YAML on use
 
-    if gpu.name in catalog.gpu_names() and catalog.catalog_gpu(gpu.name) == gpu:
+    if gpu.name in catalog.gpu_names() and not catalog.differs_from_catalog(gpu):
         return f"the catalog's {gpu.name} has none: give hardware.gpu as a mapping of its fields with it"
     return f"give it in the inline gpu mapping ({gpu.name})"
 

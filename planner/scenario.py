@@ -63,8 +63,9 @@ def validate_mapping(data: dict, source: str, base_dir: Path) -> Scenario:
 
 def apply_overrides(data: dict, overrides: Sequence[str], source: str) -> dict:
     """`engine.max_num_seqs=4` -> data["engine"]["max_num_seqs"] = 4 (value read as YAML), on a copy. A
-    percentile key keeps its dot (`slo.ttft_ms.p99.9=5`). Nothing asked for is dropped: a key set twice, or a
-    mapping set after a key inside it (which it would replace), is refused; a key after its mapping goes in it."""
+    percentile key keeps its dot (`slo.ttft_ms.p99.9=5`). A key set twice, or a mapping set after a key inside
+    it (which it would replace), is refused; a key set after its mapping goes in it, over what the mapping gave
+    that key (the later --set is the more specific)."""
     data = copy.deepcopy(data)
     if overrides and not isinstance(data, dict):
         return data  # validate_mapping reports the top level

@@ -56,7 +56,7 @@ class Loader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-_NULL_TAG = "tag:yaml.org,2002:null"
+_NULL_TAG, _MERGE_TAG = "tag:yaml.org,2002:null", "tag:yaml.org,2002:merge"
 Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag == _NULL_TAG]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
@@ -88,6 +88,8 @@ def _construct_float(loader: Loader, node: yaml.ScalarNode) -> float:
 def _construct_mapping(loader: Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: set = set()
     for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:  # `<<: *base` (YAML 1.1, profiles): merged by the base constructor
+            continue
         key = loader.construct_object(key_node, deep=deep)
         try:
             duplicate = key in seen

@@ -355,3 +355,23 @@ def test_an_inline_gpu_under_a_catalog_name_with_other_figures_is_not_that_gpus_
     )
     assert resolve_cost_model(a100)[1].label.startswith("calibrated (public profile")
     assert resolve_cost_model(lookalike)[1].label.startswith("transferred (from public profiles")
+    # a price or a TDP is no figure the cost model prices by: still the A100 (the sizing file's advice gives one)
+    priced = dataclasses.replace(
+        a100,
+        hardware=dataclasses.replace(
+            a100.hardware, gpu=dataclasses.replace(a100.hardware.gpu, rental_usd_per_hour=9.9)
+        ),
+    )
+    assert resolve_cost_model(priced)[1].label.startswith("calibrated (public profile")
+
+
+def test_a_profile_measured_on_an_inline_gpu_under_a_catalog_name_is_written_under_its_own():
+    # Written as "cpu", it was refused for its own scenario and taken by the catalog CPU's under `auto`.
+    from planner.calibration.profile import this_device
+
+    cpu = make_scenario(hardware={"gpu": "cpu"}, dtype="float32")
+    faster = dataclasses.replace(
+        cpu, hardware=dataclasses.replace(cpu.hardware, gpu=dataclasses.replace(cpu.hardware.gpu, bf16_tflops=0.4))
+    )
+    assert this_device(cpu, "cpu")["gpu"] == "cpu"
+    assert this_device(faster, "cpu")["gpu"] == "cpu (inline, other figures)"

@@ -80,3 +80,11 @@ def test_a_profile_with_a_date_out_of_range_or_a_key_twice_is_refused(tmp_path, 
     path.write_text(edit(SHIPPED_PROFILE.read_text()))
     with pytest.raises(ProfileError, match=f"{re.escape(str(path))}: calibration profile: .*{words}"):
         load_profile(path)
+
+
+def test_a_profiles_merge_key_still_merges_and_may_be_overridden():
+    # YAML 1.1's `<<: *base` is no key given twice, even where an explicit key overrides a merged one.
+    from planner.yaml_loader import parse_yaml11_unique_keys
+
+    text = "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\n"
+    assert parse_yaml11_unique_keys(text)["c"] == {"x": 1, "y": 3}

@@ -22,6 +22,7 @@ from planner.calibration.busy import busy_reasons
 from planner.calibration.device_gpu import measured_gpu, on_measured_gpu
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.profile import Profile, profile_from_fit
+from planner.calibration.resolve import calibration_gpu
 from planner.calibration.run_folder import read_run
 from planner.errors import PlannerError
 from sim.config import Scenario
@@ -293,7 +294,7 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     device = {
         "name": str(summary0.get("device_name") or kind),
         "kind": kind,
-        "gpu": scenario.hardware.gpu.name,
+        "gpu": calibration_gpu(scenario.hardware.gpu).name,  # the name profiles of this GPU are looked up by
         "memory_bytes": total_bytes,
         "driver": None,
         "runtime": None,

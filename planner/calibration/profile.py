@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from planner.calibration.resolve import calibration_gpu
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import PlannerError
 from sim.config import Scenario
@@ -114,13 +115,13 @@ def this_device(scenario: Scenario, device: str | None = None) -> dict:
     if device is None:
         device = "cpu" if scenario.hardware.gpu.name == "cpu" or not torch.cuda.is_available() else "cuda"
     if device == "cpu":
-        return {"name": "cpu", "kind": "cpu", "gpu": scenario.hardware.gpu.name, "memory_bytes": None,
+        return {"name": "cpu", "kind": "cpu", "gpu": calibration_gpu(scenario.hardware.gpu).name, "memory_bytes": None,
                 "driver": None, "runtime": None, "torch": str(torch.__version__)}  # fmt: skip
     total = torch.cuda.mem_get_info()[1]
     return {
         "name": torch.cuda.get_device_name(),
         "kind": "cuda",
-        "gpu": scenario.hardware.gpu.name,
+        "gpu": calibration_gpu(scenario.hardware.gpu).name,
         "memory_bytes": int(total),
         "driver": None,  # torch does not expose the driver version
         "runtime": str(torch.version.cuda),

@@ -83,9 +83,11 @@ def _number_map(value: Any, key: str, path: Path, check) -> dict[str, float]:
             hint = ""
             if isinstance(number, str) and _is_float_text(number):  # YAML 1.1 reads 4e-05 as text, 4.0e-05 as a number
                 mantissa, _, exponent = number.lower().partition("e")
-                dotted = (mantissa if "." in mantissa else mantissa + ".0") + ("e" + exponent if exponent else "")
+                signed = exponent if exponent[:1] in "+-" else "+" + exponent
+                spelled = (mantissa if "." in mantissa else mantissa + ".0") + ("e" + signed if exponent else "")
                 hint = (
-                    f" (a profile is YAML 1.1, which reads a number with an exponent only with a dot: write {dotted})"
+                    " (a profile is YAML 1.1, which reads a number with an exponent only with a dot and a signed"
+                    f" exponent: write {spelled})"
                 )
             raise _fail(path, f"{key}.{name}", number, "expected a finite number" + hint)
         problem = check(name, float(number))

@@ -18,12 +18,14 @@ if TYPE_CHECKING:
 
 
 def calibration_gpu(gpu: GpuSpec) -> GpuSpec:
-    """The GPU as calibrations know it. An inline mapping that takes a catalog GPU's name with other figures is
-    not that GPU: a profile of the catalog's was measured against the catalog's figures (an inline "a100-80gb"
-    of 100 GB/s was called calibrated ±1% by the A100's). It goes by a name no profile has."""
+    """The GPU as calibrations know it. An inline mapping that takes a catalog GPU's name with other figures
+    the cost model prices by (catalog.COST_FIGURES: a price, a TDP or the memory do not count) is not that GPU:
+    a profile of the catalog's was measured against the catalog's figures (an inline "a100-80gb" of 100 GB/s
+    was called calibrated ±1% by the A100's). It goes by a name no profile of the catalog GPU has; profiles
+    measured on it are written under that name too (planner/calibration/profile.py, fitting.py)."""
     from planner import catalog  # loaded by the scenario already
 
-    if gpu.name in catalog.gpu_names() and catalog.catalog_gpu(gpu.name) != gpu:
+    if catalog.differs_from_catalog(gpu, catalog.COST_FIGURES):
         return dataclasses.replace(gpu, name=f"{gpu.name} (inline, other figures)")
     return gpu
 

@@ -377,6 +377,21 @@ def model_names() -> list[str]:
     return list(_catalog_entries("models.yaml"))
 
 
+# The figures the cost model prices a GPU by (sim/peak_rates.py, sim/cost_model.py): what a calibration fits.
+COST_FIGURES = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "memory_bandwidth_gbps", "interconnect_bandwidth_gbps")
+
+
+def differs_from_catalog(gpu: GpuSpec, figures: tuple[str, ...] | None = None) -> bool:
+    """A GPU under a catalog GPU's name whose `figures` (every field when None) are not the catalog's: an
+    inline mapping that borrowed the name. False for a name the catalog does not have."""
+    if gpu.name not in gpu_names():
+        return False
+    catalog = catalog_gpu(gpu.name)
+    if figures is None:
+        return catalog != gpu
+    return any(getattr(catalog, f) != getattr(gpu, f) for f in figures)
+
+
 @cache
 def catalog_gpu(name: str) -> GpuSpec:
     """One GPU of the catalog (KeyError if there is none of that name); parsed on first use."""

@@ -29,6 +29,8 @@ class Capacity:
     ran_out: bool = False  # nothing passed, and max_probes ended the search before its lightest load
     # A load passed, but max_probes ended the search before a failing load within the tolerance above it (or the
     # bound there): the capacity is at least `load`, maybe more (2 probes gave 134.7 req/s where 174.7 holds).
+    # (An interval's draw, planner/sizing/intervals.py, calls its search open only with no failing load above at
+    # all: its galloping steps are one tolerance apart near its start.)
     lower_bound: bool = False
 
 
