@@ -197,7 +197,8 @@ RULES: dict[tuple[type, str], Rule] = {
 
 def is_percentile_key(key: Any) -> bool:
     # [0-9], not \d: \d also takes other scripts' digits (p٩٩), which float() reads but no reader of the file would
-    m = re.fullmatch(r"p([0-9]+(?:\.[0-9]+)?)", key) if isinstance(key, str) else None
+    # No leading zero (p00099 read as p99, p05 as p5: one percentile, one spelling)
+    m = re.fullmatch(r"p((?:[1-9][0-9]*|0)(?:\.[0-9]+)?)", key) if isinstance(key, str) else None
     return key == "mean" or (m is not None and 0 < float(m.group(1)) < 100)
 
 

@@ -88,3 +88,9 @@ def test_a_profiles_merge_key_still_merges_and_may_be_overridden():
 
     text = "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\n"
     assert parse_yaml11_unique_keys(text)["c"] == {"x": 1, "y": 3}
+
+
+@pytest.mark.parametrize("key", ["p00099", "p05"])
+def test_a_percentile_with_a_leading_zero_is_refused(tmp_path, key):
+    # p00099 was read as p99 under its own spelling: one percentile, one key.
+    assert f"slo.ttft_ms.{key}: unknown statistic" in error_of(write(tmp_path, MINIMAL), (f"slo.ttft_ms.{key}=5",))
