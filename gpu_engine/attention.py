@@ -15,7 +15,7 @@ from functools import cache, partial
 
 import torch
 
-from kernels.reference import paged_attention_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref, store_kv_ref
+from planner_kernels.reference import paged_attention_ref, rms_norm_ref, rotary_ref, silu_and_mul_ref, store_kv_ref
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,11 @@ TORCH_OPS = KernelOps(_paged_attention_torch, store_kv_ref, rms_norm_ref, rotary
 @cache
 def triton_ops() -> KernelOps:
     """The Triton kernels (on CPU tensors they need TRITON_INTERPRET=1, set before kernels/ is imported)."""
-    from kernels import paged_attention, rms_norm, rotary, silu_and_mul, store_kv
+    from planner_kernels.activation import silu_and_mul
+    from planner_kernels.paged_attention import paged_attention
+    from planner_kernels.rms_norm import rms_norm
+    from planner_kernels.rotary import rotary
+    from planner_kernels.store_kv import store_kv
 
     kernels = (paged_attention, store_kv, rms_norm, rotary, silu_and_mul)
     return KernelOps(*kernels, unchecked=KernelOps(*(partial(k, check=False) for k in kernels)))
@@ -76,9 +80,9 @@ def _triton_ops(device_type: str) -> KernelOps | None:
     """
     if device_type != "cuda":
         return None
-    import kernels
+    from planner_kernels.availability import triton_available
 
-    if not kernels.triton_available():
+    if not triton_available():
         warnings.warn(
             "CUDA device but triton is not installed: the live engine falls back to the torch reference"
             " attention (a Python loop per sequence with host syncs), ~100x slower than the Triton kernels;"

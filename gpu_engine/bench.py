@@ -33,9 +33,9 @@ from gpu_engine.model import Transformer
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner
 from gpu_engine.static_baseline import hf_config, static_run
-from kernels.bench import copy_bandwidth_gbs
 from planner.calibration.device_gpu import catalog_gpu_of_device
 from planner.scenario import validate_mapping
+from planner_kernels.bench import copy_bandwidth_gbs
 from sim.config import Scenario
 from sim.kv_manager import cdiv
 from sim.memory import memory_breakdown

@@ -48,7 +48,7 @@ def engine_forwards(spec, dtype: torch.dtype, block_size: int) -> None:
     from gpu_engine.attention import triton_ops
     from gpu_engine.model import build_model
     from gpu_engine.runner import allocate_kv_caches, build_batch
-    from kernels.paged_attention import compile_split_path
+    from planner_kernels.paged_attention import compile_split_path
     from sim.request import Request
 
     spec = _one_layer(spec)
@@ -99,9 +99,12 @@ MIXED = [(1, 33), (7, 7), (5, 40), (16, 17), (1, 1), (3, 4097)]
 
 def kernel_test_launches() -> Iterator[tuple[str, str, Callable[[], None]]]:
     """(dtype, where, launch) for the GPU-size launches of tests/kernels (FULL=True: HEAD_DIM 128)."""
-    from kernels import rms_norm, rotary, silu_and_mul, store_kv
-    from kernels.paged_attention import _launch, compile_split_path, paged_attention
-    from kernels.paged_attention_config import LaunchConfig
+    from planner_kernels.activation import silu_and_mul
+    from planner_kernels.paged_attention import _launch, compile_split_path, paged_attention
+    from planner_kernels.paged_attention_config import LaunchConfig
+    from planner_kernels.rms_norm import rms_norm
+    from planner_kernels.rotary import rotary
+    from planner_kernels.store_kv import store_kv
 
     meta = {"device": "meta"}
     for name, dtype in DTYPES.items():

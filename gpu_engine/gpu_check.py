@@ -2,7 +2,7 @@
 
 On a machine with an NVIDIA GPU it prints the versions (driver, CUDA, torch, Triton), runs the kernel and
 engine tests natively (tests/kernels, the CUDA-graph and parity tests), the kernel sweep
-(`python -m kernels.bench --sweep`) and the engine benchmark (`python -m gpu_engine.bench`), then every GPU
+(`python -m planner_kernels.bench --sweep`) and the engine benchmark (`python -m gpu_engine.bench`), then every GPU
 target of issue 15 beside its measured figure:
   batch-1 decode step / weights-read floor     <= 1.15x
   decode attention / measured copy bandwidth   >= 80%
@@ -58,7 +58,7 @@ def versions() -> dict[str, str]:
 
 
 def targets(kernels: dict | None, engine: dict | None) -> list[tuple[str, str, str, str]]:
-    """(target, measured, goal, verdict) rows from kernels.bench's and gpu_engine.bench's JSON figures; a
+    """(target, measured, goal, verdict) rows from planner_kernels.bench's and gpu_engine.bench's JSON figures; a
     figure missing (its stage failed) is a row of its own, never skipped."""
     rows = []
 
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.skip_tests:
         ok &= run_stage("tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], opts.out / "tests.log")
     kernels_json, engine_json = opts.out / "kernels.json", opts.out / "engine.json"
-    ok &= run_stage("kernel sweep", [py, "-m", "kernels.bench", "--sweep", "--json", str(kernels_json)],
+    ok &= run_stage("kernel sweep", [py, "-m", "planner_kernels.bench", "--sweep", "--json", str(kernels_json)],
                     opts.out / "kernels.log")  # fmt: skip
     ok &= run_stage("engine bench", [py, "-m", "gpu_engine.bench", "--json", str(engine_json)], opts.out / "engine.log")
     if not opts.skip_calibrate:

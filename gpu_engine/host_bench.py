@@ -77,7 +77,11 @@ def kernel_calls(spec, dtype: torch.dtype) -> dict[str, tuple[Callable, Callable
     import dataclasses
 
     from gpu_engine.runner import allocate_kv_caches
-    from kernels import paged_attention, rms_norm, rotary, silu_and_mul, store_kv
+    from planner_kernels.activation import silu_and_mul
+    from planner_kernels.paged_attention import paged_attention
+    from planner_kernels.rms_norm import rms_norm
+    from planner_kernels.rotary import rotary
+    from planner_kernels.store_kv import store_kv
 
     meta = {"device": "cpu", "dtype": dtype}
     h, kvh, d = spec.num_attention_heads, spec.num_key_value_heads, spec.head_dim

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpu_engine.attention import AttentionMetadata, KernelOps, attention, kernel_ops
-from kernels.reference import rope_cos_sin_cache
+from planner_kernels.reference import rope_cos_sin_cache
 from sim.config import ModelSpec
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # k, v: [num_blocks, block_size, num_kv_heads, head_dim]

@@ -246,7 +246,7 @@ class ModelRunner:
         self.kv_caches, self.decode_graphs = [], None  # free the old cache before the new one is allocated
         self.kv_caches = allocate_kv_caches(self.spec, num_blocks, self.block_size, self.dtype, self.device)
         if kernel_ops(self.device.type) is not TORCH_OPS:
-            from kernels.paged_attention import compile_split_path
+            from planner_kernels.paged_attention import compile_split_path
 
             compile_split_path(self.spec.num_attention_heads, *self.kv_caches[0])
             if self.spec.num_sliding_layers:  # the window is a constexpr of the kernel: its own variant

@@ -1,4 +1,4 @@
-"""Kernel benchmark: `python -m kernels.bench`.
+"""Kernel benchmark: `python -m planner_kernels.bench`.
 
 Times each kernel (triton.testing.do_bench medians on CUDA; plain wall-clock medians on CPU, where
 the kernels run under TRITON_INTERPRET=1 with tiny shapes so that this file stays tested) against
@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from kernels.paged_attention import _launch, paged_attention
-from kernels.paged_attention_config import DECODE_CONFIG, LaunchConfig, _choose_num_splits
-from kernels.reference import paged_attention_ref, rms_norm_ref, store_kv_ref
-from kernels.rms_norm import rms_norm
-from kernels.store_kv import store_kv
+from planner_kernels.paged_attention import _launch, paged_attention
+from planner_kernels.paged_attention_config import DECODE_CONFIG, LaunchConfig, _choose_num_splits
+from planner_kernels.reference import paged_attention_ref, rms_norm_ref, store_kv_ref
+from planner_kernels.rms_norm import rms_norm
+from planner_kernels.store_kv import store_kv
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 GPU = DEVICE == "cuda"
@@ -140,14 +140,14 @@ def sweep_decode_attention(shape: dict, copy_gbs: float, quick: bool = False) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m planner_kernels.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", action="store_true", help="also sweep the decode attention launch config")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes, quick timings, on any device")
     parser.add_argument("--json", help="also write the figures to this file")
     opts = parser.parse_args(argv)
     if not GPU and os.environ.get("TRITON_INTERPRET") != "1":
         # the kernels were decorated for a GPU when kernels/ was imported: restart interpreted
-        os.execve(sys.executable, [sys.executable, "-m", "kernels.bench", *sys.argv[1:]],
+        os.execve(sys.executable, [sys.executable, "-m", "planner_kernels.bench", *sys.argv[1:]],
                   {**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
     full = GPU and not opts.tiny
     decode = DECODE_SHAPE if full else DECODE_SHAPE_TINY

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.paged_attention_config import INTERPRETING, MAX_SPLITS, _choose_num_splits, _config
+from planner_kernels.paged_attention_config import INTERPRETING, MAX_SPLITS, _choose_num_splits, _config
 
 LOG2_E = 1.4426950408889634
 

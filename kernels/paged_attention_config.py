@@ -20,7 +20,7 @@ class LaunchConfig:
     num_stages: int
 
 
-# Untuned first guesses: python -m kernels.bench --sweep times the decode alternatives on a GPU.
+# Untuned first guesses: python -m planner_kernels.bench --sweep times the decode alternatives on a GPU.
 DECODE_CONFIG = LaunchConfig(block_m=16, tile_n=64, num_warps=4, num_stages=3)
 PREFILL_CONFIG = LaunchConfig(block_m=64, tile_n=64, num_warps=4, num_stages=2)
 INTERPRETER_TILE_N = 16  # under TRITON_INTERPRET: small tiles keep the CPU tests quick

@@ -41,13 +41,19 @@ def compiled_kernels() -> int:
     """Compiled variants held by every Triton kernel of kernels/ (all devices)."""
     from triton.runtime.jit import JITFunction
 
-    import kernels.activation
-    import kernels.paged_attention
-    import kernels.rms_norm
-    import kernels.rotary
-    import kernels.store_kv
+    import planner_kernels.activation
+    import planner_kernels.paged_attention
+    import planner_kernels.rms_norm
+    import planner_kernels.rotary
+    import planner_kernels.store_kv
 
-    modules = (kernels.activation, kernels.paged_attention, kernels.rms_norm, kernels.rotary, kernels.store_kv)
+    modules = (
+        planner_kernels.activation,
+        planner_kernels.paged_attention,
+        planner_kernels.rms_norm,
+        planner_kernels.rotary,
+        planner_kernels.store_kv,
+    )
     fns = [f for m in modules for f in vars(m).values() if isinstance(f, JITFunction)]
     return sum(len(cache[0]) for f in fns for cache in f.device_caches.values())
 

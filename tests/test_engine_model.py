@@ -8,11 +8,13 @@ import transformers
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import gpu_engine.attention
+import planner_kernels.availability
 from gpu_engine.model import build_model
 from gpu_engine.runner import allocate_kv_caches, build_batch
 from gpu_engine.weights import load_weights
-from kernels.reference import rope_inv_freq
 from planner.catalog import CatalogError, model_spec_from_hf_config
+from planner_kernels.availability import triton_available
+from planner_kernels.reference import rope_inv_freq
 from sim.request import Request
 
 TINY = {
@@ -88,8 +90,7 @@ def test_prompt_logits_match_transformers(case, tmp_path):
 def test_prompt_logits_through_the_triton_kernels(case, tmp_path, monkeypatch):
     """Every kernel of the CUDA path (norms, rotary, silu_and_mul, store_kv, attention), run by Triton's
     CPU interpreter, against transformers."""
-    kernels = pytest.importorskip("kernels")
-    if not kernels.triton_available():
+    if not triton_available():
         pytest.skip("needs triton and a CUDA device or TRITON_INTERPRET=1 (set by tests/conftest.py)")
     monkeypatch.setattr(gpu_engine.attention, "_triton_ops", lambda device_type: gpu_engine.attention.triton_ops())
     model_type, overrides = CASES[case]
@@ -171,8 +172,7 @@ def test_rope_scaling_spellings_and_unsupported_types():
 
 
 def test_cuda_without_triton_warns_and_falls_back(monkeypatch):
-    kernels = pytest.importorskip("kernels")
-    monkeypatch.setattr(kernels, "triton_available", lambda: False)
+    monkeypatch.setattr(planner_kernels.availability, "triton_available", lambda: False)
     with pytest.warns(RuntimeWarning, match="100x slower"):
         assert gpu_engine.attention._triton_ops.__wrapped__("cuda") is None  # uncached call
     assert gpu_engine.attention.kernel_ops("cpu") is gpu_engine.attention.TORCH_OPS

@@ -17,7 +17,7 @@ def require_triton() -> None:
     """Module-level skip for tests that launch Triton kernels."""
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed", allow_module_level=True)
-    loaded = sys.modules.get("kernels.store_kv")
+    loaded = sys.modules.get("planner_kernels.store_kv")
     if DEVICE == "cpu" and loaded and type(loaded._store_kv_kernel).__name__ != "InterpretedFunction":
         # re-importing under the interpreter does not work in triton 3.9
         pytest.skip("kernels was imported before conftest set TRITON_INTERPRET=1; run "

@@ -1,7 +1,7 @@
 """The kernel benchmark's plumbing on tiny shapes (`--tiny`: seconds on a GPU too, interpreted on CPU).
 
 Figures are not judged here: the benchmark prints them against their targets on a GPU
-(`python -m kernels.bench --sweep`, run by `python -m gpu_engine.gpu_check`)."""
+(`python -m planner_kernels.bench --sweep`, run by `python -m gpu_engine.gpu_check`)."""
 
 import json
 import subprocess
@@ -11,7 +11,7 @@ from pathlib import Path
 from kernels_testutil import require_triton
 
 require_triton()
-from kernels.paged_attention_config import MAX_SPLITS
+from planner_kernels.paged_attention_config import MAX_SPLITS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 def run_bench(tmp_path, *flags) -> tuple[str, dict]:
     path = tmp_path / "bench.json"
     result = subprocess.run(
-        [sys.executable, "-m", "kernels.bench", "--tiny", "--json", str(path), *flags],
+        [sys.executable, "-m", "planner_kernels.bench", "--tiny", "--json", str(path), *flags],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -17,11 +17,11 @@ import torch
 from kernels_testutil import DEVICE, FULL, make_case, require_triton
 
 require_triton()
-from kernels.paged_attention import _launch, paged_attention
-from kernels.paged_attention_config import MAX_SPLITS, LaunchConfig
-from kernels.reference import paged_attention_ref
+from planner_kernels.paged_attention import _launch, paged_attention
+from planner_kernels.paged_attention_config import MAX_SPLITS, LaunchConfig
+from planner_kernels.reference import paged_attention_ref
 
-pa = importlib.import_module("kernels.paged_attention")  # the package exports a function of that name
+pa = importlib.import_module("planner_kernels.paged_attention")  # the package exports a function of that name
 HEAD_DIM = 128 if FULL else 16
 DECODE = [(1, 1), (1, 17), (1, 70 if not FULL else 4097)]
 MIXED = [(1, 33), (7, 7), (5, 40), (3, 70 if not FULL else 4097)]

@@ -59,7 +59,7 @@ def test_int32_offsets_on_a_cache_pointer_are_found_and_int64_ones_pass(tmp_path
 
 
 def variant(dtype: str) -> Variant:
-    return Variant("kernels.store_kv", "_store_kv_kernel", (), (), (), 4, 3, dtype, "a test")
+    return Variant("planner_kernels.store_kv", "_store_kv_kernel", (), (), (), 4, 3, dtype, "a test")
 
 
 def test_spills_fail_in_bf16_and_fp16_only_and_shared_memory_against_each_target():

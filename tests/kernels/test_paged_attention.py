@@ -7,8 +7,8 @@ import torch
 from kernels_testutil import DEVICE, FULL, free_blocks_before_window, make_case, require_triton
 
 require_triton()
-from kernels.paged_attention import _launch, compile_split_path, paged_attention
-from kernels.paged_attention_config import (
+from planner_kernels.paged_attention import _launch, compile_split_path, paged_attention
+from planner_kernels.paged_attention_config import (
     DECODE_CONFIG,
     MAX_SPLITS,
     PREFILL_CONFIG,
@@ -16,7 +16,7 @@ from kernels.paged_attention_config import (
     choose_num_splits,
     launch_config,
 )
-from kernels.reference import paged_attention_ref
+from planner_kernels.reference import paged_attention_ref
 
 TOL = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 HEAD_DIM = 128 if FULL else 16

@@ -6,7 +6,7 @@ import pytest
 import torch
 from kernels_testutil import DEVICE, dense_attention, free_blocks_before_window, make_case
 
-from kernels.reference import paged_attention_ref, rms_norm_ref, rope_cos_sin_cache, rotary_ref, store_kv_ref
+from planner_kernels.reference import paged_attention_ref, rms_norm_ref, rope_cos_sin_cache, rotary_ref, store_kv_ref
 
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 

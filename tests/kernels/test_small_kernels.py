@@ -5,8 +5,11 @@ import torch
 from kernels_testutil import DEVICE, FULL, require_triton
 
 require_triton()
-from kernels import rms_norm, rotary, silu_and_mul, store_kv
-from kernels.reference import rms_norm_ref, rope_cos_sin_cache, rotary_ref, silu_and_mul_ref, store_kv_ref
+from planner_kernels.activation import silu_and_mul
+from planner_kernels.reference import rms_norm_ref, rope_cos_sin_cache, rotary_ref, silu_and_mul_ref, store_kv_ref
+from planner_kernels.rms_norm import rms_norm
+from planner_kernels.rotary import rotary
+from planner_kernels.store_kv import store_kv
 
 # bf16 under the interpreter rounds fp32 -> bf16 differently from torch: one ulp apart
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
