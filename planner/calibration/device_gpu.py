@@ -1,4 +1,5 @@
-"""Which catalog GPU a calibration measured: the device that ran, never only what the scenario names.
+"""Which catalog GPU a calibration measured (the device that ran, never only what the scenario names), and
+which GPU a calibration is looked up by (`calibration_gpu`).
 
 A profile is applied (`calibration: auto`) to the GPU it names, as measured there. A scenario naming an A10
 that ran on this machine's CPU, or on an H100, once gave an "a10" profile: every later A10 simulation then
@@ -12,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from planner.catalog import catalog_gpu, gpu_names, load_gpu_catalog
+from planner.catalog import COST_FIGURES, catalog_gpu, differs_from_catalog, gpu_names, load_gpu_catalog
 from planner.errors import PlannerError
-from sim.config import Scenario
+from sim.config import GpuSpec, Scenario
 
 # Words of a catalog key that name a variant of a part, which a device's name may leave out ("NVIDIA H100 80GB
 # HBM3" is the SXM part; "NVIDIA A100-SXM4-80GB" names its memory, not every A100 does). Every other word of the
@@ -64,3 +65,14 @@ def on_measured_gpu(scenario: Scenario, gpu: str, say, where: str) -> Scenario:
         return scenario
     say(f"{where}: hardware.gpu {named} -> {gpu}: the profile is of the device that was measured")
     return dataclasses.replace(scenario, hardware=dataclasses.replace(scenario.hardware, gpu=catalog_gpu(gpu)))
+
+
+def calibration_gpu(gpu: GpuSpec) -> GpuSpec:
+    """The GPU as calibrations know it. An inline mapping that takes a catalog GPU's name with other figures
+    the cost model prices by (catalog.COST_FIGURES: a price, a TDP or the memory do not count) is not that GPU:
+    a profile of the catalog's was measured against the catalog's figures (an inline "a100-80gb" of 100 GB/s
+    was called calibrated ±1% by the A100's). It goes by a name no profile of the catalog GPU has; profiles
+    measured on it are written under that name too (planner/calibration/profile.py, fitting.py)."""
+    if differs_from_catalog(gpu, COST_FIGURES):
+        return dataclasses.replace(gpu, name=f"{gpu.name} (inline, other figures)")
+    return gpu

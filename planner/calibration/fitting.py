@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from planner.calibration.busy import busy_reasons
-from planner.calibration.device_gpu import measured_gpu, on_measured_gpu
+from planner.calibration.device_gpu import calibration_gpu, measured_gpu, on_measured_gpu
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.profile import Profile, profile_from_fit
-from planner.calibration.resolve import calibration_gpu
 from planner.calibration.run_folder import read_run
 from planner.errors import PlannerError
 from sim.config import Scenario
@@ -215,16 +214,6 @@ def fit_steps(
     ]
     uncertainty = {n: float(s) for n, s in zip(names, std) if np.isfinite(s)}
     return StepFit(fitted, uncertainty, result, by_class, worst, at_bound)
-
-
-def fit_summary(fit: StepFit) -> dict:
-    """The profile's `fit` block."""
-    return {
-        "rows": len(fit.result.relative_errors),
-        "median_abs_error": fit.result.median_abs_error,
-        "p90_abs_error": fit.result.p90_abs_error,
-        "by_class": {k: {"median": v["median"], "p90": v["p90"]} for k, v in fit.by_class.items()},
-    }
 
 
 # ---------------------------------------------------------------------------------------------------------

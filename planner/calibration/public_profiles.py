@@ -79,33 +79,6 @@ class GpuFit:
         return self.linear.std_dict() | (self.allreduce.std_dict() if self.allreduce else {})
 
 
-def all_reduce_rows(gpu: str, tp: int, rows: list[AllReduceRow]) -> list[AllReduceRow]:
-    setup = ALL_REDUCE_SETUPS.get(gpu)
-    return [r for r in rows if r.setup == setup and r.num_workers == tp]
-
-
-def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_rows: list[AllReduceRow], form=None):
-    """(measured, predicted) GPU time of the operators a step's forward pass runs that Vidur measured:
-    every layer (and two all-reduces per layer under tensor parallel) plus the embedding. The measured
-    all-reduce is interpolated between measured sizes; the predicted one is the cost model's price.
-    `form`: the layer's price (default: the cost model's, public_fit.layer_time_s)."""
-    from planner.calibration import public_fit as pf
-
-    measured_layer = b.layer_s.copy()
-    predicted_layer = pf.predicted_layer_s(b, coefficients, form)
-    if ar_rows:
-        size = pf.allreduce_bytes(b)
-        measured_layer += pf.ALLREDUCES_PER_LAYER * pf.measured_allreduce_s(ar_rows, size)
-        predicted_layer += pf.ALLREDUCES_PER_LAYER * pf.allreduce_time_s(
-            size,
-            b.tensor_parallel_size,
-            link_bytes_per_s,
-            coefficients["interconnect_efficiency"],
-            pf.eager_allreduce_latency_s(coefficients),  # Vidur's layers ran eagerly: launches and waits paid
-        )
-    return b.num_layers * measured_layer + b.emb_s, b.num_layers * predicted_layer
-
-
 def fit_gpu(ops: list[OperatorRow], ar: list[AllReduceRow], gpu: str, tp: int) -> GpuFit:
     from planner.calibration import public_fit as pf
 
@@ -113,10 +86,10 @@ def fit_gpu(ops: list[OperatorRow], ar: list[AllReduceRow], gpu: str, tp: int) -
     b = pf.batch(rows)
     linear = pf.fit_layers(b)
     link = (gpu_spec(gpu).interconnect_bandwidth_gbps or 0) * 1e9
-    ar_rows = all_reduce_rows(gpu, tp, ar) if tp > 1 else []
+    ar_rows = pf.all_reduce_rows(gpu, tp, ar) if tp > 1 else []
     allreduce = pf.fit_allreduce(ar_rows, link) if ar_rows else None
     coefficients = linear.as_dict() | (allreduce.as_dict() if allreduce else {})
-    measured, predicted = step_times_s(b, coefficients, link, ar_rows)
+    measured, predicted = pf.step_times_s(b, coefficients, link, ar_rows)
     return GpuFit(gpu, tp, linear, allreduce, predicted / measured - 1, b.num_tokens, linear.relative_errors)
 
 

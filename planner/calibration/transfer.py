@@ -81,14 +81,13 @@ def joint_fit(ops, ar, gpus: tuple[str, ...], tp: int) -> dict[str, float]:
     """One set of efficiencies fitted to all `gpus`' operator (and all-reduce) rows at tensor parallel tp."""
     from planner.calibration import public_fit as pf
     from planner.calibration.public_data import gpu_spec
-    from planner.calibration.public_profiles import all_reduce_rows
 
     b = pf.batch([r for r in ops if r.gpu in gpus and r.tensor_parallel_size == tp])
     coefficients = pf.fit_layers(b).as_dict()
     if tp > 1:
         ar_rows, links = [], []
         for g in gpus:
-            rows = all_reduce_rows(g, tp, ar)
+            rows = pf.all_reduce_rows(g, tp, ar)
             ar_rows += rows
             links += [gpu_spec(g).interconnect_bandwidth_gbps * 1e9] * len(rows)
         if ar_rows:
@@ -100,7 +99,6 @@ def write_table(fits) -> str:
     """Joint fits for every subset of the profiled GPUs, and the leave-one-GPU-out folds."""
     from planner.calibration import public_fit as pf
     from planner.calibration.public_data import gpu_spec, load_all_reduce, load_operators
-    from planner.calibration.public_profiles import all_reduce_rows, step_times_s
     from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
 
     ops, ar = load_operators(), load_all_reduce()
@@ -122,9 +120,9 @@ def write_table(fits) -> str:
                 coefficients = fill_interconnect(joint, sources, tp, held_out)
                 b = pf.batch([r for r in ops if r.gpu == held_out and r.tensor_parallel_size == tp])
                 layer_err = pf.predicted_layer_s(b, coefficients) / b.layer_s - 1
-                ar_rows = all_reduce_rows(held_out, tp, ar) if tp > 1 else []
+                ar_rows = pf.all_reduce_rows(held_out, tp, ar) if tp > 1 else []
                 link = (gpu_spec(held_out).interconnect_bandwidth_gbps or 0) * 1e9
-                measured, predicted = step_times_s(b, coefficients, link, ar_rows)
+                measured, predicted = pf.step_times_s(b, coefficients, link, ar_rows)
                 step_err = predicted / measured - 1
                 deviation = {
                     k: float(f"{coefficients[k] / v - 1:.4g}")
