@@ -301,6 +301,10 @@ class EngineConfig:
     # or preempted request is admitted only when its whole sequence fits the free blocks, not just its first
     # chunk. False: the older admission on the first chunk.
     scheduler_reserve_full_isl: bool = True
+    # vLLM's --async-scheduling (the default of today's vLLM; AsyncScheduler): the host schedules and prepares
+    # step N+1 while the GPU runs step N. False: the host's work in series with the GPU's, as every vLLM before
+    # the V1 engine (0.8) ran, so that a figure published for such an engine is compared with its engine.
+    async_scheduling: bool = True
 
 
 @dataclass(frozen=True)

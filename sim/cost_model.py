@@ -20,9 +20,9 @@ Host: scheduling and input preparation per step, plus block tables, sampling and
 How they combine follows vLLM v1: with async scheduling (its default; `AsyncScheduler` in
 vllm/v1/core/sched/async_scheduler.py, driven by `EngineCore.step_with_batch_queue`) the CPU schedules and
 prepares step N+1 while the GPU runs step N, so a step takes max(host, device); the first step after the
-engine was idle has nothing to hide behind and takes host + device. `engine.enforce_eager: true` keeps the
-serial model (host + device, and every launch paid), as does the `cpu` device, where host and "device"
-share the same cores. The coefficients are few and physical so that calibration can fit them.
+engine was idle has nothing to hide behind and takes host + device. `engine.async_scheduling: false` (vLLM
+before its V1 engine) is the serial model (host + device), `engine.enforce_eager: true` too (and every launch
+paid), as is the `cpu` device, where host and "device" share the same cores. The coefficients are few and physical so that calibration can fit them.
 
 Why the GEMMs are a 2-norm, not max(compute, memory): measured GEMMs do not turn sharply from bandwidth- to
 compute-bound at the ridge point (tokens = peak_flops / bandwidth, ~150-300 on these GPUs): near it they run
@@ -152,8 +152,10 @@ def cudagraph_capture_size(scenario: Scenario) -> int:
 
 
 def is_serial(scenario: Scenario) -> bool:
-    """Host and device work add up (no async scheduling): enforce_eager, or the host as device."""
-    return scenario.engine.enforce_eager or scenario.hardware.gpu.name in HOST_DEVICES
+    """Host and device work add up (no async scheduling): async_scheduling off (vLLM before its V1 engine),
+    enforce_eager, or the host as device."""
+    engine = scenario.engine
+    return not engine.async_scheduling or engine.enforce_eager or scenario.hardware.gpu.name in HOST_DEVICES
 
 
 class CostModel:
