@@ -246,6 +246,7 @@ class GpuSpec:
     bf16_tflops: float  # dense bf16/fp16 tensor-core peak
     memory_bandwidth_gbps: float  # GB/s (1e9 bytes/s)
     fp8_tflops: float | None = None
+    fp4_tflops: float | None = None  # dense FP4 tensor-core peak (NVFP4 / MXFP4); None: no FP4 tensor cores
     # Dense FP32 peak without tensor cores: what float32 matmuls run at, PyTorch's default float32 matmul
     # precision ("highest", which vLLM keeps: VLLM_FLOAT32_MATMUL_PRECISION) using no TF32. None: not given
     # (a float32 model on such a GPU is refused rather than priced from a guess).

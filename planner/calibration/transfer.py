@@ -30,7 +30,9 @@ from sim.config import GpuSpec
 TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread
 FOLDS_PATH = DATA_DIR / "transfer_folds.yaml"  # the leave-one-GPU-out folds, for docs/fidelity.md
 
-# Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml).
+# Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml). Blackwell is two:
+# the data-centre parts (sm_100: B200, B300, GB200; HBM, TMEM, 2-CTA MMA) and the RTX parts (sm_120: RTX PRO
+# 6000; GDDR7, Ada-like SMs), whose kernels differ; AMD's CDNA 3 and 4 have no profile here at all.
 ARCHITECTURE = {
     "a10": "ampere",
     "a10g": "ampere",
@@ -38,14 +40,25 @@ ARCHITECTURE = {
     "a100-40gb": "ampere",
     "a100-80gb": "ampere",
     "l4": "ada",
+    "l40": "ada",
     "l40s": "ada",
     "rtx-4090": "ada",
+    "rtx-6000-ada": "ada",
     "h100-sxm": "hopper",
     "h100-pcie": "hopper",
     "h200": "hopper",
+    "h200-nvl": "hopper",
+    "h20": "hopper",
+    "b200": "blackwell-sm100",
+    "b300": "blackwell-sm100",
+    "gb200": "blackwell-sm100",
+    "rtx-pro-6000": "blackwell-sm120",
     "mi300x": "cdna3",
+    "mi325x": "cdna3",
+    "mi355x": "cdna4",
 }
-GDDR = {"a10", "a10g", "a40", "l4", "l40s", "rtx-4090"}
+VENDOR = {"mi300x": "amd", "mi325x": "amd", "mi355x": "amd"}  # every other catalog GPU: nvidia
+GDDR = {"a10", "a10g", "a40", "l4", "l40", "l40s", "rtx-4090", "rtx-6000-ada", "rtx-pro-6000"}
 RULES = ("same_architecture", "same_memory", "all")
 CALIBRATED_DTYPES = ("float16", "bfloat16")  # Vidur measured float16; bf16 runs the same tensor cores
 
