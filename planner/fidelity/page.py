@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from planner.fidelity import devset_summary
 from planner.fidelity.allreduce import section_allreduce
 from planner.fidelity.form import form_note, section_form
 from planner.fidelity.profiles import section_models, section_profiles
@@ -55,5 +56,7 @@ def render() -> str:
         *section_transfer(),
         "",
         *section_public(),
+        "",
+        *devset_summary.section(),
     ]
     return "\n".join(parts).rstrip() + "\n"
