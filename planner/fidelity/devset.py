@@ -8,11 +8,13 @@ weights), its tensor parallel degree, its lengths (fixed for random/synthetic se
 lognormal lengths of scenarios/h100_llama31_8b_sharegpt_like.yaml, an approximation the table says), its
 arrivals (Poisson at the rate, a closed loop of `max_concurrency` users, or every request at t = 0 as a closed
 loop of as many users as requests), and the engine's settings it states. vLLM before 0.8 (the V0 engine)
-runs its host work in series with the GPU's (`engine.async_scheduling: false`); every other point runs
+runs its host work in series with the GPU's (`engine.async_scheduling: false`), with V0's defaults: 256
+sequences, and whole prompts without chunked prefill (V0 chunked only past 32k tokens of context, and never
+for DeepSeek's MLA) in a budget of max(max_model_len, 2048) tokens; every other point runs
 today's vLLM defaults, SGLang and TensorRT-LLM included: the planner models vLLM, and how far other engines
 differ is what their rows show. Runs of many requests are simulated on fewer: three rounds of a closed
-loop's users (at least MIN_REQUESTS), at most MAX_BURST of a burst at t = 0 (what vLLM's largest default
-max_num_seqs keeps running at once), which keeps throughput and latencies at steady state while the whole set
+loop's users (at least MIN_REQUESTS), at most MAX_BURST of a burst at t = 0 (a batch of 512 running at once,
+where an engine configured for more would run more: pessimistic there, never optimistic), which keeps throughput and latencies at steady state while the whole set
 runs in a few minutes.
 """
 
@@ -29,7 +31,9 @@ from planner.calibration.shipped import PROFILE_DIR
 POINTS_PATH = PROFILE_DIR / "measurements" / "points.jsonl"
 MIN_REQUESTS = 200
 ROUNDS = 3  # a closed loop's users each send this many requests
-MAX_BURST = 1024
+MAX_BURST = 512
+V0_MAX_NUM_SEQS = 256  # vLLM V0's default max_num_seqs (EngineArgs, 0.6-0.7)
+V0_MIN_BATCHED_TOKENS = 2048  # V0 without chunked prefill: max(max_model_len, 2048) tokens a step
 
 GPUS = {
     "A100-80GB (form factor not stated)": "a100-80gb",
@@ -91,7 +95,7 @@ def _num(point: dict, key: str) -> float | None:
 
 
 def scenario_mapping(point: dict) -> tuple[dict | None, str]:
-    """The scenario a point describes (a mapping for planner.scenario.validate_mapping, with `quantization`
+    """The scenario a point describes (a mapping for planner.scenario.load.validate_mapping, with `quantization`
     apart: the catalog model's quantization_config), or None and why it cannot be simulated."""
     gpu = GPUS.get(point["gpu"])
     model, quantization = MODELS.get(point["model"], (None, None))
@@ -137,6 +141,9 @@ def scenario_mapping(point: dict) -> tuple[dict | None, str]:
         engine["enable_prefix_caching"] = False
     if version_class(point) == "vllm-v0":
         engine["async_scheduling"] = False
+        engine.setdefault("max_num_seqs", V0_MAX_NUM_SEQS)
+        engine["enable_chunked_prefill"] = False
+        engine.setdefault("max_num_batched_tokens", max(engine["max_model_len"], V0_MIN_BATCHED_TOKENS))
     workload = {"num_requests": simulated, "seed": 0, "arrival": arrival, "prompt_tokens": prompt,
                 "output_tokens": output}  # fmt: skip
     if shared:
@@ -156,7 +163,7 @@ def _concurrency_from_id(point_id: str) -> int | None:
 
 def build_scenario(mapping: dict):
     from planner.catalog import _catalog_entry, model_spec_from_hf_config
-    from planner.scenario import validate_mapping
+    from planner.scenario.load import validate_mapping
 
     mapping = dict(mapping)
     quantization = mapping.pop("quantization", None)
