@@ -8,13 +8,14 @@ import pytest
 
 from sim.cost_model import CostModel
 from sim.driver import simulate
+from sim.engine_facts import EngineFacts
 from tests.sim_helpers import make_scenario
 from tests.test_step_timing import _two_requests
 
 
 def test_without_async_scheduling_a_step_is_host_plus_device_and_keeps_cuda_graphs():
-    serial = CostModel(make_scenario(engine={"async_scheduling": False}))
-    eager = CostModel(make_scenario(engine={"enforce_eager": True}))
+    serial = CostModel(EngineFacts.of(make_scenario(engine={"async_scheduling": False})))
+    eager = CostModel(EngineFacts.of(make_scenario(engine={"enforce_eager": True})))
     args = (8, 8, 8, 4_000, 4_000)  # a decode step: graphed unless eager
     assert serial.serial and serial.capture_size > 0
     assert serial.step_time_s(*args) == pytest.approx(serial.host_s(8) + serial.device_s(*args))
