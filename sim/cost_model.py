@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from sim.config import HOST_DEVICES
 from sim.engine_facts import EngineFacts
 from sim.errors import StepTimeError
 from sim.peak_rates import linear_peak_flops, peak_flops
@@ -87,6 +88,12 @@ class CostCoefficients:
     # sums of GPU kernel durations (its torch-profiler tracer: whole microseconds), so a graphed decode step
     # keeps it; 0 by default (the spec-sheet launch term above stands for the whole fixed cost).
     kernel_floor_per_layer_s: float = 0.0
+    # Device, per layer and step, with or without CUDA graphs: the attention kernel's own fixed time beyond its
+    # roofline (FlashAttention's varlen kernel and its scheduling metadata; a decode row of 16 tokens of context
+    # takes as long as one of 256). Measured with vLLM 0.19's kernels (LLMServingSim's profiles: the fitted
+    # fixed time is 10.4-14.1 us per layer on the RTX 4090 and the RTX PRO 6000, every model and tp;
+    # docs/fidelity.md, "Attention"); Vidur's data hold no attention, so every profile keeps this default.
+    attention_floor_per_layer_s: float = 12e-6
     # Device, per scheduled request and layer, whatever the request's token count: 0 where attention takes
     # the whole batch in one kernel (vLLM's backends, our Triton kernel). Our CPU engine's torch attention
     # loops over the requests in Python, ~70 us per request and layer for tiny-llama on this machine's CPU
@@ -135,6 +142,38 @@ def elementwise_elements_per_token(hidden_size: int, qk_width: float, mlp_width:
     return 4 * num_norms * hidden_size + 2 * qk_width + 3 * mlp_width
 
 
+# The kernels of the layers kernel_floor_per_layer_s was fitted on (Vidur's operators: two norms, QKV, rotary,
+# O, up, activation, down, the residual add; planner/calibration/public_data.LAYER_OPERATORS).
+REFERENCE_KERNELS = 9
+
+
+def kernels_per_layer(facts: EngineFacts) -> float:
+    """Kernels a decoder layer runs besides attention and its all-reduces, on average over the layers, as vLLM
+    runs the architecture (model_executor/models/*.py, fused_moe, the fp8 linear methods): the REFERENCE_KERNELS
+    of a dense layer; Qwen3's and Gemma 3's per-head q/k norms (one each); Gemma 3's two post-norms; MLA's
+    extra projections and norms (q_a, q_a_layernorm, q_b, kv_a, kv_a_layernorm; decode's absorbed W_UK and
+    W_UV batched GEMMs); an MoE layer's router GEMM, top-k, the tokens' sort by expert (moe_align_block_size)
+    and the weighted sum (the fused kernel's two GEMMs and activation replace the dense MLP's three), and its
+    shared experts' own MLP; block-scaled fp8's per-token-group quantisation of each GEMM's activations. Each
+    is a kernel with a fixed device time of a few microseconds at decode sizes: CUDA graphs remove their host
+    launches, not that time."""
+    m = facts.model
+    kernels = float(REFERENCE_KERNELS)
+    kernels += 2 * m.qk_norm + 2 * m.post_norms
+    gemms = 4.0  # QKV, O, gate/up, down
+    if m.is_mla:
+        kernels += 7
+        gemms += 5
+    if m.is_moe:
+        share = m.num_moe_layers / m.num_hidden_layers
+        shared = 3 if m.shared_expert_intermediate_size else 0
+        kernels += share * (4 + shared)
+        gemms += share * (1 + (2 if shared else 0))
+    if m.quant_method == "fp8" and m.quant_group_size:
+        kernels += gemms
+    return kernels
+
+
 def _minimum(a, b):
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.minimum(a, b)
@@ -152,7 +191,14 @@ class CostModel:
         self.serial = facts.serial  # host and device work add up (no async scheduling)
         self.capture_size = facts.cudagraph_capture_size
         self.launch_s = c.launch_overhead_per_layer_s * m.num_hidden_layers
-        self.kernel_floor_s = c.kernel_floor_per_layer_s * m.num_hidden_layers
+        # The floor was fitted on layers of REFERENCE_KERNELS kernels; a layer that runs more (MLA, a router and
+        # its sort, shared experts, fp8 activation quantisation) pays each one's fixed time too.
+        self.kernel_floor_s = (
+            c.kernel_floor_per_layer_s * m.num_hidden_layers * kernels_per_layer(facts) / REFERENCE_KERNELS
+        )
+        self.attention_floor_s = (
+            0.0 if facts.hardware.gpu.name in HOST_DEVICES else (c.attention_floor_per_layer_s * m.num_hidden_layers)
+        )
         self.row_s = c.per_row_layer_overhead_s * m.num_hidden_layers
         self.flops_per_s = peak_flops(facts) * c.flops_efficiency
         self.linear_flops_per_s = linear_peak_flops(facts) * c.flops_efficiency
@@ -326,6 +372,7 @@ class CostModel:
             + elementwise
             + allreduce
             + self.kernel_floor_s
+            + self.attention_floor_s
             + (1 - graphed) * self.launch_s
             + num_seqs * self.row_s
         )

@@ -24,7 +24,7 @@ def test_transfer_uncertainty_is_the_spread_of_the_leave_one_gpu_out_folds():
     assert relative_std(folds) == load_table()["relative_std"]
 
 
-@pytest.mark.parametrize("name", ["a10", "l4", "l40s", "rtx-4090", "h200", "mi300x", "h100-pcie"])
+@pytest.mark.parametrize("name", ["a10", "l4", "l40s", "l40", "h200", "mi300x", "h100-pcie", "b200", "mi355x"])
 def test_unprofiled_gpu_is_transferred_with_a_measured_uncertainty(name):
     ids = {p["id"] for p in shipped_profiles()}
     for tp in (1, 2):

@@ -38,6 +38,7 @@ BOUNDS = {
     "allreduce_launch_wait_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (public profiles: public_fit)
     "launch_overhead_per_layer_s": (0.0, 1e-3, 1e-5),
     "kernel_floor_per_layer_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (public profiles: public_fit)
+    "attention_floor_per_layer_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (LLMServingSim's profiles)
     "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
     "step_overhead_s": (0.0, 0.1, 1e-3),
     "per_row_overhead_s": (0.0, 1e-2, 1e-5),

@@ -59,7 +59,7 @@ ARCHITECTURE = {
 }
 VENDOR = {"mi300x": "amd", "mi325x": "amd", "mi355x": "amd"}  # every other catalog GPU: nvidia
 GDDR = {"a10", "a10g", "a40", "l4", "l40", "l40s", "rtx-4090", "rtx-6000-ada", "rtx-pro-6000"}
-RULES = ("same_architecture", "same_memory", "all")
+RULES = ("same_architecture", "same_memory", "all", "other_architecture")
 CALIBRATED_DTYPES = ("float16", "bfloat16")  # Vidur measured float16; bf16 runs the same tensor cores
 
 
@@ -109,27 +109,33 @@ def joint_fit(ops, ar, gpus: tuple[str, ...], tp: int) -> dict[str, float]:
 
 
 def write_table(fits) -> str:
-    """Joint fits for every subset of the profiled GPUs, and the leave-one-GPU-out folds."""
+    """Joint fits for every subset of the profiled GPUs (at each tp some of them were measured at), and the
+    folds: each profiled GPU held out, predicted by the rule `transferred` would use, by all the others, and by
+    the GPUs of other architectures only (leave-one-architecture-out: what a GPU of an unprofiled
+    architecture gets)."""
     from planner.calibration import public_fit as pf
-    from planner.calibration.public_data import gpu_spec, load_all_reduce, load_operators
-    from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
+    from planner.calibration.lss_data import operator_rows
+    from planner.calibration.public_data import gpu_spec, load_all_reduce
+    from planner.calibration.shipped import PROFILED_TP, TENSOR_PARALLEL_SIZES
 
-    ops, ar = load_operators(), load_all_reduce()
+    ops, ar = operator_rows(), load_all_reduce()
     own = {(f.gpu, f.tensor_parallel_size): f.coefficients() for f in fits}
     joint: dict[str, dict[int, dict[str, float]]] = {}
     for n in range(1, len(PROFILED_GPUS) + 1):
         for gpus in itertools.combinations(PROFILED_GPUS, n):
+            measured_tps = [tp for tp in TENSOR_PARALLEL_SIZES if any(tp in PROFILED_TP[g] for g in gpus)]
             joint[subset_key(gpus)] = {
-                tp: {k: float(f"{v:.6g}") for k, v in joint_fit(ops, ar, gpus, tp).items()}
-                for tp in TENSOR_PARALLEL_SIZES
+                tp: {k: float(f"{v:.6g}") for k, v in joint_fit(ops, ar, gpus, tp).items()} for tp in measured_tps
             }
     folds = []
     for held_out in PROFILED_GPUS:
         chosen, rule = choose_sources(held_out, PROFILED_GPUS)
-        candidates = {(chosen, rule)}
-        candidates.add((tuple(g for g in PROFILED_GPUS if g != held_out), "all"))
+        others = tuple(g for g in PROFILED_GPUS if g != held_out)
+        candidates = {(chosen, rule), (others, "all")}
+        other_arch = tuple(g for g in others if ARCHITECTURE[g] != ARCHITECTURE[held_out])
+        candidates.add((other_arch, "other_architecture"))
         for sources, fold_rule in sorted(candidates, key=lambda c: RULES.index(c[1])):
-            for tp in TENSOR_PARALLEL_SIZES:
+            for tp in PROFILED_TP[held_out]:
                 coefficients = fill_interconnect(joint, sources, tp, held_out)
                 b = pf.batch([r for r in ops if r.gpu == held_out and r.tensor_parallel_size == tp])
                 layer_err = pf.predicted_layer_s(b, coefficients) / b.layer_s - 1
@@ -140,7 +146,7 @@ def write_table(fits) -> str:
                 deviation = {
                     k: float(f"{coefficients[k] / v - 1:.4g}")
                     for k, v in own[held_out, tp].items()
-                    if k in coefficients
+                    if k in coefficients and abs(v) > NEGLIGIBLE[k.endswith("_s")]
                 }
                 folds.append(
                     {
@@ -162,14 +168,31 @@ def write_table(fits) -> str:
     return TABLE_PATH
 
 
+# A held-out GPU's own coefficient this small (a kernel floor fitted at 0.1 us: the RTX GPUs' layers need none) has
+# no relative deviation to speak of: a transferred 30 us floor would read as 3e8 times off.
+NEGLIGIBLE = {True: 1e-7, False: 1e-6}
+
+
+def joint_at(joint, sources, tp: int) -> dict[str, float]:
+    """The sources' joint fit at tp, or where none of them was measured at tp (the RTX 4090 at tp 2), at the
+    largest tp below that they were: a GPU's efficiencies against its own peaks, priced over tp's shapes."""
+    fits = joint[subset_key(sources)]
+    at = max((t for t in fits if t <= tp), default=min(fits))
+    return dict(fits[at])
+
+
 def fill_interconnect(joint, sources, tp: int, held_out: str | None = None) -> dict[str, float]:
-    """The sources' joint coefficients; where none of them has a measured all-reduce (the A40), the
-    interconnect terms of all profiled GPUs that have one (NVSwitch nodes: optimistic for PCIe parts), but the
-    held-out GPU of a leave-one-GPU-out fold: its own all-reduces once filled in the A40's terms in the fold
+    """The sources' joint coefficients; where none of them has a measured all-reduce (the A40, the RTX GPUs),
+    the interconnect terms of all profiled GPUs that have one (NVSwitch nodes: optimistic for PCIe parts), but
+    the held-out GPU of a leave-one-GPU-out fold: its own all-reduces once filled in the A40's terms in the fold
     that held out the A100, and the interconnect spread came out at 30% where the honest fold gives about 64%."""
-    coefficients = dict(joint[subset_key(sources)][tp])
+    coefficients = joint_at(joint, sources, tp)
     if tp > 1 and "interconnect_efficiency" not in coefficients:
-        allowed = [k for k in joint if held_out not in k.split("+") and "interconnect_efficiency" in joint[k][tp]]
+        allowed = [
+            k
+            for k in joint
+            if held_out not in k.split("+") and "interconnect_efficiency" in joint[k].get(tp, {})
+        ]
         with_ar = max(allowed, key=len)
         for k in ("interconnect_efficiency", "allreduce_latency_s", "allreduce_launch_wait_s"):
             coefficients[k] = joint[with_ar][tp][k]
@@ -217,9 +240,16 @@ def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple
     table = load_table()
     tp = profiled_tp(tensor_parallel_size)
     coefficients = NO_HOST_LAUNCH | fill_interconnect(table["joint"], sources, tp)
-    profiles = [load_profile(g, tp) for g in sources]
+    profiles = [nearest_profile(g, tp) for g in sources]
     ids = tuple(p["id"] for p in profiles)
     return coefficients, _spread(coefficients, rule) | _widest_residual(profiles), ids, rule
+
+
+def nearest_profile(gpu: str, tp: int) -> dict:
+    """A profiled GPU's shipped profile at tp, or at the largest tp below that it was measured at."""
+    from planner.calibration.shipped import PROFILED_TP
+
+    return load_profile(gpu, max((t for t in PROFILED_TP[gpu] if t <= tp), default=min(PROFILED_TP[gpu])))
 
 
 def _widest_residual(profiles: list[dict]) -> dict[str, float]:

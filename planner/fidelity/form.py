@@ -54,14 +54,13 @@ def section_form(ops, ar) -> tuple[list[str], dict]:
     fitted, each fitted by the same fitter to the same rows; all-reduce terms as in the profiles. Returns
     the table and the figures the note above it quotes."""
     from planner.calibration import public_fit as pf
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import profiled_pairs
     from planner.calibration.transfer import load_profile
 
     rows, figures = [], {"p": [], "p_near_2": 0, "median_gain": [], "max_layer_p90": [], "norm_layer": []}
     figures |= {"flops_by_gpu": {}, "flops_by_gpu_without": {}, "without_p90": [], "worst_non_monotone": []}
     figures |= {"rest_p90": [], "non_monotone_rows": 0, "rows": 0}
-    for gpu in PROFILED_GPUS:
-        for tp in TENSOR_PARALLEL_SIZES:
+    for gpu, tp in profiled_pairs():
             sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
             b = pf.batch(sel)
             profile = load_profile(gpu, tp)["coefficients"]
@@ -166,10 +165,10 @@ same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 
 
 def form_note(ar, figures) -> str:
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import profiled_pairs
     from planner.calibration.transfer import load_profile
 
-    profiles = [load_profile(g, tp) for g in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES]
+    profiles = [load_profile(g, tp) for g, tp in profiled_pairs()]
 
     def meets(e: dict) -> bool:
         return e["median"] <= 0.05 and e["p90"] <= 0.10

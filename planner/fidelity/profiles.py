@@ -9,7 +9,7 @@ from planner.fidelity.markdown import pct, table
 
 
 def section_profiles(ops, ar) -> list[str]:
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import profiled_pairs
     from planner.calibration.transfer import load_profile
 
     out = [
@@ -27,8 +27,7 @@ def section_profiles(ops, ar) -> list[str]:
         "",
     ]
     rows = []
-    for gpu in PROFILED_GPUS:
-        for tp in TENSOR_PARALLEL_SIZES:
+    for gpu, tp in profiled_pairs():
             p = load_profile(gpu, tp)
             c = p["coefficients"]
             sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
@@ -50,7 +49,7 @@ def section_profiles(ops, ar) -> list[str]:
 
 
 def section_models(ops, ar) -> list[str]:
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import PROFILED_TP
     from planner.calibration.transfer import load_profile
 
     out = [
@@ -63,10 +62,10 @@ def section_models(ops, ar) -> list[str]:
         "",
     ]
     rows = []
-    for gpu in PROFILED_GPUS:
+    for gpu, tps in PROFILED_TP.items():
         for model in sorted({r.model for r in ops if r.gpu == gpu}):
             layer_e, step_e = [], []
-            for tp in TENSOR_PARALLEL_SIZES:
+            for tp in tps:
                 sel = [r for r in ops if r.gpu == gpu and r.model == model and r.tensor_parallel_size == tp]
                 if sel:
                     layer, step = step_errors(sel, ar, gpu, tp, load_profile(gpu, tp)["coefficients"])

@@ -67,7 +67,7 @@ def section_leave_gpu_out(ops, ar) -> list[str]:
 
 def section_leave_models_out(ops, ar) -> list[str]:
     from planner.calibration import public_fit as pf
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import PROFILED_TP
 
     out = [
         "## Leave-one-model-out on the same GPU",
@@ -79,10 +79,10 @@ def section_leave_models_out(ops, ar) -> list[str]:
         "",
     ]
     rows = []
-    for gpu in PROFILED_GPUS:
+    for gpu, tps in PROFILED_TP.items():
         for model in sorted({r.model for r in ops if r.gpu == gpu}):
             e, d = [], []
-            for tp in TENSOR_PARALLEL_SIZES:
+            for tp in tps:
                 held = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.model == model]
                 rest = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.model != model]
                 if held and rest:
@@ -90,6 +90,8 @@ def section_leave_models_out(ops, ar) -> list[str]:
                     b = pf.batch(held)
                     e.append(pf.predicted_layer_s(b, c) / b.layer_s - 1)
                     d.append(pf.predicted_layer_s(b, default_coefficients()) / b.layer_s - 1)
+            if not e:  # one model measured on this GPU: nothing to hold out against
+                continue
             e, d = np.concatenate(e), np.concatenate(d)
             rows.append([gpu, model, len(e), *map(pct, errors(e)), "{} / {}".format(*map(pct, errors(d)))])
     out += table(["GPU", "held-out model", "rows", "layer median", "layer p90", "spec-sheet med / p90"], rows)
