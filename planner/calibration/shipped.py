@@ -26,6 +26,8 @@ PROFILED_GPUS = tuple(PROFILED_TP)
 def profiled_pairs() -> list[tuple[str, int]]:
     """(GPU, tensor-parallel degree) of every shipped profile."""
     return [(gpu, tp) for gpu, tps in PROFILED_TP.items() for tp in tps]
+
+
 # The host's launch gaps between kernels: not in Vidur's kernel durations, so not in the data. Every shipped
 # profile (own or transferred) sets it to 0, which prices an eager step as its kernels' time (the host
 # launching ahead of the GPU) and a graphed one the same: what the data show. The cost model's 40 us default

@@ -18,12 +18,13 @@ run once, in `python -m planner.calibration.public_profiles`, into `planner/cali
 from __future__ import annotations
 
 import itertools
+import math
 from functools import cache
 
 import numpy as np
 import yaml
 
-from planner.calibration.shipped import DATA_DIR, NO_HOST_LAUNCH, PROFILED_GPUS, profile_path
+from planner.calibration.shipped import DATA_DIR, NO_HOST_LAUNCH, PROFILE_DIR, PROFILED_GPUS, profile_path
 from planner.scenario.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec
 
@@ -189,9 +190,7 @@ def fill_interconnect(joint, sources, tp: int, held_out: str | None = None) -> d
     coefficients = joint_at(joint, sources, tp)
     if tp > 1 and "interconnect_efficiency" not in coefficients:
         allowed = [
-            k
-            for k in joint
-            if held_out not in k.split("+") and "interconnect_efficiency" in joint[k].get(tp, {})
+            k for k in joint if held_out not in k.split("+") and "interconnect_efficiency" in joint[k].get(tp, {})
         ]
         with_ar = max(allowed, key=len)
         for k in ("interconnect_efficiency", "allreduce_latency_s", "allreduce_launch_wait_s"):
@@ -307,4 +306,29 @@ def public_cost_model(
         coefficients, uncertainty, ids, _ = transfer(gpu, tensor_parallel_size)
         names, _ = choose_sources(gpu.name, PROFILED_GPUS)
         sources = [f"{name} {profile_id}" for name, profile_id in zip(names, ids)]
-    return coefficients, uncertainty, f"transferred (from public profiles {', '.join(sources)})", ids
+    uncertainty, caveat = _unprofiled(gpu.name, uncertainty)
+    return coefficients, uncertainty, f"transferred (from public profiles {', '.join(sources)}){caveat}", ids
+
+
+SPREAD_PATH = PROFILE_DIR / "measurements" / "spread.yaml"  # written by `python -m planner.fidelity --write-spread`
+
+
+def _unprofiled(name: str, uncertainty: dict) -> tuple[dict, str]:
+    """A GPU of a vendor or an architecture no profile measured is known only as well as the evidence says:
+    its step time carries the spread the development set shows for another vendor (AMD: the simulated
+    against the published figures of its points), or the leave-one-architecture-out folds show for another
+    architecture, whichever applies, where that is wider than its coefficients' own; the label says which."""
+    from planner.calibration.provenance import STEP_TIME_SPREAD
+
+    spreads = load_yaml(SPREAD_PATH)
+    arch = ARCHITECTURE.get(name)
+    if VENDOR.get(name, "nvidia") != "nvidia":
+        spread, why = spreads["other_vendor"], f"another vendor ({VENDOR[name].upper()}): no profile"
+    elif arch is None or not any(ARCHITECTURE[g] == arch for g in PROFILED_GPUS):
+        spread, why = spreads["other_architecture"], "an architecture without a profile"
+    else:
+        return uncertainty, ""
+    wider = max(spread, uncertainty.get(STEP_TIME_SPREAD, 0.0))
+    factor = math.exp(1.645 * wider)
+    caveat = f"; {why}: step times within x{1 / factor:.2f}-x{factor:.2f} at 90%"
+    return uncertainty | {STEP_TIME_SPREAD: wider}, caveat

@@ -18,7 +18,17 @@ def main(argv: list[str] | None = None) -> int:
         "--check", action="store_true", help="compare every tracked figure with its bound; exit 1 naming those worse"
     )
     parser.add_argument("--write-bounds", action="store_true", help="store today's figures as the bounds")
+    parser.add_argument(
+        "--write-spread",
+        action="store_true",
+        help="store the step-time spread of unprofiled vendors and architectures (from the development set)",
+    )
     args = parser.parse_args(argv)
+    if args.write_spread:
+        from planner.fidelity import devset_summary
+
+        print(f"wrote {devset_summary.write_spreads()}")
+        return 0
     if args.check or args.write_bounds:
         from planner.fidelity import gate
 

@@ -113,3 +113,46 @@ def section(errors: dict[str, dict[str, float]] | None = None) -> list[str]:
         "",
         *table(["engine", "vendor", "figure", "points", "median signed", "median abs", "p90 abs"], rows),
     ]
+
+
+def step_time_spreads(errors: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
+    """The lognormal spreads (sigma of log step time) a transferred GPU carries where no profile measured its
+    vendor or architecture (planner/calibration/transfer.py, `_unprofiled`):
+    - other_vendor: the development set's vLLM points on AMD GPUs, |log(simulated / published TPOT)| (and of
+      the published over the simulated throughput), their median: how far a prediction for another vendor's
+      GPU, transferred from NVIDIA's profiles, lands from what was measured;
+    - other_architecture: the leave-one-architecture-out folds' step errors (planner/calibrations/vidur/
+      transfer_folds.yaml, rule other_architecture), their 90th percentile as 1.645 sigma."""
+    from planner.calibration.transfer import FOLDS_PATH, load_yaml
+
+    errors = simulated_errors() if errors is None else errors
+    points = {p["id"]: p for p in load_points()}
+    logs = []
+    for point_id, figures in _one_per_figure(errors).items():
+        point = points[point_id]
+        if vendor(point) != "amd" or point["engine"] != "vllm":
+            continue
+        if "tpot_ms_median" in figures:
+            logs.append(abs(np.log1p(figures["tpot_ms_median"])))
+        if "output_throughput_tps" in figures:
+            logs.append(abs(np.log1p(figures["output_throughput_tps"])))
+    folds = [f for f in load_yaml(FOLDS_PATH)["folds"] if f["rule"] == "other_architecture"]
+    p90 = max(f["step_p90_abs_error"] for f in folds)
+    return {
+        "other_vendor": round(float(np.median(logs)), 3),
+        "other_architecture": round(float(np.log1p(p90) / 1.645), 3),
+    }
+
+
+def write_spreads(errors: dict[str, dict[str, float]] | None = None):
+    import yaml
+
+    from planner.calibration.transfer import SPREAD_PATH
+
+    spreads = step_time_spreads(errors)
+    header = (
+        "# Written by `python -m planner.fidelity --write-spread` (planner/fidelity/devset_summary.py,\n"
+        "# step_time_spreads): the step-time spread of a GPU whose vendor or architecture no profile measured.\n"
+    )
+    SPREAD_PATH.write_text(header + yaml.safe_dump(spreads, sort_keys=False), encoding="utf-8")
+    return SPREAD_PATH

@@ -28,15 +28,15 @@ def section_profiles(ops, ar) -> list[str]:
     ]
     rows = []
     for gpu, tp in profiled_pairs():
-            p = load_profile(gpu, tp)
-            c = p["coefficients"]
-            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
-            layer, step = step_errors(sel, ar, gpu, tp, c)
-            _, step_default = step_errors(sel, ar, gpu, tp, default_coefficients())
-            med, p90 = errors(step)
-            met = "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"
-            coeffs = ", ".join(f"{k.replace('_efficiency', '')} {v:.3g}" for k, v in c.items())
-            rows.append(
+        p = load_profile(gpu, tp)
+        c = p["coefficients"]
+        sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+        layer, step = step_errors(sel, ar, gpu, tp, c)
+        _, step_default = step_errors(sel, ar, gpu, tp, default_coefficients())
+        med, p90 = errors(step)
+        met = "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"
+        coeffs = ", ".join(f"{k.replace('_efficiency', '')} {v:.3g}" for k, v in c.items())
+        rows.append(
                 [gpu, tp, f"`{p['id']}`", coeffs, len(sel), *map(pct, errors(layer)), pct(med), pct(p90), met,
                  "{} / {}".format(*map(pct, errors(step_default)))]
             )  # fmt: skip
