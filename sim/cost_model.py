@@ -94,6 +94,13 @@ class CostCoefficients:
     # fixed time is 10.4-14.1 us per layer on the RTX 4090 and the RTX PRO 6000, every model and tp;
     # docs/fidelity.md, "Attention"); Vidur's data hold no attention, so every profile keeps this default.
     attention_floor_per_layer_s: float = 12e-6
+    # Attention's flops run at this share of flops_efficiency: FlashAttention computes a prefill chunk in query
+    # tiles whose softmax and masking the dense GEMMs do not have (LLMServingSim's grids: 0.41-0.58, median 0.47,
+    # fitted with the two terms below to the step's totals as the simulator sees them).
+    attention_flops_ratio: float = 0.47
+    # A step that mixes a prefill chunk with other rows runs them all through the varlen prefill kernel, whose
+    # K/V reads per row take this many times the split-KV decode kernel's (the same grids: 1.9-3.7, median 3.4).
+    mixed_step_attention_factor: float = 3.4
     # Device, per scheduled request and layer, whatever the request's token count: 0 where attention takes
     # the whole batch in one kernel (vLLM's backends, our Triton kernel). Our CPU engine's torch attention
     # loops over the requests in Python, ~70 us per request and layer for tiny-llama on this machine's CPU
@@ -245,8 +252,12 @@ class CostModel:
         self.kv_bytes_per_token = per_layer * m.num_hidden_layers  # what a step reads and writes per token
         # The same at the fitted rates: attention's compute seconds per (query, key) pair, memory seconds per
         # K/V token (a decode window prices a step with two operations fewer than from flops and bytes).
-        self.attention_s_per_pair = self.attention_flops_per_pair / self.flops_per_s
-        self.mla_decode_extra_s_per_pair = self.mla_decode_extra_flops_per_pair / self.flops_per_s
+        # GPU kernels' facts (LLMServingSim's profiles): the host as device runs torch's attention, none of these.
+        on_gpu = facts.hardware.gpu.name not in HOST_DEVICES
+        attention_flops_per_s = self.flops_per_s * (c.attention_flops_ratio if on_gpu else 1.0)
+        self.attention_s_per_pair = self.attention_flops_per_pair / attention_flops_per_s
+        self.mla_decode_extra_s_per_pair = self.mla_decode_extra_flops_per_pair / attention_flops_per_s
+        self.mixed_factor = c.mixed_step_attention_factor if on_gpu else 1.0
         self.kv_s_per_token = self.kv_bytes_per_token / self.bytes_per_s
         # Sliding-window layers attend to at most `window` keys per query and read at most `window` tokens per
         # row. The step gives only totals, so a sliding layer's share is bounded by them: pairs by
@@ -389,9 +400,12 @@ class CostModel:
             attention_pairs = (1 - f) * attention_pairs + f * _minimum(attention_pairs, num_tokens * self.window)
             context = (1 - f) * context + f * _minimum(context, num_seqs * self.window)
         compute_s, memory_s = attention_pairs * s_per_pair, (context + num_tokens) * self.kv_s_per_token
+        # A prefill chunk among other rows (more tokens than rows, more than one row): the varlen prefill kernel
+        # takes every row (mixed_step_attention_factor). Pure decode steps never get here with rows > tokens.
+        mixed = (num_tokens > num_seqs) & (num_seqs > 1)
         if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
-            return np.maximum(compute_s, memory_s)
-        return max(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
+            return np.maximum(compute_s, memory_s * np.where(mixed, self.mixed_factor, 1.0))
+        return max(compute_s, memory_s * self.mixed_factor if mixed else memory_s)  # plain floats: 10x faster
 
     def host_s(self, num_seqs):
         """The host's seconds for a step: scheduling and input preparation, and per-row work."""

@@ -39,6 +39,8 @@ BOUNDS = {
     "launch_overhead_per_layer_s": (0.0, 1e-3, 1e-5),
     "kernel_floor_per_layer_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (public profiles: public_fit)
     "attention_floor_per_layer_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (LLMServingSim's profiles)
+    "attention_flops_ratio": (0.05, 2.0, 0.5),  # likewise
+    "mixed_step_attention_factor": (1.0, 10.0, 1.0),  # likewise
     "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
     "step_overhead_s": (0.0, 0.1, 1e-3),
     "per_row_overhead_s": (0.0, 1e-2, 1e-5),

@@ -58,11 +58,11 @@ def dense_fit(b: Bundle) -> FitResult:
     return pf.fit_layers(pf.batch(dense_rows(b)))
 
 
-def rates(b: Bundle, dense: FitResult | None = None) -> Rates:
+def rates(b: Bundle, coefficients: dict[str, float]) -> Rates:
+    """The bundle's GPU's spec-sheet peaks at a profile's efficiencies."""
     spec = gpu_spec(b.gpu)
-    c = (dense or dense_fit(b)).as_dict()
-    return Rates(spec.bf16_tflops * 1e12, spec.memory_bandwidth_gbps * 1e9, c["flops_efficiency"],
-                 c["bandwidth_efficiency"])  # fmt: skip
+    return Rates(spec.bf16_tflops * 1e12, spec.memory_bandwidth_gbps * 1e9, coefficients["flops_efficiency"],
+                 coefficients["bandwidth_efficiency"])  # fmt: skip
 
 
 def moe_time_s(tokens, activated, b: Bundle, r: Rates, fixed_s: float, tile: int = MOE_TILE_TOKENS):
@@ -136,15 +136,16 @@ def _attention_terms(b: Bundle):
     return chunk, cached, decodes, context, measured, heads, kv_bytes
 
 
-def attention_today_errors(b: Bundle, r: Rates) -> np.ndarray:
+def attention_today_errors(b: Bundle, r: Rates, fixed_s: float = 0.0) -> np.ndarray:
     """The simulator's attention term (sim.cost_model._attention_s: causal pairs' flops against the K/V read
-    once, max() of the two) at the profile's efficiencies."""
+    once, max() of the two) at the profile's efficiencies, plus `fixed_s` (the cost model's
+    attention_floor_per_layer_s)."""
     chunk, cached, decodes, context, measured, heads, kv_bytes = _attention_terms(b)
     d = b.shape.head_dim
     pairs = chunk * cached + chunk * (chunk + 1) / 2 + decodes * (context + 1)
     compute = 4 * d * heads * pairs / r.flops_per_s
     memory = ((cached + chunk) * (chunk > 0) + decodes * (context + 1)) * kv_bytes / r.bytes_per_s
-    return np.maximum(compute, memory) / measured - 1
+    return (fixed_s + np.maximum(compute, memory)) / measured - 1
 
 
 def attention_tiled_time_s(b: Bundle, x, terms=None):

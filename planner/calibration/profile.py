@@ -29,6 +29,8 @@ DEVICE_KINDS = ("cuda", "cpu")
 DTYPES = ("bfloat16", "float16", "float32")
 COEFFICIENTS = tuple(f.name for f in dataclasses.fields(CostCoefficients))
 EFFICIENCIES = ("flops_efficiency", "bandwidth_efficiency", "interconnect_efficiency")  # in (0, 1]
+# Dimensionless factors of the attention kernels (sim/cost_model.py), each with the range a real kernel lies in.
+FACTORS = {"attention_flops_ratio": (0.05, 2.0), "mixed_step_attention_factor": (1.0, 10.0)}
 KEYS = (
     "format", "id", "created", "source", "device", "model", "dtype", "tensor_parallel_size", "engine",
     "coefficients", "uncertainty", "fit", "rows", "provenance",

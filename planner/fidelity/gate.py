@@ -62,9 +62,9 @@ def _public_figures() -> dict[str, float]:
 
 def figures() -> dict[str, float]:
     """Every tracked figure, by name."""
-    from planner.fidelity import devset_summary
+    from planner.fidelity import devset_summary, lss
 
-    return _profile_figures() | _transfer_figures() | _public_figures() | devset_summary.tracked()
+    return _profile_figures() | _transfer_figures() | _public_figures() | lss.tracked() | devset_summary.tracked()
 
 
 def load_bounds(path: Path = BOUNDS_PATH) -> dict[str, float]:
