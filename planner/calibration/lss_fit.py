@@ -136,15 +136,20 @@ def _attention_terms(b: Bundle):
     return chunk, cached, decodes, context, measured, heads, kv_bytes
 
 
-def attention_today_errors(b: Bundle, r: Rates, fixed_s: float = 0.0) -> np.ndarray:
+def attention_sim_errors(
+    b: Bundle, r: Rates, fixed_s: float = 0.0, flops_ratio: float = 1.0, mixed_factor: float = 1.0
+) -> np.ndarray:
     """The simulator's attention term (sim.cost_model._attention_s: causal pairs' flops against the K/V read
-    once, max() of the two) at the profile's efficiencies, plus `fixed_s` (the cost model's
-    attention_floor_per_layer_s)."""
+    once, max() of the two) at the profile's efficiencies, with the cost model's attention coefficients:
+    `fixed_s` (attention_floor_per_layer_s), `flops_ratio` (attention_flops_ratio) and `mixed_factor`
+    (mixed_step_attention_factor, on a step of a prefill chunk and decode rows). The defaults: the form before
+    these data."""
     chunk, cached, decodes, context, measured, heads, kv_bytes = _attention_terms(b)
     d = b.shape.head_dim
     pairs = chunk * cached + chunk * (chunk + 1) / 2 + decodes * (context + 1)
-    compute = 4 * d * heads * pairs / r.flops_per_s
+    compute = 4 * d * heads * pairs / (r.flops_per_s * flops_ratio)
     memory = ((cached + chunk) * (chunk > 0) + decodes * (context + 1)) * kv_bytes / r.bytes_per_s
+    memory = memory * np.where((chunk > 0) & (decodes > 0), mixed_factor, 1.0)
     return (fixed_s + np.maximum(compute, memory)) / measured - 1
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from planner.fidelity.markdown import pct, table
 from sim.cost_model import CostCoefficients
 
-FLOOR_S = CostCoefficients().attention_floor_per_layer_s
+DEFAULTS = CostCoefficients()
 
 
 def _stats(errors) -> tuple[float, float]:
@@ -39,8 +39,14 @@ def bundle_errors() -> dict[tuple[str, str, int], dict[str, np.ndarray]]:
             terms["fused MoE, tiles + fixed time"] = moe.relative_errors
         terms["LM head"] = fit.lm_head_errors(b, r)
         terms["sampler (fixed + logit passes)"] = fit.fit_sampler(b, r).relative_errors
-        terms["attention, today's form"] = fit.attention_today_errors(b, r)
-        terms["attention, the simulator's (today's + fixed time)"] = fit.attention_today_errors(b, r, FLOOR_S)
+        terms["attention, today's form"] = fit.attention_sim_errors(b, r)
+        terms["attention, the simulator's"] = fit.attention_sim_errors(
+            b,
+            r,
+            DEFAULTS.attention_floor_per_layer_s,
+            DEFAULTS.attention_flops_ratio,
+            DEFAULTS.mixed_step_attention_factor,
+        )
         terms["attention, query tiles + fixed + mixed-step decode"] = fit.fit_attention_tiled(b).relative_errors
         out[b.gpu, b.model, b.tensor_parallel_size] = terms
     return out
@@ -77,15 +83,18 @@ def section() -> list[str]:
             "(`planner.calibration.lss_fit`): the dense layer is the shipped profile's fit (the same form as "
             "Vidur's, above; the MoE model's dense rows hold no MLP and are not fitted); the other terms use that "
             "profile's efficiencies, with only the fixed times, the sampler's logit passes and attention's own "
-            "coefficients fitted. `today's form` is what the simulator priced before these data, `the simulator's` what it prices now: attention as "
-            "max(causal pairs' flops, the K/V read once) at the dense efficiencies, 62-78% too fast in median "
-            "(its fixed time of ~12 us per layer, decode rows in a step with a prefill chunk running through the "
-            "prefill kernel at 1.7-3.5x their decode time, prefill in query tiles at a lower efficiency). The "
-            "simulator now prices attention's fixed time (`attention_floor_per_layer_s`); the tiled form is shown "
-            "as the evidence for the rest, which the step's totals cannot price (a step does not say how its "
-            "context splits between prefill chunks and decode rows): its p90 of 41-61% says it is not yet a "
-            "form to ship. Eager kernel times carry over to CUDA-graph replays as the kernels' own durations: a "
-            "graph removes host launches, not kernel time, so these fixed times stay under graphs."
+            "coefficients fitted. `today's form` is what the simulator priced before these data: attention as "
+            "max(causal pairs' flops, the K/V read once) at the dense efficiencies, 60-79% too fast in median: it "
+            "missed the kernel's fixed time of ~12 us per layer, prefill computed in query tiles at a lower "
+            "efficiency, and decode rows in a step with a prefill chunk running through the varlen prefill kernel "
+            "at 1.9-3.7x their decode time. `the simulator's` is what it prices now from the step's totals: the "
+            "fixed time (`attention_floor_per_layer_s`), attention's flops at `attention_flops_ratio` of the "
+            "dense efficiency, and a mixed step's K/V reads at `mixed_step_attention_factor` (the medians of those "
+            "two fitted per bundle). The query-tile form, fitted per bundle with the rows' own shapes, is shown as "
+            "the evidence: it needs each row's chunk and context, which a step's totals do not give, and its p90 "
+            "of 41-61% says neither form follows every shape yet. Eager kernel times carry over to CUDA-graph "
+            "replays as the kernels' own durations: a graph removes host launches, not kernel time, so these fixed "
+            "times stay under graphs."
         ),
         "",
         *table(["GPU", "model", "tp", "term", "rows", "median", "p90", "median signed"], rows),
