@@ -29,9 +29,10 @@ stored bound by `python -m planner.fidelity --check` (CI runs it: tests/test_fid
 
 
 def _data():
-    from planner.calibration.public_data import load_all_reduce, load_operators
+    from planner.calibration.lss_data import operator_rows
+    from planner.calibration.public_data import load_all_reduce
 
-    return load_operators(), load_all_reduce()
+    return operator_rows(), load_all_reduce()
 
 
 def render() -> str:
