@@ -133,10 +133,11 @@ def scenario_mapping(point: dict) -> tuple[dict | None, str]:
         simulated = min(requests, MAX_BURST)
         arrival = {"process": "closed", "concurrency": simulated}
     max_len = int(prompt.get("value") or prompt.get("max")) + int(output.get("value") or output.get("max"))
-    engine: dict = {"max_model_len": int(point.get("max_model_len") or max_len)}
+    flags = _flags(point.get("other_engine_flags") or "")
+    engine: dict = {"max_model_len": int(point.get("max_model_len") or flags.get("max_model_len") or max_len)}
     for key in ("max_num_seqs", "max_num_batched_tokens"):
-        if point.get(key):
-            engine[key] = int(point[key])
+        if point.get(key) or flags.get(key):
+            engine[key] = int(point.get(key) or flags[key])
     if point.get("prefix_caching") is False:
         engine["enable_prefix_caching"] = False
     if version_class(point) == "vllm-v0":
@@ -151,6 +152,18 @@ def scenario_mapping(point: dict) -> tuple[dict | None, str]:
     hardware = {"gpu": gpu, "tensor_parallel_size": int(point.get("tp") or 1)}
     mapping = {"model": model, "dtype": "bfloat16", "hardware": hardware, "engine": engine, "workload": workload}
     return mapping | {"quantization": quantization}, lengths
+
+
+def _flags(text: str) -> dict[str, int]:
+    """The engine's limits a launch command states (`--max-model-len 32768`, `--max_model_len=4096`)."""
+    import re
+
+    out = {}
+    for key in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+        found = re.search(r"--" + key.replace("_", "[-_]") + r"[= ](\d+)", text)
+        if found:
+            out[key] = int(found.group(1))
+    return out
 
 
 def _concurrency_from_id(point_id: str) -> int | None:
