@@ -13,7 +13,7 @@ import planner.calibration.resolve
 import planner.scenario.yaml_loader
 from planner.calibration.profile_loader import load_profile
 from planner.calibration.provenance import SPEC_SHEET
-from planner.calibration.shipped import PROFILE_DIR, default_profile_dir
+from planner.calibration.shipped import PROFILE_DIR, default_profile_dir, profiled_pairs
 from planner.cli import main
 from planner.errors import show_value
 from planner.scenario.rules import is_percentile_key
@@ -76,7 +76,7 @@ def test_a_profile_coefficient_outside_any_real_range_is_refused(tmp_path, capsy
 
 def test_every_shipped_profile_is_within_the_bounds():
     paths = sorted(PROFILE_DIR.glob("*.yaml"))
-    assert len(paths) == 12
+    assert len(paths) == len(profiled_pairs())
     for path in paths:
         load_profile(path)
 
