@@ -163,14 +163,14 @@ def test_a_probe_too_short_to_tell_filling_from_growing_runs_again_longer(tmp_pa
 
 
 def test_a_slow_overload_is_not_a_steady_state(tmp_path):
-    # 450 req/s where about 392 are served: over 6,400 requests the system holds 1.37x as many requests in the last
-    # quarter as in the second (not past queue_grows' factor), and the p99 TTFT (1.1 s) meets its 3 s bound; 10.8%
-    # of the second half's arrivals stay unserved. It passed once, and the capacity with it.
+    # 400 req/s where about 330 are served: over 6,400 requests the system grows slowly (not past queue_grows'
+    # factor) and the p99 TTFT (1.2 s) meets its 3 s bound, while part of the second half's arrivals stay
+    # unserved. It passed once, and the capacity with it.
     candidate = _h100_candidate(tmp_path)
-    overloaded = run_probe(candidate.scenario, "rate", 450.0, 400, candidate.coefficients)
+    overloaded = run_probe(candidate.scenario, "rate", 400.0, 400, candidate.coefficients)
     assert overloaded.num_requests == 6400 and all(met for *_, met in overloaded.checks)
     assert overloaded.saturated and not overloaded.met
-    assert run_probe(candidate.scenario, "rate", 350.0, 400, candidate.coefficients).met
+    assert run_probe(candidate.scenario, "rate", 320.0, 400, candidate.coefficients).met
 
 
 def test_unserved_fraction_is_the_growth_of_the_system_over_the_second_half():
