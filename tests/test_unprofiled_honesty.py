@@ -30,3 +30,15 @@ def test_a_profiled_architecture_carries_no_such_caveat(name):
     _, uncertainty, label, _ = public_cost_model(load_gpu_catalog()[name], "bfloat16", 1)
     assert "without a profile" not in label and "another vendor" not in label
     assert uncertainty.get(STEP_TIME_SPREAD, 0.0) < SPREADS["other_architecture"]
+
+
+def test_a_model_whose_attention_no_profile_measured_says_so_and_is_wide():
+    from planner.calibration.resolve import resolve_cost_model
+    from tests.sim_helpers import make_scenario
+
+    mla = make_scenario(model="deepseek-v2-lite", hardware={"gpu": "h100-sxm"})
+    _, provenance = resolve_cost_model(mla, "auto")
+    assert "MLA attention: no kernel measured" in provenance.label
+    assert provenance.uncertainty[STEP_TIME_SPREAD] >= SPREADS["unmeasured_attention"] > 0.1
+    _, dense = resolve_cost_model(make_scenario(hardware={"gpu": "h100-sxm"}), "auto")
+    assert "no kernel measured" not in dense.label

@@ -120,6 +120,11 @@ def _public(scenario: Scenario) -> tuple[CostCoefficients, Provenance]:
     tp = scenario.hardware.tensor_parallel_size
     quantized = scenario.model.quant_method is not None
     coefficients, uncertainty, label, ids = public_cost_model(gpu, scenario.dtype, tp, quantized)
+    if scenario.model.is_mla:
+        from planner.calibration.transfer import unmeasured_kernels
+
+        uncertainty, caveat = unmeasured_kernels(uncertainty)
+        label += caveat
     kind = "calibrated" if label.startswith("calibrated") else "transferred"
     profile_id = ", ".join(ids)
     return CostCoefficients(**coefficients), Provenance(kind, label, profile_id, uncertainty)

@@ -318,8 +318,6 @@ def _unprofiled(name: str, uncertainty: dict) -> tuple[dict, str]:
     its step time carries the spread the development set shows for another vendor (AMD: the simulated
     against the published figures of its points), or the leave-one-architecture-out folds show for another
     architecture, whichever applies, where that is wider than its coefficients' own; the label says which."""
-    from planner.calibration.provenance import STEP_TIME_SPREAD
-
     spreads = load_yaml(SPREAD_PATH)
     arch = ARCHITECTURE.get(name)
     if VENDOR.get(name, "nvidia") != "nvidia":
@@ -328,6 +326,19 @@ def _unprofiled(name: str, uncertainty: dict) -> tuple[dict, str]:
         spread, why = spreads["other_architecture"], "an architecture without a profile"
     else:
         return uncertainty, ""
+    return _widened(uncertainty, spread, why)
+
+
+def unmeasured_kernels(uncertainty: dict) -> tuple[dict, str]:
+    """A model whose attention no profile measured (DeepSeek's multi-head latent attention, with its fp8
+    block-scaled experts): its step time carries the spread the development set shows for such models on
+    profiled GPUs (vLLM's DeepSeek-R1 points on 8x H200), where wider than what it carries already."""
+    return _widened(uncertainty, load_yaml(SPREAD_PATH)["unmeasured_attention"], "MLA attention: no kernel measured")
+
+
+def _widened(uncertainty: dict, spread: float, why: str) -> tuple[dict, str]:
+    from planner.calibration.provenance import STEP_TIME_SPREAD
+
     wider = max(spread, uncertainty.get(STEP_TIME_SPREAD, 0.0))
     factor = math.exp(1.645 * wider)
     caveat = f"; {why}: step times within x{1 / factor:.2f}-x{factor:.2f} at 90%"

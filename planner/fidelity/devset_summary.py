@@ -122,7 +122,9 @@ def step_time_spreads(errors: dict[str, dict[str, float]] | None = None) -> dict
       the published over the simulated throughput), their median: how far a prediction for another vendor's
       GPU, transferred from NVIDIA's profiles, lands from what was measured;
     - other_architecture: the leave-one-architecture-out folds' step errors (planner/calibrations/vidur/
-      transfer_folds.yaml, rule other_architecture), their 90th percentile as 1.645 sigma."""
+      transfer_folds.yaml, rule other_architecture), their 90th percentile as 1.645 sigma;
+    - unmeasured_attention: a model whose attention no profile measured (MLA), from the development set's
+      vLLM DeepSeek-R1 points on NVIDIA GPUs, as other_vendor's."""
     from planner.calibration.transfer import FOLDS_PATH, load_yaml
 
     errors = simulated_errors() if errors is None else errors
@@ -138,9 +140,15 @@ def step_time_spreads(errors: dict[str, dict[str, float]] | None = None) -> dict
             logs.append(abs(np.log1p(figures["output_throughput_tps"])))
     folds = [f for f in load_yaml(FOLDS_PATH)["folds"] if f["rule"] == "other_architecture"]
     p90 = max(f["step_p90_abs_error"] for f in folds)
+    mla = []
+    for point_id, figures in _one_per_figure(errors).items():
+        point = points[point_id]
+        if vendor(point) == "nvidia" and point["engine"] == "vllm" and "DeepSeek" in point["model"]:
+            mla += [abs(np.log1p(figures[f])) for f in ("tpot_ms_median", "output_throughput_tps") if f in figures]
     return {
         "other_vendor": round(float(np.median(logs)), 3),
         "other_architecture": round(float(np.log1p(p90) / 1.645), 3),
+        "unmeasured_attention": round(float(np.median(mla)), 3),
     }
 
 
