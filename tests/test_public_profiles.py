@@ -144,10 +144,13 @@ def test_profiled_gpu_is_calibrated():
     assert uncertainty == p["uncertainty"] | {"step_time_rel": pytest.approx(1.4826 * p["fit"]["median_abs_error"])}
 
 
-def test_a_gpu_given_as_a_mapping_is_transferred_from_every_profiled_gpu():
+def test_a_gpu_given_as_a_mapping_is_transferred_from_every_profiled_gpu_and_says_its_architecture_is_unknown():
+    from planner.calibration.transfer import TRANSFER_SOURCES
+
     gpu = dataclasses.replace(load_gpu_catalog()["l40s"], name="my-accelerator")
     _, uncertainty, label, _ = public_cost_model(gpu, "bfloat16", 1)
-    assert label.count(",") == len(PROFILED_GPUS) - 1
+    assert label[: label.index(")")].count(",") == len(TRANSFER_SOURCES) - 1
+    assert "an architecture without a profile" in label
     assert all(math.isfinite(s) and s > 0 for s in uncertainty.values())
 
 

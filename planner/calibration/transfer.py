@@ -59,6 +59,11 @@ ARCHITECTURE = {
     "mi355x": "cdna4",
 }
 VENDOR = {"mi300x": "amd", "mi325x": "amd", "mi355x": "amd"}  # every other catalog GPU: nvidia
+# The profiled GPUs whose efficiencies transfer to others. Not the GeForce RTX 4090: its rated bf16 peak is
+# GeForce's half-rate FP32-accumulate figure at the rated boost clock, which its GEMMs reach in full (the fit
+# pins flops_efficiency at 1.0: the card clocks past its rating); the data-centre Ada parts (L4, L40, L40S, RTX
+# 6000 Ada) are rated at full rate and power-limited, so 100% of their rating would be optimistic.
+TRANSFER_SOURCES = ("a100-80gb", "a40", "h100-sxm", "rtx-pro-6000")
 GDDR = {"a10", "a10g", "a40", "l4", "l40", "l40s", "rtx-4090", "rtx-6000-ada", "rtx-pro-6000"}
 RULES = ("same_architecture", "same_memory", "all", "other_architecture")
 CALIBRATED_DTYPES = ("float16", "bfloat16")  # Vidur measured float16; bf16 runs the same tensor cores
@@ -130,8 +135,8 @@ def write_table(fits) -> str:
             }
     folds = []
     for held_out in PROFILED_GPUS:
-        chosen, rule = choose_sources(held_out, PROFILED_GPUS)
-        others = tuple(g for g in PROFILED_GPUS if g != held_out)
+        chosen, rule = choose_sources(held_out, TRANSFER_SOURCES)
+        others = tuple(g for g in TRANSFER_SOURCES if g != held_out)
         candidates = {(chosen, rule), (others, "all")}
         other_arch = tuple(g for g in others if ARCHITECTURE[g] != ARCHITECTURE[held_out])
         candidates.add((other_arch, "other_architecture"))
@@ -235,7 +240,7 @@ def load_profile(gpu: str, tp: int) -> dict | None:
 def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple[str, ...], str]:
     """(coefficients, std per coefficient, source profile ids, rule) for `gpu`, from the profiled GPUs.
     The std is the coefficient times the spread leave-one-GPU-out measured for the rule that chose them."""
-    sources, rule = choose_sources(gpu.name, PROFILED_GPUS)
+    sources, rule = choose_sources(gpu.name, TRANSFER_SOURCES)
     table = load_table()
     tp = profiled_tp(tensor_parallel_size)
     coefficients = NO_HOST_LAUNCH | fill_interconnect(table["joint"], sources, tp)
@@ -304,7 +309,7 @@ def public_cost_model(
         uncertainty = _spread(coefficients, "all") | _widest_residual([own])
     else:
         coefficients, uncertainty, ids, _ = transfer(gpu, tensor_parallel_size)
-        names, _ = choose_sources(gpu.name, PROFILED_GPUS)
+        names, _ = choose_sources(gpu.name, TRANSFER_SOURCES)
         sources = [f"{name} {profile_id}" for name, profile_id in zip(names, ids)]
     uncertainty, caveat = _unprofiled(gpu.name, uncertainty)
     return coefficients, uncertainty, f"transferred (from public profiles {', '.join(sources)}){caveat}", ids

@@ -99,8 +99,7 @@ def section_leave_models_out(ops, ar) -> list[str]:
 
 
 def section_transfer() -> list[str]:
-    from planner.calibration.shipped import PROFILED_GPUS
-    from planner.calibration.transfer import choose_sources, public_cost_model
+    from planner.calibration.transfer import TRANSFER_SOURCES, choose_sources, public_cost_model
     from planner.catalog import load_gpu_catalog
 
     out = [
@@ -112,7 +111,7 @@ def section_transfer() -> list[str]:
         if name == "cpu":
             continue
         c, u, label, _ = public_cost_model(gpu, "bfloat16", 1)
-        rule = "own profile" if label.startswith("calibrated") else choose_sources(name, PROFILED_GPUS)[1]
+        rule = "own profile" if label.startswith("calibrated") else choose_sources(name, TRANSFER_SOURCES)[1]
         cells = [f"{c[k]:.3f} ± {u[k]:.3f}" for k in ("flops_efficiency", "bandwidth_efficiency")]
         rows.append([name, rule, *cells, label])
     out += table(["GPU", "rule", "flops_efficiency", "bandwidth_efficiency", "label"], rows)
