@@ -22,7 +22,9 @@ from sim.config import GpuSpec, Scenario
 # key must be a word of the name: "rtx-4090" needs "4090" (an RTX 3090 or an RTX A6000 is not one), "a100" is
 # never found in "a10".
 VARIANT_WORDS = {"sxm", "pcie", "40gb", "80gb"}
-OTHER_PARTS = {"nvl"}  # the H100 NVL (94 GB, its own bandwidth) is no catalog part, though its name says H100
+# A part whose name says one of these is that part, not its namesake: the H100 NVL (94 GB, its own bandwidth) is
+# no catalog part though its name says H100; the H200 NVL is (h200-nvl), not the H200 SXM.
+OTHER_PARTS = {"nvl"}
 
 
 def catalog_gpu_of_device(device_name: str, total_bytes: int) -> str | None:
@@ -30,11 +32,11 @@ def catalog_gpu_of_device(device_name: str, total_bytes: int) -> str | None:
     has no such part. Between variants: the one whose words the name says most, then PCIe only when the name says
     it (NVIDIA names its PCIe cards so), then the nearer memory size."""
     words = set(re.split(r"[^a-z0-9]+", device_name.lower()))
-    if words & OTHER_PARTS:
-        return None
     candidates = []
     for key, spec in load_gpu_catalog().items():
         parts = key.split("-")
+        if (words & OTHER_PARTS) - set(parts):  # an NVL part only where the catalog has that NVL part
+            continue
         if all(part in words for part in parts if part not in VARIANT_WORDS):
             named = sum(part in words for part in parts)
             form = ("pcie" in words) == ("pcie" in parts)
