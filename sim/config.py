@@ -46,6 +46,10 @@ class ModelSpec:
     # described for sizes and costs only (the live engine refuses them). Not hashed: a dict.
     rope_scaling: dict | None = field(default=None, hash=False)
     published_params: int | None = None  # the model card's count, for the catalog test only
+    # What vLLM loads (`vllm serve CHECKPOINT`): the HF repository id a catalog model was copied from, or the local
+    # folder of a config read from a path; None for an inline mapping or an unpublished catalog model. Not compared:
+    # two specs of one architecture are the same model to the simulator.
+    checkpoint: str | None = field(default=None, compare=False)
     # --- mixture of experts (num_experts 0: a dense model) ---
     num_experts: int = 0  # routed experts per MoE layer (num_experts / num_local_experts / n_routed_experts)
     num_experts_per_tok: int = 0  # top-k of the router
