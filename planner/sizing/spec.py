@@ -36,12 +36,12 @@ from planner.sizing.spec_checks import (
     check_users_have_a_wait_bound,
 )
 from planner.sizing.spec_fields import int_list, mapping, one_of, price_map, scalar, section
-from sim.config import ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
+from sim.config import HOST_DEVICES, ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
 # Weight dtypes the memory and cost models price: the scenario's dtype rule. fp8/int8/int4 weights would need
 # a quantised-GEMM cost and scale tensors in the memory model; refused rather than priced as bf16.
-WEIGHT_DTYPES = ("bfloat16", "float16", "float32")
+WEIGHT_DTYPES = RULES[(Scenario, "dtype")].choices
 DEFAULT_TENSOR_PARALLEL = (1, 2, 4, 8)
 # A candidate's tensor parallel size and replica count: the scenario's own limits on the same quantities.
 TENSOR_PARALLEL_RULE = RULES[(HardwareConfig, "tensor_parallel_size")]
@@ -53,8 +53,6 @@ PROBE_REQUESTS = in_range(20, MAX_NUM_REQUESTS)
 # budget only lets a search that cannot converge run on (a closed loop without a latency bound doubles its
 # users after each passing probe).
 PROBES = in_range(2, 64)
-# The catalog's host-CPU placeholder is not something to buy for serving.
-NOT_DEFAULT_GPUS = ("cpu",)
 
 
 SEARCH_KEYS = ("demand", "candidates", "money", "probe")
@@ -184,7 +182,8 @@ def _gpus(raw: Any, scenario: Scenario, ctx: Ctx) -> tuple[tuple[GpuSpec, ...], 
     if raw is None:
         from planner.catalog import load_gpu_catalog
 
-        return tuple(g for name, g in load_gpu_catalog().items() if name not in NOT_DEFAULT_GPUS), False
+        # the catalog's host-CPU entry is not something to buy for serving
+        return tuple(g for name, g in load_gpu_catalog().items() if name not in HOST_DEVICES), False
     items = raw if isinstance(raw, list) else [raw]
     if not items:
         raise ScenarioError(ctx.file, key, raw, "is empty: name at least one GPU (or leave the key out: the catalog)")
