@@ -22,8 +22,9 @@ and adds their contexts to `out`'s aggregates in one go. Anything else (no free 
 prompt chunk) takes the plain path. `build_scheduler(fast_paths=False)` runs the plain path for every row (and
 registers every block at allocation), and the property test
 `tests/test_simulator.py::test_fast_forward_matches_stepping_over_random_scenarios` holds every step row and metric
-of a run to it over random scenarios (open and closed loops, prefix caching, contiguous KV, several replicas). `decode_step()` and the decode windows (sim/decode_windows.py) are the same rows
-for a whole run of steps, held to the same reference by the same test.
+of a run to it over random scenarios (open and closed loops, prefix caching, contiguous KV, several replicas).
+`decode_step()` and the decode windows (sim/decode_windows.py) are the same rows for a whole run of steps, held to
+the same reference by the same test.
 """
 
 from __future__ import annotations
