@@ -264,7 +264,7 @@ class GpuSpec:
 class HardwareConfig:
     """The GPUs of a deployment: `replicas` engines of `tensor_parallel_size` GPUs each."""
 
-    gpu: GpuSpec
+    gpu: GpuSpec  # a catalog GPU, or the figures of one
     tensor_parallel_size: int = 1  # GPUs per engine; must divide the attention heads (vLLM's rule)
     replicas: int = 1  # engine copies behind the router
     # round_robin | least_outstanding: requests dealt to the replicas in turn, or each to the one with the fewest
@@ -313,21 +313,21 @@ class EngineConfig:
 class Distribution:
     """A length distribution in tokens. `dist`: fixed | uniform | normal | lognormal | trace."""
 
-    dist: str
+    dist: str  # the distribution the lengths are drawn from
     value: int | None = None  # fixed
     low: int | None = None  # uniform, inclusive
     high: int | None = None  # uniform, inclusive
     mean: float | None = None  # normal, lognormal (of the lengths themselves, not of their log)
     std: float | None = None  # normal, lognormal
     min: int = 1  # every drawn length is clipped to [min, max]
-    max: int | None = None
+    max: int | None = None  # None: no upper clip
 
 
 @dataclass(frozen=True)
 class ArrivalConfig:
-    """`process`: poisson | gamma | constant | closed | trace."""
+    """When requests arrive. `process`: poisson | gamma | constant | closed | trace."""
 
-    process: str = "poisson"
+    process: str = "poisson"  # when requests arrive: a process of a rate, a closed loop of users, or a trace's times
     rate: float | None = None  # requests/s; for trace: rescale the trace to this mean rate (None: as recorded)
     burstiness: float = 1.0  # gamma shape: 1 = poisson, < 1 burstier (as vLLM's bench)
     concurrency: int | None = None  # closed loop: users
@@ -351,15 +351,15 @@ class TraceConfig:
 class SharedPrefixConfig:
     """A system prompt of `tokens` tokens shared by groups of `group_size` consecutive requests."""
 
-    tokens: int
-    group_size: int
+    tokens: int  # prompt tokens the group shares (a shorter prompt shares all of itself)
+    group_size: int  # consecutive requests per group
 
 
 @dataclass(frozen=True)
 class WorkloadConfig:
     """The requests: how many, when they arrive and how long their prompts and replies are."""
 
-    num_requests: int = 100
+    num_requests: int = 100  # requests the run sends
     seed: int = 0  # the same seed gives the same requests in both modes
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     prompt_tokens: Distribution = field(default_factory=lambda: Distribution("fixed", value=128))
@@ -385,7 +385,7 @@ class Scenario:
     slo)."""
 
     name: str  # names the run in its outputs
-    model: ModelSpec
+    model: ModelSpec  # what runs: a catalog model, a local HF config.json or folder, or its fields
     dtype: str  # the weights' and activations' dtype
     hardware: HardwareConfig
     engine: EngineConfig
