@@ -55,6 +55,52 @@ def test_the_accuracy_table_summarises_the_fidelity_pages():
     assert gen.refresh_accuracy(text, gen.accuracy_rows(), "docs/") == text, STALE
 
 
+def _code_constants() -> list[tuple[str, str, str]]:
+    """(page, the figure as the page writes it, the constant it is): the code's figures the pages quote in prose."""
+    from planner.calibration.busy import MAX_OTHER_LOAD
+    from planner.calibration.machine_check import SLOWDOWN_LIMIT
+    from planner.calibration.validate import MAX_ATTEMPTS
+    from planner.outputs.plots import CDF_POINTS
+    from planner.outputs.plots.workers import BACKGROUND_MIN_REQUESTS
+    from planner.scenario.rules import MAX_NUM_REQUESTS
+    from planner.sizing.probe import LONGEST_PROBE, UNSERVED_FRACTION
+    from planner.sizing.spec_checks import MAX_CANDIDATES
+    from sim.bench import SAME_REL
+    from sim.metrics import PLOT_STEP_ROWS, STEP_CHUNK_ROWS
+    from sim.statistics import GapHistogram
+
+    return [
+        ("outputs.md", f"within {GapHistogram.RELATIVE_ERROR:.1%} of", "sim.statistics.GapHistogram.RELATIVE_ERROR"),
+        ("outputs.md", f"{STEP_CHUNK_ROWS:,} steps at a time", "sim.metrics.STEP_CHUNK_ROWS"),
+        ("outputs.md", f"at most {CDF_POINTS:,} points", "planner.outputs.plots.CDF_POINTS"),
+        ("outputs.md", f"every step up to {PLOT_STEP_ROWS:,} steps", "sim.metrics.PLOT_STEP_ROWS"),
+        ("outputs.md", f"a run of {BACKGROUND_MIN_REQUESTS:,} requests or more", "BACKGROUND_MIN_REQUESTS"),
+        ("speed.md", f"a run of {BACKGROUND_MIN_REQUESTS:,} requests or more", "BACKGROUND_MIN_REQUESTS"),
+        ("speed.md", f"written out {STEP_CHUNK_ROWS:,} at", "sim.metrics.STEP_CHUNK_ROWS"),
+        ("speed.md", f"capped at {MAX_NUM_REQUESTS:,}", "planner.scenario.rules.MAX_NUM_REQUESTS"),
+        ("speed.md", f"a relative {SAME_REL:.0e}".replace("e-0", "e-"), "sim.bench.SAME_REL"),
+        ("sizing.md", f"more than {MAX_CANDIDATES:,}", "planner.sizing.spec_checks.MAX_CANDIDATES"),
+        ("sizing.md", f"up to {LONGEST_PROBE}x", "planner.sizing.probe.LONGEST_PROBE"),
+        ("sizing.md", f"more than {UNSERVED_FRACTION:.0%} of the second", "planner.sizing.probe.UNSERVED_FRACTION"),
+        ("calibration.md", f"more than\n  {MAX_OTHER_LOAD:g} CPUs busy", "planner.calibration.busy.MAX_OTHER_LOAD"),
+        (
+            "calibration.md",
+            f"more than {SLOWDOWN_LIMIT:.0%} slower",
+            "planner.calibration.machine_check.SLOWDOWN_LIMIT",
+        ),
+        ("calibration.md", f"up to {MAX_ATTEMPTS} times", "planner.calibration.validate.MAX_ATTEMPTS"),
+    ]
+
+
+def test_the_code_constants_the_pages_quote_are_the_codes():
+    stale = [
+        f"docs/{page}: {constant} is no longer {said!r}"
+        for page, said, constant in _code_constants()
+        if said not in (REPO / "docs" / page).read_text(encoding="utf-8")
+    ]
+    assert not stale, stale
+
+
 def test_the_readme_stays_short_and_leads_with_the_two_commands():
     lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 260, f"README.md has {len(lines)} lines: move detail to docs/"
