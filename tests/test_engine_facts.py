@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from planner.cli import main
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown

@@ -13,7 +13,7 @@ import torch
 from gpu_engine.model import build_model
 from gpu_engine.weights import WeightLoadError, load_weights
 from planner.cli import main
-from planner.out_lock import LOCK_NAME
+from planner.outputs.out_lock import LOCK_NAME
 from tests.test_engine_weights import LLAMA
 
 TINY = dataclasses.replace(LLAMA, num_hidden_layers=1)  # one layer: the weights tests' model, smaller

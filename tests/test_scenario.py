@@ -10,7 +10,7 @@ import pytest
 from scenario_helpers import INLINE_MODEL, MINIMAL, RATE, error_of, write
 
 from planner.errors import PlannerError, ScenarioError
-from planner.scenario import load_scenario, scenario_to_dict, validate_mapping
+from planner.scenario.load import load_scenario, scenario_to_dict, validate_mapping
 from sim.config import ArrivalConfig, EngineConfig, WorkloadConfig
 from sim.engine_facts import EngineFacts
 
