@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from planner.scenario.load import validate_mapping
+from sim.engine_facts import EngineFacts
 from sim.memory import GIB, memory_breakdown
 
 OUTPUT = REPO / "docs" / "vllm-fidelity.md"
@@ -266,7 +267,7 @@ def _scenario(data: dict, source: str):
 
 def evaluate(log: dict) -> dict:
     scenario = _scenario(log["scenario"], log["source"])
-    mem = memory_breakdown(scenario)
+    mem = memory_breakdown(EngineFacts.of(scenario))
     vllm_blocks = log.get("vllm_num_gpu_blocks") or int(log["vllm_kv_gib"] * GIB) // mem.block_bytes
     return {
         "vllm_blocks": vllm_blocks,
@@ -285,7 +286,7 @@ def kv_per_token_check(check: dict) -> dict:
     """Our KV bytes for the check's token count against vLLM's GiB (rounded to 0.01 GiB in its log)."""
     hardware = {"gpu": "h200", "tensor_parallel_size": check["tp"]}
     scenario = _scenario({"model": check["model"], "hardware": hardware}, check["source"])
-    ours_gib = memory_breakdown(scenario).kv_bytes_per_token * check["tokens"] / GIB
+    ours_gib = EngineFacts.of(scenario).kv_bytes_per_token * check["tokens"] / GIB
     name = scenario.model.name
     return {"model": name, "ours_gib": ours_gib, "error": ours_gib / check["vllm_gib"] - 1}
 

@@ -37,6 +37,7 @@ from planner.calibration.device_gpu import catalog_gpu_of_device
 from planner.scenario.load import validate_mapping
 from planner_kernels.bench import copy_bandwidth_gbs
 from sim.config import Scenario
+from sim.engine_facts import EngineFacts
 from sim.kv_manager import cdiv
 from sim.memory import memory_breakdown
 from sim.metrics import Recorder
@@ -152,13 +153,13 @@ class HostTimed:
         return out
 
 
-def decode_step_s(scenario: Scenario, runner: ModelRunner, num_blocks: int, size: BenchSize) -> tuple[float, float]:
+def decode_step_s(facts: EngineFacts, runner: ModelRunner, num_blocks: int, size: BenchSize) -> tuple[float, float]:
     """Medians of one request's decode steps after the warm-up ones: (wall time, host time). The runner's
     sampled-id `.tolist()` waits for the device, so each recorded step ends when the GPU is done."""
     context = size.decode_context_tokens
     num_output = 1 + size.decode_warmup_steps + size.decode_timed_steps  # the prefill step samples the first
-    recorder = Recorder(num_blocks, scenario.engine.block_size)
-    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    recorder = Recorder(num_blocks, facts.engine.block_size)
+    scheduler = build_scheduler(facts, num_blocks, recorder)
     scheduler.add_request(Request(0, 0.0, context, num_output, prompt_token_ids=[0] * context))
     timed = HostTimed(runner)
     drain(scheduler, timed, time.perf_counter)
@@ -168,10 +169,10 @@ def decode_step_s(scenario: Scenario, runner: ModelRunner, num_blocks: int, size
     return float(np.median(decode_s[size.decode_warmup_steps :])), float(np.median(host_s[size.decode_warmup_steps :]))
 
 
-def engine_run(scenario: Scenario, runner: ModelRunner, num_blocks: int, workload: Workload) -> dict:
+def engine_run(facts: EngineFacts, runner: ModelRunner, num_blocks: int, workload: Workload) -> dict:
     """Every request of the workload at t=0 through sim's scheduler and the runner, on the wall clock."""
-    recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps=False)
-    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    recorder = Recorder(num_blocks, facts.engine.block_size, record_steps=False)
+    scheduler = build_scheduler(facts, num_blocks, recorder)
     for index in range(len(workload)):
         scheduler.add_request(make_request(workload, index, 0.0, with_token_ids=True))
     start = time.perf_counter()
@@ -199,7 +200,9 @@ def pool_blocks(scenario: Scenario, workload: Workload, measured_blocks: int) ->
     return min(measured_blocks, needed)
 
 
-def engine_sections(scenario: Scenario, device: torch.device, workload: Workload, size: BenchSize) -> dict:
+def engine_sections(
+    scenario: Scenario, facts: EngineFacts, device: torch.device, workload: Workload, size: BenchSize
+) -> dict:
     """Profile, then time decode and the throughput workload; the runner is freed on return."""
     e = scenario.engine
     runner = ModelRunner(scenario.model, scenario.dtype, device, None, e.block_size, seed=scenario.workload.seed)
@@ -209,8 +212,8 @@ def engine_sections(scenario: Scenario, device: torch.device, workload: Workload
     )
     num_blocks = pool_blocks(scenario, workload, measured["num_gpu_blocks"])
     runner.allocate(num_blocks)
-    warm_up(scenario, runner, workload, num_blocks)
-    step_s, host_s = decode_step_s(scenario, runner, num_blocks, size)
+    warm_up(facts, runner, workload, num_blocks)
+    step_s, host_s = decode_step_s(facts, runner, num_blocks, size)
     return {
         "memory_measured": measured,
         "pool_blocks_allocated": num_blocks,
@@ -218,7 +221,7 @@ def engine_sections(scenario: Scenario, device: torch.device, workload: Workload
         "decode_step_s": step_s,
         "decode_host_s": host_s,
         "cuda_graphs": runner.decode_graphs is not None and bool(runner.decode_graphs.graphs),
-        "throughput": engine_run(scenario, runner, num_blocks, workload),
+        "throughput": engine_run(facts, runner, num_blocks, workload),
     }
 
 
@@ -267,10 +270,10 @@ def throughput_figures(
     }
 
 
-def memory_figures(scenario: Scenario, engine: dict) -> dict:
-    predicted = memory_breakdown(scenario).to_dict()
+def memory_figures(facts: EngineFacts, engine: dict) -> dict:
+    predicted = memory_breakdown(facts).to_dict()
     return {
-        "gpu": scenario.hardware.gpu.name,
+        "gpu": facts.gpu.name,
         "measured": {k: engine["memory_measured"][k] for k in MEMORY_ROWS},
         "predicted": {k: predicted[k] for k in MEMORY_ROWS},
         "pool_blocks_allocated": engine["pool_blocks_allocated"],
@@ -325,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
     config = hf_config(scenario.model)
     copy_gbs = copy_bandwidth_gbs(str(device))  # before the model is built: its 2 GiB of buffers are freed by then
-    engine = engine_sections(scenario, device, workload, size)
+    facts = EngineFacts.of(scenario)
+    engine = engine_sections(scenario, facts, device, workload, size)
     if device.type == "cuda":
         torch.cuda.empty_cache()  # hand the engine's memory to transformers
     static = static_run(config, scenario.dtype, device, workload, min(size.static_batch_size, len(workload)))
@@ -336,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": size.dtype,
         "decode": decode_figures(engine, copy_gbs, size, device),
         "throughput": throughput_figures(scenario, engine, static, workload, device),
-        "memory": memory_figures(scenario, engine),
+        "memory": memory_figures(facts, engine),
     }
     print_report(figures)
     if args.json:

@@ -28,7 +28,7 @@ from gpu_engine.runner import ModelRunner, SamplingParams
 from gpu_engine.sweep_grid import Shape
 from gpu_engine.weights import WeightLoadError
 from sim.config import Scenario
-from sim.cost_model import cudagraph_capture_size
+from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
@@ -104,8 +104,8 @@ def step(
         on_finished(request)
 
 
-def warm_up(scenario: Scenario, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
-    scheduler = build_scheduler(scenario, num_blocks, Recorder(num_blocks, scenario.engine.block_size, False))
+def warm_up(facts: EngineFacts, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
+    scheduler = build_scheduler(facts, num_blocks, Recorder(num_blocks, facts.engine.block_size, False))
     for index in range(min(WARMUP_REQUESTS, len(workload))):
         request = make_request(workload, index, 0.0, with_token_ids=True)
         request.max_output_tokens = min(request.max_output_tokens, 4)
@@ -182,7 +182,7 @@ def run_scenario(
             f"{scenario.source}: engine.kv_cache_dtype {scenario.engine.kv_cache_dtype}: the live engine keeps the"
             f" KV cache in the model dtype ({scenario.dtype}); set kv_cache_dtype: auto to run this scenario"
         )
-    e = scenario.engine
+    e, facts = scenario.engine, EngineFacts.of(scenario)
     torch_device = _device(device)
     if torch_device.type == "cpu":
         torch.set_num_threads(CPU_THREADS)
@@ -199,7 +199,7 @@ def run_scenario(
             weights_path=None if model_path is None else str(model_path),
             # The decode batches the simulator replays from CUDA graphs (none under enforce_eager); a decode
             # batch never exceeds max_num_seqs, so no larger graph is captured.
-            cuda_graph_sizes=capture_sizes(min(e.max_num_seqs, cudagraph_capture_size(scenario))),
+            cuda_graph_sizes=capture_sizes(min(e.max_num_seqs, facts.cudagraph_capture_size)),
         )
     except WeightLoadError as err:
         raise EngineError(f"--model-path {model_path}: {err}") from err
@@ -212,12 +212,12 @@ def run_scenario(
             f" tokens (one is the null block), less than one request of max_model_len {scenario.max_model_len}"
         )
     runner.allocate(num_blocks)
-    warm_up(scenario, runner, workload, num_blocks)
+    warm_up(facts, runner, workload, num_blocks)
     if torch_device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(torch_device)
 
     recorder = Recorder(num_blocks, e.block_size, record_steps=True)
-    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    scheduler = build_scheduler(facts, num_blocks, recorder)
     arrivals = Arrivals(workload)
     finished_count = 0
 
@@ -271,7 +271,7 @@ def run_scenario(
         "device_name": torch.cuda.get_device_name(torch_device) if torch_device.type == "cuda" else "cpu",
         "peak_memory_bytes": _peak_memory_bytes(torch_device),
         # as this engine runs: eager, so vLLM's CUDA-graph memory estimate is not taken from its pool
-        "memory_predicted": memory_breakdown(_eager(scenario)).to_dict(),
+        "memory_predicted": memory_breakdown(EngineFacts.of(_eager(scenario))).to_dict(),
         "weights": "random" if model_path is None else str(model_path),
         "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p},
         # On CPU (one torch thread, the caller's) the engine computes only while it holds the CPU: the share of

@@ -308,6 +308,14 @@ class EngineConfig:
     # chunk. False: the older admission on the first chunk.
     scheduler_reserve_full_isl: bool = True
 
+    def max_model_len_for(self, model: ModelSpec) -> int:
+        """The longest request this engine serves `model`: max_model_len, else the model's own limit."""
+        return self.max_model_len or model.max_position_embeddings
+
+    def kv_dtype_for(self, dtype: str) -> str:
+        """The KV cache's dtype for a model run in `dtype`: kv_cache_dtype, `auto` being the model's."""
+        return dtype if self.kv_cache_dtype == "auto" else self.kv_cache_dtype
+
 
 @dataclass(frozen=True)
 class Distribution:
@@ -398,8 +406,8 @@ class Scenario:
 
     @property
     def max_model_len(self) -> int:
-        return self.engine.max_model_len or self.model.max_position_embeddings
+        return self.engine.max_model_len_for(self.model)
 
     @property
     def kv_dtype(self) -> str:
-        return self.dtype if self.engine.kv_cache_dtype == "auto" else self.engine.kv_cache_dtype
+        return self.engine.kv_dtype_for(self.dtype)

@@ -37,7 +37,9 @@ its own (`elementwise_elements_per_token`) it brings the per-layer fit to 1.9-4.
 measurement here covers them (whether their kernels turn as gradually is not known), so they keep the form
 they had. `floors` keeps max() too: it is a bound no engine can beat, at 100% of the spec peaks.
 
-Works on scalars and numpy arrays; one step's path stays on plain floats (the simulator's speed).
+Works on scalars and numpy arrays; one step's path stays on plain floats (the simulator's speed). What it prices
+(the weights a rank holds and reads, the KV bytes per token, the experts' placement, whether steps are serial
+and graphed) is the engine's facts (sim/engine_facts.py), derived once and handed in.
 """
 
 from __future__ import annotations
@@ -47,13 +49,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from sim.config import DTYPE_BYTES, HOST_DEVICES, Scenario
+from sim.engine_facts import EngineFacts
 from sim.errors import StepTimeError
-from sim.kv_sizing import kv_bytes_per_token_per_layer
 from sim.peak_rates import linear_peak_flops, peak_flops
-from sim.weights import expert_parallel_size, expert_tensor_parallel_size, max_local_experts, replicated_weights
-
-MAX_CUDAGRAPH_CAPTURE_SIZE = 512  # vLLM's cap on the default capture sizes (VllmConfig._set_cudagraph_sizes)
 
 
 @dataclass(frozen=True)
@@ -143,53 +141,43 @@ def _minimum(a, b):
     return min(a, b)  # one step: plain floats
 
 
-def cudagraph_capture_size(scenario: Scenario) -> int:
-    """The largest decode batch replayed from a CUDA graph: min(2 x max_num_seqs, 512) as vLLM's
-    `VllmConfig._set_cudagraph_sizes`; 0 when there are none (enforce_eager, or the host as device)."""
-    if scenario.engine.enforce_eager or scenario.hardware.gpu.name in HOST_DEVICES:
-        return 0
-    return min(2 * scenario.engine.max_num_seqs, MAX_CUDAGRAPH_CAPTURE_SIZE)
-
-
-def is_serial(scenario: Scenario) -> bool:
-    """Host and device work add up (no async scheduling): enforce_eager, or the host as device."""
-    return scenario.engine.enforce_eager or scenario.hardware.gpu.name in HOST_DEVICES
-
-
 class CostModel:
-    def __init__(self, scenario: Scenario, coefficients: CostCoefficients | None = None) -> None:
-        m, tp = scenario.model, scenario.hardware.tensor_parallel_size
+    """A step's seconds on one engine, its facts priced with one set of coefficients."""
+
+    def __init__(self, facts: EngineFacts, coefficients: CostCoefficients | None = None) -> None:
+        m, tp = facts.model, facts.tensor_parallel_size
+        self.facts = facts
         c = self.coefficients = coefficients or CostCoefficients()
-        dtype_bytes = DTYPE_BYTES[scenario.dtype]
-        self.serial = is_serial(scenario)
-        self.capture_size = cudagraph_capture_size(scenario)
+        dtype_bytes = facts.dtype_bytes
+        self.serial = facts.eager  # host and device work add up (no async scheduling)
+        self.capture_size = facts.cudagraph_capture_size
         self.launch_s = c.launch_overhead_per_layer_s * m.num_hidden_layers
         self.kernel_floor_s = c.kernel_floor_per_layer_s * m.num_hidden_layers
         self.row_s = c.per_row_layer_overhead_s * m.num_hidden_layers
-        self.flops_per_s = peak_flops(scenario) * c.flops_efficiency
-        self.linear_flops_per_s = linear_peak_flops(scenario) * c.flops_efficiency
-        self.bytes_per_s = scenario.hardware.gpu.memory_bandwidth_gbps * 1e9 * c.bandwidth_efficiency
+        self.flops_per_s = peak_flops(facts) * c.flops_efficiency
+        self.linear_flops_per_s = linear_peak_flops(facts) * c.flops_efficiency
+        self.bytes_per_s = facts.gpu.memory_bandwidth_gbps * 1e9 * c.bandwidth_efficiency
         rates = (self.flops_per_s, self.linear_flops_per_s, self.bytes_per_s)
         if not all(0 < rate < math.inf for rate in rates):  # before anything divides by them
-            self._refuse(scenario, f"compute at {self.flops_per_s:g} flop/s, memory at {self.bytes_per_s:g} B/s")
+            self._refuse(f"compute at {self.flops_per_s:g} flop/s, memory at {self.bytes_per_s:g} B/s")
         # The decoder layers' weights: everything stored but the embeddings, the lm_head and the final norm.
         outside = m.embedding_params * (1 if m.tie_word_embeddings else 2) + m.hidden_size
-        dense_bytes, expert_bytes = m.weight_bytes(dtype_bytes)
+        dense_bytes, expert_bytes = facts.dense_weight_bytes, facts.expert_weight_bytes
         # What vLLM replicates (MLA's down-projections, the routers) every rank reads and computes whole.
-        replicated_params, replicated_bytes = replicated_weights(m, dtype_bytes)
+        replicated_params, replicated_bytes = facts.replicated_params, facts.replicated_weight_bytes
         self.linear_bytes = (dense_bytes - outside * dtype_bytes - replicated_bytes) / tp + replicated_bytes
         self.linear_flops_per_token = 2 * (m.active_params - outside - replicated_params) / tp + 2 * replicated_params
         # Routed experts: a step reads the distinct experts its tokens go to, in every MoE layer. Without
-        # expert parallel each rank holds a 1/tp slice of all num_experts; with it (`sim.weights.
+        # expert parallel each rank holds a 1/tp slice of all num_experts; with it (`EngineFacts.
         # max_local_experts`) the busiest rank holds local_experts whole ones and computes the tokens routed to
         # them: on average local_experts / num_experts of every token's top-k (the same as 1/tp when tp
         # divides num_experts, more on the rank with the extra expert when not).
         self.num_experts, self.top_k = m.num_experts, m.num_experts_per_tok
-        self.local_experts = max_local_experts(scenario) if m.is_moe else 0
-        expert_tp = expert_tensor_parallel_size(scenario)
+        self.local_experts = facts.max_local_experts
+        expert_tp = facts.expert_tensor_parallel_size
         # per expert index, summed over the MoE layers (expert_bytes covers every layer)
         self.expert_bytes_per_touch = expert_bytes / m.num_experts / expert_tp if m.is_moe else 0.0
-        if expert_parallel_size(scenario) > 1:
+        if facts.expert_parallel_size > 1:
             routed_flops = 2 * m.num_moe_layers * m.num_experts_per_tok * m.expert_weights
             self.linear_flops_per_token += routed_flops * (self.local_experts / m.num_experts - 1 / tp)
         self.lm_head_flops_per_row = 2 * m.hidden_size * m.vocab_size / tp
@@ -207,7 +195,7 @@ class CostModel:
         else:
             self.attention_flops_per_pair = 4 * m.head_dim * heads_per_layer * m.num_hidden_layers
             self.mla_decode_extra_flops_per_pair = 0.0
-        per_layer = kv_bytes_per_token_per_layer(scenario)
+        per_layer = facts.kv_bytes_per_token_per_layer
         self.kv_bytes_per_token = per_layer * m.num_hidden_layers  # what a step reads and writes per token
         # The same at the fitted rates: attention's compute seconds per (query, key) pair, memory seconds per
         # K/V token (a decode window prices a step with two operations fewer than from flops and bytes).
@@ -240,7 +228,7 @@ class CostModel:
         self.allreduce_s_per_token = 0.0
         self.allreduce_fixed_s = 0.0
         if tp > 1:
-            link = (scenario.hardware.gpu.interconnect_bandwidth_gbps or 0) * 1e9 * c.interconnect_efficiency
+            link = (facts.gpu.interconnect_bandwidth_gbps or 0) * 1e9 * c.interconnect_efficiency
             if link <= 0:
                 raise ValueError(f"tensor parallel {tp} needs hardware.gpu.interconnect_bandwidth_gbps")
             # After attention and after the MLP. Expert parallel does not change this: without data parallel
@@ -256,14 +244,14 @@ class CostModel:
         self._other_s_table = np.empty(0)  # the same, indexed by number of rows from 0: for arrays of rows
         # Every term grows with the step, so if the largest step the engine schedules (its token and row budgets,
         # every row at the longest context) takes a finite time, every step does: checked once, not per step.
-        tokens, rows = scenario.engine.max_num_batched_tokens, scenario.engine.max_num_seqs
-        context = scenario.engine.max_model_len or m.max_position_embeddings
+        tokens, rows = facts.engine.max_num_batched_tokens, facts.engine.max_num_seqs
+        context = facts.max_model_len
         full_s = self.step_time_s(tokens, rows, rows, tokens * context, rows * context, after_idle=True)
         if not math.isfinite(full_s):
-            self._refuse(scenario, f"a step of {tokens} tokens in {rows} rows at {context} context takes {full_s} s")
+            self._refuse(f"a step of {tokens} tokens in {rows} rows at {context} context takes {full_s} s")
 
-    def _refuse(self, scenario: Scenario, what: str) -> None:
-        gpu = scenario.hardware.gpu
+    def _refuse(self, what: str) -> None:
+        gpu = self.facts.gpu
         coefficients = ", ".join(f"{k} {v:g}" for k, v in asdict(self.coefficients).items())
         raise StepTimeError(
             f"the cost model has no finite step time: {what} (GPU {gpu.name}: bf16_tflops {gpu.bf16_tflops:g},"
@@ -377,15 +365,15 @@ class CostModel:
         device = self.device_s(num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens)
         return self.combine(self.host_s(num_seqs), device, after_idle)
 
-    def floors(self, scenario: Scenario, prompt_tokens: float) -> dict[str, float]:
+    def floors(self, prompt_tokens: float) -> dict[str, float]:
         """What no engine can beat on this hardware, at 100% of spec peak and bandwidth:
         a decode step of one row reads every weight it uses once (a mixture of experts: the dense part and
         top-k experts); a prefill also does 2 flops per weight per prompt token, the linear layers at their own
         peak (fp8 weights: the fp8 rate), the LM head at the dtype's."""
         weights = self.linear_step_bytes(1) + self.lm_head_bytes
-        bw = scenario.hardware.gpu.memory_bandwidth_gbps * 1e9
-        prefill_s = prompt_tokens * self.linear_flops_per_token / linear_peak_flops(scenario)
-        prefill_s += self.lm_head_flops_per_row / peak_flops(scenario)
+        bw = self.facts.gpu.memory_bandwidth_gbps * 1e9
+        prefill_s = prompt_tokens * self.linear_flops_per_token / linear_peak_flops(self.facts)
+        prefill_s += self.lm_head_flops_per_row / peak_flops(self.facts)
         return {
             "tpot_floor_ms": weights / bw * 1e3,
             "ttft_floor_ms": max(weights / bw, prefill_s) * 1e3,

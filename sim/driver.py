@@ -15,6 +15,7 @@ import simpy
 
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
+from sim.engine_facts import EngineFacts
 from sim.kv_groups import kv_pool_blocks
 from sim.memory import MemoryBreakdown, memory_breakdown
 from sim.metrics import Recorder
@@ -36,7 +37,9 @@ class SimResult:
 
 
 class Simulation:
-    """Wires arrivals (open loop) or users (closed loop) to replicas through a router."""
+    """Wires arrivals (open loop) or users (closed loop) to replicas through a router. `facts`: the scenario's
+    engine's (`EngineFacts.of(scenario)`), when the caller has derived them already; the memory model, the cost
+    model and every replica's KV manager read these."""
 
     def __init__(
         self,
@@ -46,12 +49,14 @@ class Simulation:
         progress: Callable[[int, int], None] | None = None,
         fast_forward: bool = True,
         steps_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
+        facts: EngineFacts | None = None,
     ) -> None:
         self.scenario = scenario
-        self.memory = memory_breakdown(scenario)
+        facts = EngineFacts.of(scenario) if facts is None else facts
+        self.memory = memory_breakdown(facts)
         self.workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
-        self.cost = CostModel(scenario, coefficients)
-        num_blocks = kv_pool_blocks(scenario, self.memory)  # sliding-window groups: vLLM's pool of layer slots
+        self.cost = CostModel(facts, coefficients)
+        num_blocks = kv_pool_blocks(facts, self.memory)  # sliding-window groups: vLLM's pool of layer slots
         self.recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps, steps_sink)
         self.progress = progress
         self.env = simpy.Environment()
@@ -68,7 +73,7 @@ class Simulation:
         self.replicas = [
             Replica(
                 self.env,
-                build_scheduler(scenario, num_blocks, self.recorder, index, fast_paths, count_blocks_lazily=fast_paths),
+                build_scheduler(facts, num_blocks, self.recorder, index, fast_paths, count_blocks_lazily=fast_paths),
                 self.cost,
                 self.recorder,
                 self.next_arrival_s,
@@ -145,9 +150,10 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
     fast_forward: bool = True,
     steps_sink: Callable[[dict[str, np.ndarray]], None] | None = None,
+    facts: EngineFacts | None = None,
 ) -> SimResult:
     """Run a scenario. fast_forward=False is the reference the fast paths are tested against: every decode
     step its own event, every row through allocate_slots, every full block registered in the prefix cache
     at allocation (for tests). steps_sink takes the step rows in chunks as the run goes (see
-    sim.metrics.Recorder)."""
-    return Simulation(scenario, coefficients, record_steps, progress, fast_forward, steps_sink).run()
+    sim.metrics.Recorder). facts: as Simulation's."""
+    return Simulation(scenario, coefficients, record_steps, progress, fast_forward, steps_sink, facts).run()

@@ -2,7 +2,7 @@
 leaves the window, all groups drawing from one block pool.
 
 vLLM v1 splits a model's attention layers into KV cache groups (`_get_kv_cache_groups_uniform_page_size`,
-vllm/v1/core/kv_cache_utils.py; sim/kv_sizing.py's `kv_cache_groups`). Every group holds its own block table
+vllm/v1/core/kv_cache_utils.py; sim/kv_sizing.py's `kv_cache_groups`, an engine's `EngineFacts.kv_cache_groups`). Every group holds its own block table
 per request, drawn from one `BlockPool` of `kv_cache_config.num_blocks` blocks, each the page of one layer
 slot (`KVCacheCoordinator.__init__`, vllm/v1/core/kv_cache_coordinator.py). A full-attention group holds
 ceil(tokens / block_size) blocks (`FullAttentionManager`); a sliding-window group replaces the blocks that
@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.block_pool import NULL_BLOCK_ID
-from sim.config import Scenario
+from sim.engine_facts import EngineFacts
 from sim.kv_manager import ROOT_HASH, KVCacheManager, cdiv
-from sim.kv_sizing import kv_cache_groups
 from sim.memory import MemoryBreakdown
 from sim.request import Request
 
@@ -41,30 +40,29 @@ class KVGroups:
         return len(self.sliding)
 
 
-def kv_groups(scenario: Scenario) -> KVGroups | None:
-    """The groups vLLM's hybrid allocator makes, or None when the plain KVCacheManager serves the scenario
-    (no sliding-window layer, the static scheduler or contiguous KV). vLLM lists the groups by layer type in
-    the order the types first appear among the layers (a dict keyed by spec, filled layer by layer)."""
-    m, e = scenario.model, scenario.engine
-    if not m.num_sliding_layers or e.kv_cache != "paged" or e.scheduler != "continuous":
+def kv_groups(facts: EngineFacts) -> KVGroups | None:
+    """The groups vLLM's hybrid allocator makes, or None when the plain KVCacheManager serves the engine
+    (`EngineFacts.hybrid_kv` false: no sliding-window layer, the static scheduler or contiguous KV). vLLM lists
+    the groups by layer type in the order the types first appear among the layers (a dict keyed by spec, filled
+    layer by layer)."""
+    if not facts.hybrid_kv:
         return None
-    _, groups, sliding = kv_cache_groups(scenario)
+    m, groups, sliding = facts.model, facts.kv_cache_groups, facts.sliding_groups
     types = [True] * sliding, [False] * (groups - sliding)
     first_is_sliding = 0 in m.sliding_layers
     return KVGroups(tuple(types[0] + types[1] if first_is_sliding else types[1] + types[0]), m.sliding_window)
 
 
-def kv_pool_blocks(scenario: Scenario, mem: MemoryBreakdown) -> int:
+def kv_pool_blocks(facts: EngineFacts, mem: MemoryBreakdown) -> int:
     """Blocks of the pool the scheduler allocates from. With the hybrid allocator, vLLM's
     `kv_cache_config.num_blocks`: the KV memory over one layer slot of every group (`get_num_blocks`) or
     engine.num_gpu_blocks_override, which sets exactly that; memory.num_gpu_blocks is that // groups (what
     vLLM's "GPU KV cache size" counts). Otherwise memory.num_gpu_blocks."""
-    groups = kv_groups(scenario)
-    if groups is None:
+    if not facts.hybrid_kv:
         return mem.num_gpu_blocks
-    if scenario.engine.num_gpu_blocks_override is not None:
-        return scenario.engine.num_gpu_blocks_override
-    return max(0, mem.kv_cache_bytes) // (mem.block_bytes // groups.num_groups)
+    if facts.engine.num_gpu_blocks_override is not None:
+        return facts.engine.num_gpu_blocks_override
+    return max(0, mem.kv_cache_bytes) // (mem.block_bytes // facts.kv_cache_groups)
 
 
 class GroupHits(list):

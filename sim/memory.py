@@ -12,8 +12,8 @@ sliding-window layers, the layers are grouped as vLLM's hybrid allocator does: k
 block (block 0, never given to a request: sim/block_pool.py), as vLLM's "GPU KV cache size" does.
 The live engine is eager (it captures no graphs): its own profiling (gpu_engine/profiling.py) has no graph
 term, the same as this model with enforce_eager true.
-The KV page sizes come from sim/kv_sizing.py, the weights from sim/weights.py; whether the breakdown leaves
-room for a request is sim/memory_fit.py's.
+The weights and the KV page sizes are the engine's facts (sim/engine_facts.py, derived once from sim/weights.py
+and sim/kv_sizing.py); whether the breakdown leaves room for a request is sim/memory_fit.py's.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from math import ceil
 
-from sim.config import DTYPE_BYTES, HOST_DEVICES, Scenario
-from sim.kv_sizing import kv_bytes_per_token, kv_cache_groups, sliding_window_blocks
-from sim.weights import expert_tensor_parallel_size, weights_bytes
+from sim.engine_facts import MAX_CUDA_GRAPH_CAPTURE_SIZE, EngineFacts
 
 GIB = 1 << 30
 
@@ -44,7 +42,6 @@ SAMPLER_FP32_COPIES = 3
 # the one start-up log that has every setting (docs/vllm-fidelity.md: Qwen3-8B, 84 graphs, 0.52 GiB
 # estimated): 0.16 MiB per layer per graph.
 CUDA_GRAPH_BYTES_PER_LAYER = int(0.16 * (1 << 20))
-MAX_CUDA_GRAPH_CAPTURE_SIZE = 512  # CompilationConfig: max_cudagraph_capture_size = min(2 x max_num_seqs, 512)
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,7 @@ class MemoryBreakdown:
 FUSED_MOE_CHUNK_TOKENS = 16384
 
 
-def forward_peak_bytes(scenario: Scenario, tokens: int) -> int:
+def forward_peak_bytes(facts: EngineFacts, tokens: int) -> int:
     """The forward's peak for `tokens` tokens, inside the MLP of a layer (see activation_bytes).
 
     Dense MLP: the residual and the normed input [T, hidden], the fused gate_up output [T, 2*I/tp] and the
@@ -113,13 +110,12 @@ def forward_peak_bytes(scenario: Scenario, tokens: int) -> int:
     [T, hidden] and the router's float32 logits [T, experts]. Under expert parallel (tensor parallel 1 for
     the experts) I is the whole expert's width: without data parallel every rank gets every token and the
     workspaces are sized for all M x top_k routed rows, those of other ranks' experts skipped (expert_map -1)."""
-    m, tp = scenario.model, scenario.hardware.tensor_parallel_size
-    dtype = DTYPE_BYTES[scenario.dtype]
+    m, tp, dtype = facts.model, facts.tensor_parallel_size, facts.dtype_bytes
     peak = 0
     if m.num_dense_mlp_layers:
         peak = tokens * dtype * (2 * m.hidden_size + 3 * m.intermediate_size // tp)
     if m.num_moe_layers:
-        width, k = m.moe_intermediate_size // expert_tensor_parallel_size(scenario), m.num_experts_per_tok
+        width, k = m.moe_intermediate_size // facts.expert_tensor_parallel_size, m.num_experts_per_tok
         chunk = min(tokens, FUSED_MOE_CHUNK_TOKENS)
         workspace = chunk * k * (max(2 * width, m.hidden_size) + width) * dtype
         moe = tokens * dtype * 3 * m.hidden_size + workspace + tokens * m.num_experts * 4
@@ -128,7 +124,7 @@ def forward_peak_bytes(scenario: Scenario, tokens: int) -> int:
     return peak
 
 
-def activation_bytes(scenario: Scenario) -> tuple[int, int]:
+def activation_bytes(facts: EngineFacts) -> tuple[int, int]:
     """(mlp_peak, sampler) bytes of the profiling run's peak.
 
     The forward's peak is inside the MLP of a layer: the residual and the normed input [T, hidden], the
@@ -136,9 +132,9 @@ def activation_bytes(scenario: Scenario) -> tuple[int, int]:
     freed by then. The sampler's logits are gathered to full vocabulary. Check: Llama-3-8B, T=8192,
     256 rows -> 0.78 + 0.37 = 1.15 GiB; vLLM logged 1.26 GiB on an H100 (vllm-project/vllm #10511).
     """
-    m, e = scenario.model, scenario.engine
+    m, e = facts.model, facts.engine
     tokens = e.max_num_batched_tokens
-    mlp = forward_peak_bytes(scenario, tokens)
+    mlp = forward_peak_bytes(facts, tokens)
     sampler = min(e.max_num_seqs, tokens) * m.vocab_size * 4 * SAMPLER_FP32_COPIES
     return mlp, sampler
 
@@ -155,32 +151,32 @@ def cudagraph_capture_sizes(max_num_seqs: int, max_num_batched_tokens: int) -> l
     return sorted((n for n in sizes if n <= largest), reverse=True)
 
 
-def cuda_graph_bytes(scenario: Scenario) -> int:
+def cuda_graph_bytes(facts: EngineFacts) -> int:
     """vLLM's estimate of the CUDA graphs' memory (`GPUModelRunner.profile_cudagraph_memory`, v0.21+), modelled:
     PIECEWISE graphs at every capture size, FULL graphs of pure-decode batches up to max_num_seqs; the first
     capture holds the forward's activations at the largest size (the MLP peak, no sampler), every further graph
     costs CUDA_GRAPH_BYTES_PER_LAYER per layer."""
-    m, e = scenario.model, scenario.engine
-    if e.enforce_eager or scenario.hardware.gpu.name in HOST_DEVICES:  # the host itself captures no graphs
+    m, e = facts.model, facts.engine
+    if facts.eager:  # enforce_eager, or the host itself: no graphs
         return 0
     piecewise = cudagraph_capture_sizes(e.max_num_seqs, e.max_num_batched_tokens)
     full = [n for n in piecewise if n <= e.max_num_seqs]
     if not piecewise:
         return 0
-    first = forward_peak_bytes(scenario, piecewise[0])
+    first = forward_peak_bytes(facts, piecewise[0])
     per_graph = CUDA_GRAPH_BYTES_PER_LAYER * m.num_hidden_layers
     return first + per_graph * (len(piecewise) - 1 + max(len(full) - 1, 0))
 
 
-def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
-    gpu, e = scenario.hardware.gpu, scenario.engine
+def memory_breakdown(facts: EngineFacts) -> MemoryBreakdown:
+    """What vLLM's start-up profiling finds on each GPU of the engine (module docstring)."""
+    gpu, e = facts.gpu, facts.engine
     usable = ceil(gpu.memory_bytes * e.gpu_memory_utilization)  # vLLM's request_memory rounds up
-    weights = weights_bytes(scenario)
-    mlp, sampler = activation_bytes(scenario)
-    non_torch = non_torch_bytes(scenario.hardware.tensor_parallel_size)
-    graphs = cuda_graph_bytes(scenario)
-    per_token = kv_bytes_per_token(scenario)
-    _, groups, sliding = kv_cache_groups(scenario)
+    weights = facts.weights_bytes
+    mlp, sampler = activation_bytes(facts)
+    non_torch = non_torch_bytes(facts.tensor_parallel_size)
+    graphs = cuda_graph_bytes(facts)
+    per_token, groups = facts.kv_bytes_per_token, facts.kv_cache_groups
     block = per_token * e.block_size
     kv_cache = usable - weights - mlp - sampler - non_torch - graphs
     num_blocks = max(0, kv_cache) // block
@@ -202,9 +198,9 @@ def memory_breakdown(scenario: Scenario) -> MemoryBreakdown:
         kv_cache_bytes=kv_cache,
         num_gpu_blocks=num_blocks,
         max_kv_tokens=num_blocks * e.block_size,
-        max_model_len=scenario.max_model_len,
+        max_model_len=facts.max_model_len,
         block_size=e.block_size,
         kv_cache_groups=groups,
-        sliding_groups=sliding,
-        sliding_window_blocks=sliding_window_blocks(scenario),
+        sliding_groups=facts.sliding_groups,
+        sliding_window_blocks=facts.sliding_window_blocks,
     )

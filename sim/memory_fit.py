@@ -1,13 +1,12 @@
-"""Whether a deployment can start: why its memory breakdown does not fit, with the numbers that prove it and
+"""Whether an engine can start: why its memory breakdown does not fit, with the numbers that prove it and
 what to change (`fit_problems`), and the tensor parallel sizes vLLM accepts for a model."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.config import Scenario
+from sim.engine_facts import EngineFacts
 from sim.memory import GIB, MemoryBreakdown, non_torch_bytes
-from sim.weights import weights_bytes
 
 
 def tensor_parallel_sizes(num_heads: int, num_kv_heads: int, limit: int = 16) -> list[int]:
@@ -18,44 +17,40 @@ def tensor_parallel_sizes(num_heads: int, num_kv_heads: int, limit: int = 16) ->
     ]
 
 
-def tensor_parallel_that_fits(scenario: Scenario, mem: MemoryBreakdown) -> int | None:
+def tensor_parallel_that_fits(facts: EngineFacts, mem: MemoryBreakdown) -> int | None:
     """The smallest valid tensor parallel size (up to 16) whose per-GPU share of the weights and of one
     request of max_model_len, plus NCCL's buffers, fits. The activation peak is kept as it is (its MLP part
     shrinks with more GPUs, so this errs towards more GPUs)."""
-    tp_now, m = scenario.hardware.tensor_parallel_size, scenario.model
-    kv_request = mem.kv_bytes_per_token * mem.max_model_len  # one request, on one GPU now
-    kv_shards = not m.is_mla  # MLA's latent is replicated on every rank: more GPUs do not shrink it
+    m = facts.model
     fixed = mem.activation_bytes + mem.cuda_graph_bytes + non_torch_bytes(2)
     for tp in tensor_parallel_sizes(m.num_attention_heads, m.num_key_value_heads):
-        kv = kv_request * tp_now / tp if kv_shards else kv_request
-        if tp <= tp_now:
+        if tp <= facts.tensor_parallel_size:
             continue
-        # at tp (the weights' split is recomputed: under expert parallel it stops shrinking once every rank
-        # holds one expert)
-        weights = weights_bytes(replace(scenario, hardware=replace(scenario.hardware, tensor_parallel_size=tp)))
-        if weights + kv + fixed < mem.usable_bytes:
+        # The engine at tp: the weights' split (under expert parallel it stops shrinking once every rank holds
+        # one expert) and one request's KV (MLA's latent, and KV heads fewer than the ranks, are replicated).
+        at = EngineFacts.derive(m, facts.dtype, replace(facts.hardware, tensor_parallel_size=tp), facts.engine)
+        if at.weights_bytes + at.kv_bytes_per_token * mem.max_model_len + fixed < mem.usable_bytes:
             return tp
     return None
 
 
-def _more_gpus(scenario: Scenario, mem: MemoryBreakdown) -> str:
-    tp = tensor_parallel_that_fits(scenario, mem)
+def _more_gpus(facts: EngineFacts, mem: MemoryBreakdown) -> str:
+    tp = tensor_parallel_that_fits(facts, mem)
     if tp is not None:
-        if scenario.hardware.gpu.interconnect_bandwidth_gbps is None:  # else that advice is refused for the field
+        if facts.gpu.interconnect_bandwidth_gbps is None:  # else that advice is refused for the field
             return f"hardware.tensor_parallel_size {tp} (with the GPU's interconnect_bandwidth_gbps, which it lacks)"
         return f"hardware.tensor_parallel_size {tp}"
-    sizes = tensor_parallel_sizes(scenario.model.num_attention_heads, scenario.model.num_key_value_heads)
+    sizes = tensor_parallel_sizes(facts.model.num_attention_heads, facts.model.num_key_value_heads)
     return f"more GPUs than the tensor parallel sizes up to 16 that this model allows ({', '.join(map(str, sizes))})"
 
 
-def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
+def fit_problems(facts: EngineFacts, mem: MemoryBreakdown) -> list[str]:
     """Why a deployment cannot start, with the numbers that prove it and what to change (empty: fits).
 
     A request's blocks come from num_gpu_blocks - 1: block 0 is vLLM's null block."""
     blocks_per_request = -(-mem.max_model_len // mem.block_size)
     usable_tokens = mem.num_usable_blocks * mem.block_size
-    e = scenario.engine
-    hybrid = mem.sliding_groups and e.kv_cache == "paged" and e.scheduler == "continuous"
+    e, hybrid = facts.engine, facts.hybrid_kv
     if e.num_gpu_blocks_override is not None and hybrid:  # the override is the pool (sim/kv_groups.py)
         need, detail, _ = _hybrid_request_blocks(mem, e.num_gpu_blocks_override - 1)
         if need >= e.num_gpu_blocks_override:
@@ -101,7 +96,7 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
                 f"the {mem.kv_cache_bytes / GIB:.2f} GiB left for the KV cache per GPU is less than two blocks of"
                 f" {mem.block_size} tokens ({mem.block_bytes / GIB:.2f} GiB each; one is vLLM's null block); lower"
                 f" engine.block_size, raise engine.gpu_memory_utilization or use a larger GPU or"
-                f" {_more_gpus(scenario, mem)}"
+                f" {_more_gpus(facts, mem)}"
             )
         ]
     if mem.kv_cache_bytes <= 0:
@@ -113,18 +108,18 @@ def fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
                 f"the weights ({mem.weights_bytes / GIB:.2f} GiB), activations ({mem.activation_bytes / GIB:.2f} GiB)"
                 f"{graphs} and non-torch memory ({mem.non_torch_bytes / GIB:.2f} GiB) need more than the usable"
                 f" {mem.usable_bytes / GIB:.2f} GiB per GPU (short by {max(short, 0) / GIB:.2f} GiB) and leave no KV"
-                f" blocks; use a larger GPU or {_more_gpus(scenario, mem)} (or a higher"
+                f" blocks; use a larger GPU or {_more_gpus(facts, mem)} (or a higher"
                 " engine.gpu_memory_utilization or a lower engine.max_num_batched_tokens, if that is enough)"
             )
         ]
     if hybrid:  # vLLM's hybrid allocator (sim/kv_groups.py): a sliding group holds at most its window's blocks
-        return _hybrid_fit_problems(scenario, mem)
+        return _hybrid_fit_problems(facts, mem)
     if usable_tokens < mem.max_model_len:
         return [
             (
                 f"max_model_len {mem.max_model_len} is longer than the KV pool holds ({mem.num_usable_blocks} blocks"
                 f" besides vLLM's null block x {mem.block_size} = {usable_tokens} tokens); set engine.max_model_len <="
-                f" {usable_tokens}, or use {_more_gpus(scenario, mem)} or a larger GPU"
+                f" {usable_tokens}, or use {_more_gpus(facts, mem)} or a larger GPU"
             )
         ]
     return []
@@ -144,7 +139,7 @@ def _hybrid_request_blocks(mem: MemoryBreakdown, pool: int) -> tuple[int, str, i
     return need, detail, fits
 
 
-def _hybrid_fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
+def _hybrid_fit_problems(facts: EngineFacts, mem: MemoryBreakdown) -> list[str]:
     """One request of max_model_len must fit the pool of num_gpu_blocks x groups blocks of one layer slot
     (sim/kv_groups.py), the null block aside."""
     pool = mem.num_gpu_blocks * mem.kv_cache_groups - 1
@@ -155,6 +150,6 @@ def _hybrid_fit_problems(scenario: Scenario, mem: MemoryBreakdown) -> list[str]:
         (
             f"max_model_len {mem.max_model_len} needs {need} KV blocks of one layer slot ({detail}) and the pool has"
             f" {pool} besides vLLM's null block; set engine.max_model_len <= {fits * mem.block_size}, or use"
-            f" {_more_gpus(scenario, mem)} or a larger GPU"
+            f" {_more_gpus(facts, mem)} or a larger GPU"
         )
     ]

@@ -1,18 +1,18 @@
 """The peak rates a step is priced against: the dense tensor-core (or, for float32, plain FP32) FLOP/s of the
-scenario's GPU for the model's dtype, and the linear layers' own (fp8 weights run at the fp8 rate)."""
+engine's GPU for the model's dtype, and the linear layers' own (fp8 weights run at the fp8 rate)."""
 
 from __future__ import annotations
 
-from sim.config import Scenario
+from sim.engine_facts import EngineFacts
 from sim.errors import StepTimeError
 
 
-def peak_flops(scenario: Scenario) -> float:
+def peak_flops(facts: EngineFacts) -> float:
     """Dense peak for the model dtype: the fp16/bf16 tensor cores, or for float32 the FP32 rate without them
     (PyTorch's and vLLM's default float32 matmul precision uses no TF32: an H100 runs 67 TFLOPS, not the half of
     its 989 bf16 TFLOPS once assumed here)."""
-    gpu = scenario.hardware.gpu
-    if scenario.dtype != "float32":
+    gpu = facts.gpu
+    if facts.dtype != "float32":
         return gpu.bf16_tflops * 1e12
     if gpu.fp32_tflops is None:
         raise StepTimeError(
@@ -22,11 +22,10 @@ def peak_flops(scenario: Scenario) -> float:
     return gpu.fp32_tflops * 1e12
 
 
-def linear_peak_flops(scenario: Scenario) -> float:
+def linear_peak_flops(facts: EngineFacts) -> float:
     """The linear layers' peak: the fp8 tensor rate for fp8 weights (vLLM's W8A8 fp8 GEMMs quantise the
     activations on the fly) where the GPU has one; int4/MXFP4 kernels on these GPUs dequantise to bf16
     (W4A16, Marlin-style), so they run at the dtype's rate."""
-    gpu = scenario.hardware.gpu
-    if scenario.model.quant_method == "fp8" and gpu.fp8_tflops:
-        return gpu.fp8_tflops * 1e12
-    return peak_flops(scenario)
+    if facts.model.quant_method == "fp8" and facts.gpu.fp8_tflops:
+        return facts.gpu.fp8_tflops * 1e12
+    return peak_flops(facts)

@@ -29,11 +29,10 @@ the same reference by the same test.
 
 from __future__ import annotations
 
-from sim.config import Scenario
 from sim.decode_windows import DecodeWindows
+from sim.engine_facts import EngineFacts
 from sim.kv_groups import HybridKVCacheManager, kv_groups
 from sim.kv_manager import KVCacheManager
-from sim.kv_sizing import sliding_window_blocks
 from sim.metrics import Recorder
 from sim.request import Request, Status
 from sim.scheduler_base import Scheduler
@@ -202,22 +201,22 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
 
 
 def build_scheduler(
-    scenario: Scenario,
+    facts: EngineFacts,
     num_gpu_blocks: int,
     recorder: Recorder,
     replica: int = 0,
     fast_paths: bool = True,
     count_blocks_lazily: bool = False,
 ) -> Scheduler:
-    """The scheduler and KV manager a scenario asks for, over a pool of num_gpu_blocks (both modes).
+    """The scheduler and KV manager an engine's settings ask for, over a pool of num_gpu_blocks (both modes).
     fast_paths=False is the tests' reference: every block registered in the prefix cache at allocation, every
     row through allocate_slots and SchedulerOutput.add. count_blocks_lazily: the simulator's (`BlockPool`)."""
-    e = scenario.engine
-    contiguous = scenario.max_model_len if e.kv_cache == "contiguous" else None
-    groups = kv_groups(scenario)  # sliding-window layers: vLLM's hybrid allocator (sim/kv_groups.py)
+    e = facts.engine
+    contiguous = facts.max_model_len if e.kv_cache == "contiguous" else None
+    groups = kv_groups(facts)  # sliding-window layers: vLLM's hybrid allocator (sim/kv_groups.py)
     if groups is not None:
         # vLLM's admission cap for a sliding group is the pool sizer's own figure (one source of truth there too)
-        cap = sliding_window_blocks(scenario)
+        cap = facts.sliding_window_blocks
         kv = HybridKVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, groups, cap)
     else:
         kv = KVCacheManager(

@@ -1,34 +1,34 @@
 """The weights on one GPU: every parameter split over the tensor-parallel ranks, and the routed experts of a
-mixture of experts placed whole on the ranks under expert parallel."""
+mixture of experts placed whole on the ranks under expert parallel. sim/engine_facts.py derives an engine's
+from these, once."""
 
 from __future__ import annotations
 
 from math import ceil
 
-from sim.config import DTYPE_BYTES, ModelSpec, Scenario
+from sim.config import HardwareConfig, ModelSpec
 
 
-def expert_parallel_size(scenario: Scenario) -> int:
+def expert_parallel_size(m: ModelSpec, hardware: HardwareConfig) -> int:
     """The ranks a mixture of experts' routed experts are placed on whole (vLLM's ep_size), 1 without expert
     parallel. vLLM's `FusedMoEParallelConfig.make` (vllm/model_executor/layers/fused_moe/config.py) makes it
     tp x dp with --enable-expert-parallel, and the experts' own tensor-parallel size 1; the planner's replicas
     are independent engines (no data parallel), so it is the tensor-parallel size."""
-    hw = scenario.hardware
-    return hw.tensor_parallel_size if hw.expert_parallel and scenario.model.is_moe else 1
+    return hardware.tensor_parallel_size if hardware.expert_parallel and m.is_moe else 1
 
 
-def expert_tensor_parallel_size(scenario: Scenario) -> int:
+def expert_tensor_parallel_size(ep: int, tp: int) -> int:
     """The ranks each routed expert is split over (by its intermediate dimension): tp, or 1 under expert
-    parallel (the experts are whole)."""
-    return 1 if expert_parallel_size(scenario) > 1 else scenario.hardware.tensor_parallel_size
+    parallel of ep > 1 ranks (the experts are whole)."""
+    return 1 if ep > 1 else tp
 
 
-def max_local_experts(scenario: Scenario) -> int:
+def max_local_experts(num_experts: int, ep: int) -> int:
     """Routed experts per MoE layer on the rank that holds the most. vLLM's `determine_expert_map`
     (fused_moe/layer.py; expert_map_manager.py in later versions), linear placement: every rank gets
     num_experts // ep_size and the first num_experts % ep_size ranks one more, so the largest holds the
     ceiling. Without expert parallel every rank holds a slice of every expert."""
-    return ceil(scenario.model.num_experts / expert_parallel_size(scenario))
+    return ceil(num_experts / ep)
 
 
 def replicated_weights(m: ModelSpec, dtype_bytes: int) -> tuple[int, float]:
@@ -56,19 +56,15 @@ def absorbed_mla_copy_bytes(m: ModelSpec) -> float:
     return float(m.num_hidden_layers * per_layer * 2)  # bfloat16
 
 
-def weights_bytes(scenario: Scenario) -> int:
+def weights_bytes(m: ModelSpec, dense: float, experts: float, replicated: float, tp: int, ep: int) -> int:
     """Every parameter once, every expert included, quantised weights at their stored size with their scales
-    (ModelSpec.weight_bytes), on the rank that holds the most. Split evenly over tensor-parallel ranks (vLLM
+    (ModelSpec.weight_bytes: `dense` and routed `experts` bytes), on the rank that holds the most. Split evenly over tensor-parallel ranks (vLLM
     shards experts over TP ranks too, by their intermediate dimension), but for what vLLM replicates on every
     rank (`replicated_weights`: MLA's down-projections, MoE routers; norms too, negligible), plus
-    MLA's bf16 copy of a quantised kv_b for its absorbed decode (split by heads). Under expert parallel the
-    routed experts are not sliced but placed whole (`max_local_experts`): with an uneven count the largest
-    rank's share sets the memory, and vLLM profiles every rank and keeps the smallest KV pool."""
-    m, dtype_bytes = scenario.model, DTYPE_BYTES[scenario.dtype]
-    dense, experts = m.weight_bytes(dtype_bytes)
-    _, replicated = replicated_weights(m, dtype_bytes)
-    tp = scenario.hardware.tensor_parallel_size
+    MLA's bf16 copy of a quantised kv_b for its absorbed decode (split by heads). Under expert parallel (over ep
+    ranks) the routed experts are not sliced but placed whole (`max_local_experts`): with an uneven count the
+    largest rank's share sets the memory, and vLLM profiles every rank and keeps the smallest KV pool."""
     dense_per_rank = (dense - replicated) / tp + replicated + absorbed_mla_copy_bytes(m) / tp
-    if expert_parallel_size(scenario) == 1:
+    if ep == 1:
         return int(dense_per_rank + experts / tp)
-    return int(dense_per_rank) + int(experts * max_local_experts(scenario) / m.num_experts)
+    return int(dense_per_rank) + int(experts * max_local_experts(m.num_experts, ep) / m.num_experts)

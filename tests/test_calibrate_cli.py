@@ -12,6 +12,7 @@ import torch
 from planner.calibration.profile_loader import load_profile
 from planner.cli import main
 from planner.errors import PlannerError
+from sim.engine_facts import EngineFacts
 from sim.metrics import STEP_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -263,7 +264,8 @@ def test_the_cuda_default_is_the_largest_catalog_model_that_fits(monkeypatch):
 
     monkeypatch.setattr(defaults, "catalog_gpu_for_device", lambda: "a10")
     scenario = defaults.default_scenario("cuda", None)
-    assert not fit_problems(scenario, memory_breakdown(scenario))
+    facts = EngineFacts.of(scenario)
+    assert not fit_problems(facts, memory_breakdown(facts))
     assert scenario.dtype == "bfloat16" and scenario.max_model_len <= defaults.CUDA_MAX_MODEL_LEN
     larger = [m for m in load_model_catalog().values() if m.num_params > scenario.model.num_params]
     assert larger

@@ -21,6 +21,7 @@ from planner.calibration.resolve import resolve_cost_model
 from planner.cli import main
 from planner.errors import PlannerError
 from sim.cost_model import CostCoefficients, CostModel
+from sim.engine_facts import EngineFacts
 from tests.sim_helpers import make_scenario
 
 TRUTH = CostCoefficients(
@@ -65,7 +66,8 @@ def synthetic_rows(scenario, coefficients: CostCoefficients, noise: float, seed:
         "num_seqs": decode + (prefill > 0),
     }
     model = CostModel(
-        dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True)), coefficients
+        EngineFacts.of(dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True))),
+        coefficients,
     )
     rng = np.random.default_rng(seed)
     host = model.host_s(data["num_seqs"]) * (1 + noise * rng.standard_normal(len(prefill)))
@@ -89,7 +91,9 @@ def test_fit_recovers_known_coefficients_from_noisy_synthetic_steps():
     assert fit.result.median_abs_error < 0.03
     assert set(fit.by_class) == {"decode", "prefill", "mixed"}
     assert len(fit.worst) == 5 and abs(fit.worst[0]["error"]) >= abs(fit.worst[-1]["error"])
-    assert predict_rows(scenario, fit.coefficients, rows, serial=True) == pytest.approx(rows["duration_s"], rel=0.1)
+    assert predict_rows(EngineFacts.of(scenario), fit.coefficients, rows, serial=True) == pytest.approx(
+        rows["duration_s"], rel=0.1
+    )
 
 
 def test_fit_of_serial_totals_keeps_the_host_terms_and_recovers_the_device_ones():
@@ -259,7 +263,7 @@ def test_the_residual_spread_scales_every_step_of_a_run_by_one_factor():
 
     assert residual_spread({"median_abs_error": 0.03}) == {STEP_TIME_SPREAD: pytest.approx(1.4826 * 0.03)}
     assert residual_spread({}) == {} and residual_spread(None) == {}
-    scenario = make_scenario(hardware={"tensor_parallel_size": 2})
+    facts = EngineFacts.of(make_scenario(hardware={"tensor_parallel_size": 2}))
     nominal = dataclasses.replace(TRUTH, flops_efficiency=0.3, bandwidth_efficiency=0.4, interconnect_efficiency=0.5)
     shapes = [
         (1, 1, 1, 600, 600),
@@ -271,9 +275,7 @@ def test_the_residual_spread_scales_every_step_of_a_run_by_one_factor():
     factors = []
     for _ in range(20):
         drawn = draw_coefficients(nominal, {STEP_TIME_SPREAD: 0.1}, rng)
-        ratio = [
-            CostModel(scenario, drawn).step_time_s(*s) / CostModel(scenario, nominal).step_time_s(*s) for s in shapes
-        ]
+        ratio = [CostModel(facts, drawn).step_time_s(*s) / CostModel(facts, nominal).step_time_s(*s) for s in shapes]
         assert max(ratio) == pytest.approx(min(ratio), rel=1e-9)  # one factor for decode, prefill, mixed, tp
         factors.append(ratio[0])
     assert 0.05 < np.std(np.log(factors)) < 0.2 and len(set(np.round(factors, 9))) == 20

@@ -17,6 +17,7 @@ from test_engine_runner import TINY, hf_greedy, tiny_hf
 import gpu_engine.attention
 from gpu_engine.engine import drain
 from gpu_engine.runner import ModelRunner, SamplingParams
+from sim.engine_facts import EngineFacts
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import build_scheduler
@@ -88,7 +89,7 @@ def test_scheduler_driven_generation_matches_transformers(tmp_path, monkeypatch,
     runner = ModelRunner(spec, "float32", device, num_blocks, BLOCK_SIZE, sampling=SamplingParams(),
                          weights_path=str(tmp_path), cuda_graph_sizes=())  # fmt: skip
     recorder = Recorder(num_blocks, BLOCK_SIZE)
-    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    scheduler = build_scheduler(EngineFacts.of(scenario), num_blocks, recorder)
     requests = [Request(i, 0.0, len(p), MAX_NEW_TOKENS, prompt_token_ids=p) for i, p in enumerate(prompts)]
     for request in requests:
         scheduler.add_request(request)

@@ -19,15 +19,10 @@ from planner.errors import ScenarioError
 from planner.scenario.load import load_scenario
 from planner.sizing.serve import vllm_serve_command
 from sim.cost_model import CostModel, expected_experts_touched, expected_local_experts_touched
+from sim.engine_facts import EngineFacts
 from sim.memory import forward_peak_bytes, memory_breakdown
 from sim.memory_fit import tensor_parallel_that_fits
-from sim.weights import (
-    absorbed_mla_copy_bytes,
-    expert_parallel_size,
-    max_local_experts,
-    replicated_weights,
-    weights_bytes,
-)
+from sim.weights import absorbed_mla_copy_bytes, replicated_weights
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 QWEN3_MOE = SCENARIOS / "h100_qwen3_30b_a3b.yaml"
@@ -63,40 +58,42 @@ def test_the_largest_rank_holds_what_vllms_expert_map_gives_it(num_experts, tp):
     assert sum(counts) == num_experts
     s = _with_experts(_load(QWEN3_MOE, 4, True), num_experts)
     s = dataclasses.replace(s, hardware=dataclasses.replace(s.hardware, tensor_parallel_size=tp))
-    assert max_local_experts(s) == max(counts)
+    assert EngineFacts.of(s).max_local_experts == max(counts)
 
 
 def test_qwen3_30b_a3b_memory_per_gpu_with_and_without_expert_parallel():
     for tp in (2, 4):
         off, on = _load(QWEN3_MOE, tp, False), _load(QWEN3_MOE, tp, True)
-        assert expert_parallel_size(off) == 1 and expert_parallel_size(on) == tp
+        assert EngineFacts.of(off).expert_parallel_size == 1 and EngineFacts.of(on).expert_parallel_size == tp
         m = on.model
         dense, experts = m.weight_bytes(2)
         # 128 experts split evenly: 128/tp whole experts per GPU weigh what a 1/tp slice of all 128 does; the
         # routers (48 x 2048 x 128 in bf16) are whole on every rank
         _, routers = replicated_weights(m, 2)
         assert routers == 48 * 2048 * 128 * 2
-        assert weights_bytes(on) == pytest.approx((dense - routers + experts) / tp + routers, abs=1)
-        assert weights_bytes(on) == pytest.approx(weights_bytes(off), abs=1)
+        assert EngineFacts.of(on).weights_bytes == pytest.approx((dense - routers + experts) / tp + routers, abs=1)
+        assert EngineFacts.of(on).weights_bytes == pytest.approx(EngineFacts.of(off).weights_bytes, abs=1)
         # the fused-MoE workspaces are sized for the whole expert width, not width / tp: a larger peak
         tokens = on.engine.max_num_batched_tokens
 
         grow = _workspace(m, tokens, m.moe_intermediate_size) - _workspace(m, tokens, m.moe_intermediate_size // tp)
         assert grow > 0
-        assert forward_peak_bytes(on, tokens) - forward_peak_bytes(off, tokens) == grow
-        assert memory_breakdown(on).num_gpu_blocks < memory_breakdown(off).num_gpu_blocks
+        assert forward_peak_bytes(EngineFacts.of(on), tokens) - forward_peak_bytes(EngineFacts.of(off), tokens) == grow
+        assert (
+            memory_breakdown(EngineFacts.of(on)).num_gpu_blocks < memory_breakdown(EngineFacts.of(off)).num_gpu_blocks
+        )
 
 
 def test_deepseek_v3_on_8_h200_with_and_without_expert_parallel():
     off, on = _load(DEEPSEEK_V3, 8, False), _load(DEEPSEEK_V3, 8, True)
     dense, experts = on.model.weight_bytes(2)
-    assert on.model.num_experts == 256 and max_local_experts(on) == 32
+    assert on.model.num_experts == 256 and EngineFacts.of(on).max_local_experts == 32
     _, replicated = replicated_weights(on.model, 2)  # MLA's down-projections and the routers, whole on each rank
     dense_per_rank = (dense - replicated) / 8 + replicated + absorbed_mla_copy_bytes(on.model) / 8
-    assert weights_bytes(on) == pytest.approx(dense_per_rank + experts * 32 / 256, abs=1)
-    assert weights_bytes(on) == pytest.approx(weights_bytes(off), abs=1)
+    assert EngineFacts.of(on).weights_bytes == pytest.approx(dense_per_rank + experts * 32 / 256, abs=1)
+    assert EngineFacts.of(on).weights_bytes == pytest.approx(EngineFacts.of(off).weights_bytes, abs=1)
     # MLA's latent is replicated on every rank either way; only the MoE workspace differs
-    a, b = memory_breakdown(off), memory_breakdown(on)
+    a, b = memory_breakdown(EngineFacts.of(off)), memory_breakdown(EngineFacts.of(on))
     assert a.kv_bytes_per_token == b.kv_bytes_per_token
     assert b.activation_mlp_bytes > a.activation_mlp_bytes
     assert b.num_gpu_blocks < a.num_gpu_blocks
@@ -117,10 +114,10 @@ def test_uneven_expert_counts_cost_the_largest_rank_its_whole_experts():
     )
     dense, experts = on.model.weight_bytes(2)
     _, routers = replicated_weights(on.model, 2)  # whole on every rank
-    assert weights_bytes(off) == pytest.approx((dense - routers + experts) / 16 + routers, abs=1)
-    assert weights_bytes(on) == pytest.approx((dense - routers) / 16 + routers + experts / 8, abs=1)
+    assert EngineFacts.of(off).weights_bytes == pytest.approx((dense - routers + experts) / 16 + routers, abs=1)
+    assert EngineFacts.of(on).weights_bytes == pytest.approx((dense - routers) / 16 + routers + experts / 8, abs=1)
     # the same in the cost model: each step's expert reads and flops on the busiest rank
-    a, b = CostModel(off), CostModel(on)
+    a, b = CostModel(EngineFacts.of(off)), CostModel(EngineFacts.of(on))
     for n in (1, 8, 256):
         assert b.linear_step_bytes(n) - b.linear_bytes == pytest.approx(2 * (a.linear_step_bytes(n) - a.linear_bytes))
     m = on.model
@@ -132,7 +129,10 @@ def test_expert_parallel_cost_curve_from_active_to_total():
     # Qwen3-30B-A3B on 4 GPUs with expert parallel: each holds 32 whole experts. A decode step's expected
     # reads go from the dense part plus k x 32/128 experts (batch 1) to nearly all 32 (batch 256), the same
     # expected bytes as the tensor-sharded layout when the count divides evenly.
-    off, on = CostModel(_load(QWEN3_MOE, 4, False)), CostModel(_load(QWEN3_MOE, 4, True))
+    off, on = (
+        CostModel(EngineFacts.of(_load(QWEN3_MOE, 4, False))),
+        CostModel(EngineFacts.of(_load(QWEN3_MOE, 4, True))),
+    )
     m = _load(QWEN3_MOE, 4, True).model
     whole_expert = m.expert_weights * m.num_moe_layers * 2  # one expert index over every MoE layer, bf16
     assert on.local_experts == 32
@@ -161,10 +161,13 @@ def test_tensor_parallel_suggestion_stops_where_expert_parallel_stops_shrinking(
 
     dense, _ = at(8, "true").model.weight_bytes(2)
     split = dense - replicated_weights(at(8, "true").model, 2)[1]  # the routers are whole on every rank
-    assert weights_bytes(at(8, "true")) - weights_bytes(at(16, "true")) == pytest.approx(split / 8 - split / 16, abs=2)
+    weights = {tp: EngineFacts.of(at(tp, "true")).weights_bytes for tp in (8, 16)}
+    assert weights[8] - weights[16] == pytest.approx(split / 8 - split / 16, abs=2)
     off, on = at(2, "false"), at(2, "true")
-    assert tensor_parallel_that_fits(off, memory_breakdown(off)) == 16
-    assert tensor_parallel_that_fits(on, memory_breakdown(on)) is None
+    facts = EngineFacts.of(off)
+    assert tensor_parallel_that_fits(facts, memory_breakdown(facts)) == 16
+    facts = EngineFacts.of(on)
+    assert tensor_parallel_that_fits(facts, memory_breakdown(facts)) is None
 
 
 @pytest.mark.parametrize(
@@ -192,7 +195,7 @@ def test_bad_expert_parallel_names_file_key_value_and_allowed(overrides, expecte
 
 def test_default_is_off_and_dense_scenarios_are_unchanged():
     s = load_scenario(QWEN3_MOE)
-    assert s.hardware.expert_parallel is False and expert_parallel_size(s) == 1
+    assert s.hardware.expert_parallel is False and EngineFacts.of(s).expert_parallel_size == 1
     assert "--enable-expert-parallel" not in vllm_serve_command(s)
 
 

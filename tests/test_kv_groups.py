@@ -11,6 +11,7 @@ from test_simulator import assert_same_run
 
 from sim.block_pool import NULL_BLOCK_ID
 from sim.driver import simulate
+from sim.engine_facts import EngineFacts
 from sim.kv_groups import HybridKVCacheManager, KVGroups, kv_groups, kv_pool_blocks
 from sim.memory import memory_breakdown
 from sim.request import Request
@@ -111,17 +112,20 @@ def test_sliding_hit_needs_the_window_contiguous():
 @pytest.mark.parametrize("model, groups, sliding", [("gpt-oss-20b", 2, 1), ("gemma-3-27b", 7, 6)])
 def test_the_pool_is_vllms_num_blocks(model, groups, sliding):
     s = make_scenario(model=model, hardware={"gpu": "h200"}, engine={"max_model_len": 32768})
-    g, mem = kv_groups(s), memory_breakdown(s)
+    facts = EngineFacts.of(s)
+    g, mem = kv_groups(facts), memory_breakdown(facts)
     assert g.num_groups == groups and sum(g.sliding) == sliding and g.sliding[0]  # layer 0 is a sliding one
-    pool = kv_pool_blocks(s, mem)
+    pool = kv_pool_blocks(facts, mem)
     # vLLM logs "GPU KV cache size" as num_blocks // groups x block_size: memory.num_gpu_blocks
     assert pool // groups == mem.num_gpu_blocks
     override = make_scenario(model=model, hardware={"gpu": "h200"}, engine={"num_gpu_blocks_override": 7001})
-    assert kv_pool_blocks(override, memory_breakdown(override)) == 7001
-    assert memory_breakdown(override).num_gpu_blocks == 7001 // groups
+    facts = EngineFacts.of(override)
+    assert kv_pool_blocks(facts, memory_breakdown(facts)) == 7001
+    assert memory_breakdown(EngineFacts.of(override)).num_gpu_blocks == 7001 // groups
     # the baselines keep every layer's context: the plain manager over memory.num_gpu_blocks
     static = make_scenario(model=model, hardware={"gpu": "h200"}, engine={"scheduler": "static"})
-    assert kv_groups(static) is None and kv_pool_blocks(static, memory_breakdown(static)) == mem.num_gpu_blocks
+    facts = EngineFacts.of(static)
+    assert kv_groups(facts) is None and kv_pool_blocks(facts, memory_breakdown(facts)) == mem.num_gpu_blocks
 
 
 def _gpt_oss(**engine) -> object:
@@ -145,12 +149,12 @@ def test_a_sliding_window_model_fits_more_requests_than_full_attention_would(mon
     charging the sliding group for the whole context (what the simulator did before)."""
     scenario = _gpt_oss(num_gpu_blocks_override=1200)  # 600 blocks of 16 tokens per group: tight
     hybrid = simulate(scenario)
-    assert isinstance(build_scheduler(scenario, 1200, hybrid.recorder).kv, HybridKVCacheManager)
+    assert isinstance(build_scheduler(EngineFacts.of(scenario), 1200, hybrid.recorder).kv, HybridKVCacheManager)
     steps = hybrid.recorder.steps.view()
     assert steps["kv_blocks_used"].max() <= 1199
     # before: the plain manager, each of 600 blocks holding both groups' slots, charged for every token
-    monkeypatch.setattr("sim.scheduler.kv_groups", lambda scenario: None)
-    monkeypatch.setattr("sim.driver.kv_pool_blocks", lambda scenario, mem: mem.num_gpu_blocks)
+    monkeypatch.setattr("sim.scheduler.kv_groups", lambda facts: None)
+    monkeypatch.setattr("sim.driver.kv_pool_blocks", lambda facts, mem: mem.num_gpu_blocks)
     full_only = simulate(scenario)
     assert hybrid.recorder.num_preemptions < full_only.recorder.num_preemptions or (
         steps["num_running"].mean() > full_only.recorder.steps.view()["num_running"].mean()
@@ -172,7 +176,8 @@ def test_a_request_of_max_model_len_must_fit_as_the_hybrid_allocator_holds_it():
     def problems(max_model_len: int, utilization: float = 0.9) -> list[str]:
         engine = {"max_model_len": max_model_len, "gpu_memory_utilization": utilization}
         s = make_scenario(model="gemma-3-27b", hardware={"gpu": "h100-sxm"}, engine=engine)
-        return fit_problems(s, memory_breakdown(s))
+        facts = EngineFacts.of(s)
+        return fit_problems(facts, memory_breakdown(facts))
 
     assert problems(32768) == [] and problems(131072) == []  # 8,192 + 6 x 193 blocks < 7 x 2,331
     (message,) = problems(131072, 0.7)
@@ -203,7 +208,9 @@ def test_block_tables_and_ref_counts_stay_consistent(groups, window, block_size,
     num_blocks = len(groups) * -(-120 // block_size) + 1 + extra_blocks  # the longest request fits (119 tokens)
     engine = {"block_size": block_size, "max_num_batched_tokens": 64 if chunked else 256, "max_num_seqs": 8, "max_model_len": 256,
               "enable_prefix_caching": caching, "enable_chunked_prefill": chunked}  # fmt: skip
-    scheduler = build_scheduler(make_scenario(engine=engine), num_blocks, Recorder(num_blocks, block_size, False))
+    scheduler = build_scheduler(
+        EngineFacts.of(make_scenario(engine=engine)), num_blocks, Recorder(num_blocks, block_size, False)
+    )
     kv = HybridKVCacheManager(num_blocks, block_size, caching, KVGroups(groups, window))
     scheduler.kv = kv
     scheduler.fast_decode_rows = False
@@ -236,7 +243,8 @@ def test_the_override_is_checked_as_the_pool_it_sets():
 
     def problems(override: int) -> list[str]:
         s = _gpt_oss(num_gpu_blocks_override=override)
-        return fit_problems(s, memory_breakdown(s))
+        facts = EngineFacts.of(s)
+        return fit_problems(facts, memory_breakdown(facts))
 
     # a 4,096-token request: 256 blocks in the full group, the window's 73 in the sliding one
     (message,) = problems(329)
@@ -277,5 +285,5 @@ def test_admission_asks_a_sliding_group_only_for_what_it_holds_at_once():
 def test_the_admission_cap_is_the_pool_sizers_figure():
     # gpt-oss-20b's window of 128 tokens, a 1,024-token budget, blocks of 16: ceil((128 - 1 + 1024) / 16) + 1 = 73
     scenario = _gpt_oss()
-    kv = build_scheduler(scenario, 1200, simulate(scenario).recorder).kv
+    kv = build_scheduler(EngineFacts.of(scenario), 1200, simulate(scenario).recorder).kv
     assert kv.admission_cap_blocks == 73

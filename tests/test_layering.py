@@ -20,6 +20,7 @@ SHARED = [
     "sim.statistics",
     "sim.kv_sizing",
     "sim.weights",
+    "sim.engine_facts",
     "sim.memory",
     "sim.memory_fit",
     "sim.cost_model",

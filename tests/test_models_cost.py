@@ -12,6 +12,7 @@ import pytest
 from planner.catalog import load_gpu_catalog, load_model_catalog
 from planner.scenario.load import load_scenario
 from sim.cost_model import CostModel, expected_experts_touched
+from sim.engine_facts import EngineFacts
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 MODELS = load_model_catalog()
@@ -34,7 +35,7 @@ def test_expected_experts_touched_matches_sampling() -> None:
 
 def test_qwen3_30b_a3b_decode_reads_active_then_all_experts() -> None:
     s = load_scenario(SCENARIOS / "h100_qwen3_30b_a3b.yaml")
-    cm, m = CostModel(s), s.model
+    cm, m = CostModel(EngineFacts.of(s)), s.model
     outside = 2 * m.embedding_params + m.hidden_size  # embeddings and lm_head: not in the linear term
     weights = [cm.linear_step_bytes(n) / 2 for n in (1, 4, 16, 64, 256)]  # params read per step (bf16)
     assert weights[0] == pytest.approx(m.active_params - outside, rel=1e-9)  # ~2.7B: the top-8 experts only
@@ -52,26 +53,28 @@ def test_qwen3_30b_a3b_decode_reads_active_then_all_experts() -> None:
 
 def test_dense_models_price_as_before() -> None:
     s = _scenario("llama-3.1-8b")
-    cm, m = CostModel(s), s.model
+    cm, m = CostModel(EngineFacts.of(s)), s.model
     assert cm.linear_bytes == m.num_hidden_layers * m.params_per_layer * 2
     assert cm.linear_step_bytes(100) == cm.linear_bytes
     assert cm.linear_flops_per_token == 2 * m.num_hidden_layers * m.params_per_layer
 
 
 def test_quantised_weights_read_fewer_bytes_and_fp8_uses_its_rate() -> None:
-    awq, bf16 = CostModel(_scenario("qwen3-32b-awq")), CostModel(_scenario("qwen3-32b"))
+    awq, bf16 = CostModel(EngineFacts.of(_scenario("qwen3-32b-awq"))), CostModel(EngineFacts.of(_scenario("qwen3-32b")))
     assert awq.linear_bytes / bf16.linear_bytes == pytest.approx((4 + 20 / 128) / 16, rel=0.01)
     assert awq.linear_flops_per_s == bf16.linear_flops_per_s  # W4A16: the bf16 rate
-    ds_h200 = CostModel(_scenario("deepseek-v3", "h200"))
+    ds_h200 = CostModel(EngineFacts.of(_scenario("deepseek-v3", "h200")))
     assert ds_h200.linear_flops_per_s == pytest.approx(2 * ds_h200.flops_per_s, rel=0.02)  # fp8 tensor rate
-    ds_a100 = CostModel(_scenario("deepseek-v3", "a100-80gb"))
+    ds_a100 = CostModel(EngineFacts.of(_scenario("deepseek-v3", "a100-80gb")))
     assert ds_a100.linear_flops_per_s == ds_a100.flops_per_s  # Ampere: no fp8 tensor cores
 
 
 def test_sliding_window_layers_attend_over_the_window() -> None:
     s = _scenario("gpt-oss-20b")
-    windowed = CostModel(s)
-    no_window = CostModel(dataclasses.replace(s, model=dataclasses.replace(s.model, sliding_window=None)))
+    windowed = CostModel(EngineFacts.of(s))
+    no_window = CostModel(
+        EngineFacts.of(dataclasses.replace(s, model=dataclasses.replace(s.model, sliding_window=None)))
+    )
     # short contexts (under the 128-token window): the same; long ones: half the layers read only the window
     assert windowed.device_s(64, 64, 64, 64 * 100, 64 * 100) == pytest.approx(
         no_window.device_s(64, 64, 64, 64 * 100, 64 * 100)
@@ -86,7 +89,7 @@ def test_sliding_window_layers_attend_over_the_window() -> None:
 
 
 def test_mla_reads_the_latent_and_decode_costs_more_flops() -> None:
-    cm = CostModel(load_scenario(SCENARIOS / "h200x8_deepseek_v3_tp8.yaml"))
+    cm = CostModel(EngineFacts.of(load_scenario(SCENARIOS / "h200x8_deepseek_v3_tp8.yaml")))
     assert cm.kv_bytes_per_token == 61 * 576 * 2  # the latent, not K and V of 128 heads
     heads, layers = 128 / 8, 61
     assert cm.attention_flops_per_pair == (2 * 192 + 2 * 128) * heads * layers  # prefill: expanded K/V
@@ -97,19 +100,19 @@ def test_float32_runs_at_the_fp32_peak_without_tensor_cores() -> None:
     # PyTorch's default float32 matmul precision ("highest", kept by vLLM) uses no TF32: an H100 does 67 TFLOPS
     # there, not half its 989 bf16 TFLOPS (once assumed: 7.4x too fast for every compute-bound step).
     s = dataclasses.replace(_scenario("llama-3.1-8b"), dtype="float32")
-    cm = CostModel(s)
+    cm = CostModel(EngineFacts.of(s))
     assert cm.flops_per_s == 67.0e12 * cm.coefficients.flops_efficiency
-    floor_ms = cm.floors(s, 1105)["ttft_floor_ms"]
+    floor_ms = cm.floors(1105)["ttft_floor_ms"]
     expected_s = (1105 * cm.linear_flops_per_token + cm.lm_head_flops_per_row) / 67.0e12
     assert floor_ms == pytest.approx(expected_s * 1e3, rel=1e-12) and floor_ms > 200  # 31.2 ms at the old rate
 
 
 def test_the_ttft_floor_prices_fp8_linear_layers_at_the_fp8_rate() -> None:
     s = _scenario("deepseek-v3", "h200")
-    cm = CostModel(s)
+    cm = CostModel(EngineFacts.of(s))
     linear_s = 2000 * cm.linear_flops_per_token / (GPUS["h200"].fp8_tflops * 1e12)
     lm_head_s = cm.lm_head_flops_per_row / (GPUS["h200"].bf16_tflops * 1e12)
-    assert cm.floors(s, 2000)["ttft_floor_ms"] == pytest.approx((linear_s + lm_head_s) * 1e3, rel=1e-12)
+    assert cm.floors(2000)["ttft_floor_ms"] == pytest.approx((linear_s + lm_head_s) * 1e3, rel=1e-12)
 
 
 def test_a_float32_model_on_a_gpu_without_an_fp32_peak_is_refused(tmp_path) -> None:
@@ -125,8 +128,8 @@ def test_a_float32_model_on_a_gpu_without_an_fp32_peak_is_refused(tmp_path) -> N
         load_scenario(path)
     path.write_text(path.read_text().replace("900}", "900, fp32_tflops: 12.5}"))
     assert (
-        CostModel(load_scenario(path)).flops_per_s
-        == 12.5e12 * CostModel(load_scenario(path)).coefficients.flops_efficiency
+        CostModel(EngineFacts.of(load_scenario(path))).flops_per_s
+        == 12.5e12 * CostModel(EngineFacts.of(load_scenario(path))).coefficients.flops_efficiency
     )
 
 
@@ -136,7 +139,9 @@ def test_every_rank_reads_what_vllm_replicates_whole() -> None:
     # reads an eighth of the rest and all of them, so tp 8 less half of tp 4 leaves half of them.
     def on(tp: int) -> CostModel:
         s = _scenario("deepseek-v3", "h200")
-        return CostModel(dataclasses.replace(s, hardware=dataclasses.replace(s.hardware, tensor_parallel_size=tp)))
+        return CostModel(
+            EngineFacts.of(dataclasses.replace(s, hardware=dataclasses.replace(s.hardware, tensor_parallel_size=tp)))
+        )
 
     replicated_bytes = 61 * 7168 * (1536 + 576) * (1 + 4 / 128**2) + 58 * 7168 * 256 * 2
     assert on(8).linear_bytes - on(4).linear_bytes / 2 == pytest.approx(replicated_bytes / 2, rel=1e-9)

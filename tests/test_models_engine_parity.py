@@ -14,6 +14,7 @@ from test_engine_runner import BLOCK_SIZE, hf_greedy, prompts, serve
 
 from gpu_engine.runner import ModelRunner
 from planner.catalog import model_spec_from_hf_config
+from sim.engine_facts import EngineFacts
 
 TINY_MOE = {
     "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -205,7 +206,7 @@ def test_sliding_window_on_the_hybrid_allocator(tmp_path, monkeypatch, prefix_ca
     runner = ModelRunner(spec, "float32", device, num_blocks, BLOCK_SIZE, weights_path=str(tmp_path),
                          cuda_graph_sizes=())  # fmt: skip
     recorder = Recorder(num_blocks, BLOCK_SIZE)
-    scheduler = build_scheduler(scenario, num_blocks, recorder)
+    scheduler = build_scheduler(EngineFacts.of(scenario), num_blocks, recorder)
     kv = scheduler.kv
     assert isinstance(kv, HybridKVCacheManager) and kv.groups.sliding == (True,)
     freed = []

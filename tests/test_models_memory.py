@@ -13,6 +13,7 @@ import pytest
 
 from planner.catalog import load_gpu_catalog, load_model_catalog
 from planner.scenario.load import load_scenario
+from sim.engine_facts import EngineFacts
 from sim.kv_sizing import kv_cache_groups
 from sim.memory import GIB, forward_peak_bytes, memory_breakdown
 
@@ -30,7 +31,7 @@ def _scenario(model: str, gpu: str = "h100-sxm", **engine):
 
 
 def test_qwen3_30b_a3b_on_one_h100() -> None:
-    mem = memory_breakdown(load_scenario(SCENARIOS / "h100_qwen3_30b_a3b.yaml"))
+    mem = memory_breakdown(EngineFacts.of(load_scenario(SCENARIOS / "h100_qwen3_30b_a3b.yaml")))
     # every expert is stored: 30.5B (card) x 2 bytes, not the 3.3B active
     assert mem.weights_bytes == pytest.approx(30.5e9 * 2, rel=0.01)
     assert mem.kv_bytes_per_token == 48 * 2 * 4 * 128 * 2 == 98_304  # 48 layers, 4 KV heads of 128
@@ -38,7 +39,7 @@ def test_qwen3_30b_a3b_on_one_h100() -> None:
 
 
 def test_deepseek_v3_on_8_h200() -> None:
-    mem = memory_breakdown(load_scenario(SCENARIOS / "h200x8_deepseek_v3_tp8.yaml"))
+    mem = memory_breakdown(EngineFacts.of(load_scenario(SCENARIOS / "h200x8_deepseek_v3_tp8.yaml")))
     # fp8 weights (1 byte + a float32 scale per 128x128 block); embeddings, lm_head, norms, routers in bf16:
     # 671B at 1 byte plus the two 0.93B bf16 tables' second byte = ~673 GB, an eighth per GPU, but for what vLLM
     # holds whole on every rank: the fused q_a + kv_a projections (61 x 7168 x (1536 + 576) fp8 weights, 0.92 GB)
@@ -59,13 +60,13 @@ def test_deepseek_v3_on_8_h200() -> None:
 def test_gpt_oss_checkpoint_sizes() -> None:
     # gpt-oss model card (OpenAI, Aug 2025), table 1: checkpoints of 12.8 GiB and 60.8 GiB (MXFP4 experts)
     for key, gib in [("gpt-oss-20b", 12.8), ("gpt-oss-120b", 60.8)]:
-        mem = memory_breakdown(_scenario(key, gpu="h200"))
+        mem = memory_breakdown(EngineFacts.of(_scenario(key, gpu="h200")))
         assert mem.weights_bytes / GIB == pytest.approx(gib, rel=0.01), key
 
 
 def test_awq_weights_are_a_quarter_plus_scales() -> None:
-    awq = memory_breakdown(_scenario("qwen3-32b-awq")).weights_bytes
-    bf16 = memory_breakdown(_scenario("qwen3-32b", gpu="h200")).weights_bytes
+    awq = memory_breakdown(EngineFacts.of(_scenario("qwen3-32b-awq"))).weights_bytes
+    bf16 = memory_breakdown(EngineFacts.of(_scenario("qwen3-32b", gpu="h200"))).weights_bytes
     m = MODELS["qwen3-32b"]
     linear = m.dense_linear_weights
     assert bf16 - awq == pytest.approx(linear * (2 - (4 + 20 / 128) / 8), rel=1e-6)
@@ -75,11 +76,11 @@ def test_awq_weights_are_a_quarter_plus_scales() -> None:
 def test_hybrid_kv_groups_follow_vllm() -> None:
     # gpt-oss-20b: 12 sliding + 12 full layers -> 2 groups of 12; Gemma-3-27B: 52 sliding + 10 full ->
     # groups of 10 (1 full, 6 sliding, the last padded)
-    assert kv_cache_groups(_scenario("gpt-oss-20b")) == (12, 2, 1)
-    assert kv_cache_groups(_scenario("gemma-3-27b")) == (10, 7, 6)
-    assert kv_cache_groups(_scenario("qwen3-30b-a3b")) == (48, 1, 0)
+    assert kv_cache_groups(MODELS["gpt-oss-20b"]) == (12, 2, 1)
+    assert kv_cache_groups(MODELS["gemma-3-27b"]) == (10, 7, 6)
+    assert kv_cache_groups(MODELS["qwen3-30b-a3b"]) == (48, 1, 0)
     s = _scenario("gpt-oss-20b", max_model_len=32768)
-    mem = memory_breakdown(s)
+    mem = memory_breakdown(EngineFacts.of(s))
     assert mem.kv_bytes_per_token == 24 * 2 * 8 * 64 * 2  # the pool unit: every layer's K and V
     # a request of max_model_len holds all its blocks in the full group, the window's in the sliding one
     full_blocks = 32768 // 16
@@ -97,8 +98,8 @@ def test_moe_activation_peak_follows_fused_moe_workspaces() -> None:
     dense_formula = t * 2 * (2 * m.hidden_size + 3 * m.intermediate_size)
     workspace = t * 8 * (max(2 * 768, 2048) + 768) * 2
     expected = t * 2 * 3 * 2048 + workspace + t * 128 * 4
-    assert forward_peak_bytes(s, t) == expected
-    assert forward_peak_bytes(s, t) != dense_formula
+    assert forward_peak_bytes(EngineFacts.of(s), t) == expected
+    assert forward_peak_bytes(EngineFacts.of(s), t) != dense_formula
 
 
 def test_a_block_override_beyond_the_memory_left_cannot_run():
@@ -106,11 +107,14 @@ def test_a_block_override_beyond_the_memory_left_cannot_run():
     from sim.memory_fit import fit_problems
 
     s = load_scenario(SCENARIOS / "a10_qwen7b.yaml")
-    fits = memory_breakdown(s).kv_cache_bytes // memory_breakdown(s).block_bytes
+    mem = memory_breakdown(EngineFacts.of(s))
+    fits = mem.kv_cache_bytes // mem.block_bytes
     at_most = dataclasses.replace(s, engine=dataclasses.replace(s.engine, num_gpu_blocks_override=fits))
-    assert fit_problems(at_most, memory_breakdown(at_most)) == []
+    facts = EngineFacts.of(at_most)
+    assert fit_problems(facts, memory_breakdown(facts)) == []
     beyond = dataclasses.replace(s, engine=dataclasses.replace(s.engine, num_gpu_blocks_override=fits + 1))
-    (problem,) = fit_problems(beyond, memory_breakdown(beyond))
+    facts = EngineFacts.of(beyond)
+    (problem,) = fit_problems(facts, memory_breakdown(facts))
     assert problem.startswith(f"engine.num_gpu_blocks_override {fits + 1:,} x ")
     assert f"the engine would run out of memory allocating them; lower it to at most {fits:,}" in problem
 
@@ -121,12 +125,13 @@ def test_a_block_override_of_a_sliding_window_model_is_counted_in_layer_groups()
     from sim.memory_fit import fit_problems
 
     base = _scenario("gemma-3-27b", max_model_len=4096, kv_cache="contiguous")
-    groups = memory_breakdown(base).kv_cache_groups
+    groups = memory_breakdown(EngineFacts.of(base)).kv_cache_groups
     needed = (4096 // base.engine.block_size + 1) * groups
 
     def problems(override):
         s = dataclasses.replace(base, engine=dataclasses.replace(base.engine, num_gpu_blocks_override=override))
-        return fit_problems(s, memory_breakdown(s))
+        facts = EngineFacts.of(s)
+        return fit_problems(facts, memory_breakdown(facts))
 
     assert groups == 7 and problems(needed) == []
     (problem,) = problems(needed - 1)
@@ -142,5 +147,6 @@ def test_the_fused_moe_workspace_stops_growing_at_vllms_chunk():
     s = load_scenario(SCENARIOS / "h100_qwen3_30b_a3b.yaml")
     m = s.model
     per_token = 2 * 3 * m.hidden_size + m.num_experts * 4  # the residual, input, output and router logits only
-    assert forward_peak_bytes(s, 32768) - forward_peak_bytes(s, 16384) == 16384 * per_token
-    assert forward_peak_bytes(s, 16384) - forward_peak_bytes(s, 8192) > 8192 * per_token  # the workspace grows
+    peak = {tokens: forward_peak_bytes(EngineFacts.of(s), tokens) for tokens in (8192, 16384, 32768)}
+    assert peak[32768] - peak[16384] == 16384 * per_token
+    assert peak[16384] - peak[8192] > 8192 * per_token  # the workspace grows

@@ -18,6 +18,7 @@ from planner.cli import main
 from planner.errors import show_value
 from planner.scenario.rules import is_percentile_key
 from sim.cost_model import CostCoefficients, CostModel
+from sim.engine_facts import EngineFacts
 from sim.errors import StepTimeError, WorkloadError
 from tests.sim_helpers import make_scenario
 
@@ -89,7 +90,7 @@ def test_every_shipped_profile_is_within_the_bounds():
 )
 def test_a_cost_model_without_a_finite_step_time_is_refused_at_construction(coefficients, words):
     with pytest.raises(StepTimeError) as e:
-        CostModel(make_scenario(), coefficients)
+        CostModel(EngineFacts.of(make_scenario()), coefficients)
     assert isinstance(e.value, WorkloadError)  # what the CLI reports as one line
     assert "no finite step time" in str(e.value) and words in str(e.value)
 

@@ -22,6 +22,7 @@ from planner.calibration.transfer import load_table, public_cost_model
 from planner.catalog import load_gpu_catalog
 from planner.scenario.load import validate_mapping
 from sim.cost_model import CostCoefficients, CostModel
+from sim.engine_facts import EngineFacts
 
 SCHEMA_KEYS = [
     "format", "id", "created", "source", "device", "model", "dtype", "tensor_parallel_size", "engine",
@@ -109,7 +110,7 @@ def test_the_fitted_terms_are_the_cost_models_terms(tokens):
     )
     for tp in (1, 2):
         scenario = _scenario(tp)
-        cm = CostModel(scenario, c)
+        cm = CostModel(EngineFacts.of(scenario), c)
         b = pf.batch([_row_like(scenario, tokens)])
         layers = scenario.model.num_hidden_layers
         kv_write_s = tokens * cm.kv_bytes_per_token / cm.bytes_per_s  # the attention term with no context
@@ -192,7 +193,7 @@ def test_a_graphed_decode_step_takes_at_least_the_kernels_measured_time(gpu):
         _scenario(1), hardware=dataclasses.replace(_scenario(1).hardware, gpu=load_gpu_catalog()[gpu])
     )
     c, *_ = public_cost_model(scenario.hardware.gpu, "float16", 1)
-    cm = CostModel(scenario, CostCoefficients(**c))
+    cm = CostModel(EngineFacts.of(scenario), CostCoefficients(**c))
     decode_s = cm.device_s(1, 1, 1, 16, 16)  # one row at a 16-token context: graphed (not eager)
     assert not scenario.engine.enforce_eager and cm.capture_size >= 1
     measured_s = row.num_layers * row.layer_ms / 1e3
@@ -331,12 +332,15 @@ def test_the_all_reduce_launch_wait_is_paid_by_eager_steps_only():
     wait = CostCoefficients(allreduce_launch_wait_s=30e-6)
     scenario = _scenario(2)
     calls = 2 * scenario.model.num_hidden_layers
-    base, waited = CostModel(scenario), CostModel(scenario, wait)
+    facts = EngineFacts.of(scenario)
+    base, waited = CostModel(facts), CostModel(facts, wait)
     decode = (8, 8, 8, 8 * 100, 8 * 100)
     prefill = (512, 1, 1, 512 * 256, 512 * 256)
     assert waited.device_s(*decode) == pytest.approx(base.device_s(*decode), rel=1e-12)
     assert waited.device_s(*prefill) - base.device_s(*prefill) == pytest.approx(calls * 30e-6, rel=1e-9)
-    eager = dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True))
+    eager = EngineFacts.of(
+        dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True))
+    )
     gap = CostModel(eager, wait).device_s(*decode) - CostModel(eager).device_s(*decode)
     assert gap == pytest.approx(calls * 30e-6, rel=1e-9)
 
@@ -345,9 +349,9 @@ def test_the_elementwise_term_streams_the_full_hidden_state_at_every_tp():
     """The norms and residual adds run on the whole hidden state on every rank: their traffic per token does
     not shrink with tensor parallel, while the weights' roofline does (why the fits' flops efficiency fell
     with tp before the term: docs/fidelity.md). Fails if the term is divided by tp or dropped."""
-    per_token = {tp: CostModel(_scenario(tp)).elementwise_s_per_token for tp in (1, 2, 8)}
+    per_token = {tp: CostModel(EngineFacts.of(_scenario(tp))).elementwise_s_per_token for tp in (1, 2, 8)}
     m = _scenario(1).model
-    hidden_s = m.num_hidden_layers * 8 * m.hidden_size * 2 / CostModel(_scenario(1)).bytes_per_s
+    hidden_s = m.num_hidden_layers * 8 * m.hidden_size * 2 / CostModel(EngineFacts.of(_scenario(1))).bytes_per_s
     assert per_token[1] > per_token[2] > per_token[8] > hidden_s  # rotary and activation split; norms do not
     assert per_token[8] - hidden_s == pytest.approx((per_token[1] - hidden_s) / 8, rel=1e-9)
 

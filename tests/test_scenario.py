@@ -12,6 +12,7 @@ from scenario_helpers import INLINE_MODEL, MINIMAL, RATE, error_of, write
 from planner.errors import PlannerError, ScenarioError
 from planner.scenario.load import load_scenario, scenario_to_dict, validate_mapping
 from sim.config import ArrivalConfig, EngineConfig, WorkloadConfig
+from sim.engine_facts import EngineFacts
 
 
 def test_minimal_file_gets_defaults(tmp_path):
@@ -342,7 +343,8 @@ def test_a_tensor_parallel_advice_says_what_the_gpu_lacks_for_it(tmp_path):
 
     data = {"model": "qwen2.5-32b", "hardware": {"gpu": INLINE_GPU}, "workload": {"arrival": {"rate": 1.0}}}
     scenario = validate_mapping(data, "<test>", tmp_path)
-    (problem,) = fit_problems(scenario, memory_breakdown(scenario))
+    facts = EngineFacts.of(scenario)
+    (problem,) = fit_problems(facts, memory_breakdown(facts))
     assert re.search(
         r"hardware.tensor_parallel_size \d+ \(with the GPU.s interconnect_bandwidth_gbps, which it lacks\)", problem
     )

@@ -61,7 +61,7 @@ def test_max_num_seqs_trades_tpot_for_throughput_until_kv_binds():
 def test_tpot_never_beats_reading_the_weights(name):
     scenario = make_scenario(hardware={"gpu": name})
     result, _ = run(scenario)
-    floor_ms = result.cost_model.floors(scenario, 1.0)["tpot_floor_ms"]
+    floor_ms = result.cost_model.floors(1.0)["tpot_floor_ms"]
     requests = result.recorder.requests.view()
     tpot_ms = (requests["finished_s"] - requests["first_token_s"]) / (requests["output_tokens"] - 1) * 1e3
     assert tpot_ms.min() >= floor_ms

@@ -9,6 +9,7 @@ import pytest
 
 from sim.cost_model import CostCoefficients, CostModel
 from sim.driver import simulate
+from sim.engine_facts import EngineFacts
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import build_scheduler
@@ -16,8 +17,8 @@ from tests.sim_helpers import make_scenario
 
 
 def test_async_overlaps_host_and_device_eager_adds_them():
-    asynchronous = CostModel(make_scenario())
-    eager = CostModel(make_scenario(engine={"enforce_eager": True}))
+    asynchronous = CostModel(EngineFacts.of(make_scenario()))
+    eager = CostModel(EngineFacts.of(make_scenario(engine={"enforce_eager": True})))
     args = (256, 8, 8, 40_000, 4_000)
     host, device = asynchronous.host_s(8), asynchronous.device_s(*args)
     assert asynchronous.step_time_s(*args) == pytest.approx(max(host, device))
@@ -27,7 +28,10 @@ def test_async_overlaps_host_and_device_eager_adds_them():
 
 def test_cuda_graphs_remove_launches_for_decode_batches_up_to_the_capture_size():
     scenario = make_scenario()  # max_num_seqs 64: captures up to 128 rows
-    graphs, eager = CostModel(scenario), CostModel(make_scenario(engine={"enforce_eager": True}))
+    graphs, eager = (
+        CostModel(EngineFacts.of(scenario)),
+        CostModel(EngineFacts.of(make_scenario(engine={"enforce_eager": True}))),
+    )
     launches = scenario.model.num_hidden_layers * CostCoefficients().launch_overhead_per_layer_s
     for rows in (1, 64, 128):  # decode: one token per row
         assert eager.device_s(rows, rows, rows, rows * 500, rows * 500) - graphs.device_s(
@@ -44,7 +48,7 @@ def test_the_linear_layers_turn_gradually_at_the_ridge():
     compute and memory time are equal, within 3% of it a factor of 4 either side; numpy steps equal scalar ones.
     (The elementwise kernels' activation traffic is its own term, added: taken off here.)"""
     scenario = make_scenario(engine={"enforce_eager": True})
-    cm = CostModel(scenario, CostCoefficients(launch_overhead_per_layer_s=0.0))
+    cm = CostModel(EngineFacts.of(scenario), CostCoefficients(launch_overhead_per_layer_s=0.0))
     assert not scenario.model.is_moe and scenario.hardware.tensor_parallel_size == 1
     memory_s = cm.linear_bytes / cm.bytes_per_s
     ridge = memory_s * cm.linear_flops_per_s / cm.linear_flops_per_token  # tokens where compute = memory
@@ -71,7 +75,7 @@ def test_the_linear_layers_turn_gradually_at_the_ridge():
 def test_a_mixture_of_experts_prices_its_linears_as_one_gemm_term():
     """The routed experts' weights join the dense part's in the same 2-norm term (not a max())."""
     scenario = make_scenario(model="qwen3-30b-a3b", engine={"enforce_eager": True})
-    cm = CostModel(scenario, CostCoefficients(launch_overhead_per_layer_s=0.0))
+    cm = CostModel(EngineFacts.of(scenario), CostCoefficients(launch_overhead_per_layer_s=0.0))
     for tokens in (1.0, 64.0, 512.0, 4096.0):
         compute_s = tokens * cm.linear_flops_per_token / cm.linear_flops_per_s
         memory_s = cm.linear_step_bytes(tokens) / cm.bytes_per_s
@@ -81,7 +85,7 @@ def test_a_mixture_of_experts_prices_its_linears_as_one_gemm_term():
 
 
 def test_the_cpu_device_is_serial_without_graphs():
-    cpu = CostModel(make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "cpu"}))
+    cpu = CostModel(EngineFacts.of(make_scenario(model="tiny-llama", dtype="float32", hardware={"gpu": "cpu"})))
     assert cpu.serial and cpu.capture_size == 0
 
 
@@ -123,7 +127,9 @@ def test_async_steps_last_the_longer_side_except_after_idle():
 @pytest.mark.parametrize("hold", [True, False])
 def test_async_a_request_finished_in_step_n_holds_its_slot_and_blocks_while_n_plus_1_is_planned(hold):
     """vLLM's AsyncScheduler plans N+1 before N's outputs free the requests that finished in N."""
-    sched = build_scheduler(make_scenario(engine={"max_num_seqs": 2}), 1000, Recorder(1000, 16, record_steps=False))
+    sched = build_scheduler(
+        EngineFacts.of(make_scenario(engine={"max_num_seqs": 2})), 1000, Recorder(1000, 16, record_steps=False)
+    )
     sched.hold_finished = hold
     a, b, c = Request(0, 0.0, 64, 1), Request(1, 0.0, 64, 50), Request(2, 0.0, 64, 50)
     for request in (a, b, c):
@@ -163,7 +169,9 @@ def test_async_a_plan_left_empty_by_held_slots_is_replanned_with_no_step_to_hide
 def test_async_a_held_request_admitted_last_is_preempted_first_freeing_its_blocks():
     """vLLM keeps a finished request in `running` until its output is processed and preempts from the tail: a
     held request admitted after the others goes first, which frees its blocks and recomputes nothing."""
-    sched = build_scheduler(make_scenario(engine={"max_num_seqs": 2}), 5, Recorder(5, 16, record_steps=False))
+    sched = build_scheduler(
+        EngineFacts.of(make_scenario(engine={"max_num_seqs": 2})), 5, Recorder(5, 16, record_steps=False)
+    )
     sched.hold_finished = True
     a, b = Request(0, 0.0, 32, 50), Request(1, 0.0, 32, 1)  # two blocks each: the pool's four
     for request in (a, b):
@@ -214,7 +222,7 @@ def test_fast_forward_matches_stepping_under_async():
 def test_a_decode_window_prices_each_step_as_device_s_does_to_the_last_bit(model, coefficients, memory_bound):
     """decode_window_s takes attention's memory side alone when decode is memory-bound: the same floats as
     device_s's max of the two sides, every step, with the batch fixed or shrinking."""
-    cost = CostModel(make_scenario(model=model, engine={"max_num_seqs": 64}), coefficients)
+    cost = CostModel(EngineFacts.of(make_scenario(model=model, engine={"max_num_seqs": 64})), coefficients)
     assert cost.decode_memory_bound == memory_bound
     context = np.arange(1_000, 41_000, 40 * 7)  # contexts summed over the rows, one per step
     shrinking = np.repeat(np.array([40, 33, 20]), [len(context) - 60, 40, 20])

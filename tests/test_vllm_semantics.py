@@ -15,6 +15,7 @@ from planner.cli import main
 from planner.scenario.load import validate_mapping
 from sim.block_pool import NULL_BLOCK_ID, BlockPool
 from sim.defaults import serve_batch_defaults
+from sim.engine_facts import EngineFacts
 from sim.memory import cuda_graph_bytes, cudagraph_capture_sizes, memory_breakdown
 from sim.memory_fit import fit_problems
 from sim.metrics import Recorder
@@ -84,7 +85,7 @@ def test_json_outputs_carry_the_resolved_limits(tmp_path, capsys):
 
 
 def _scheduler(scenario, num_blocks=400):
-    return build_scheduler(scenario, num_blocks, Recorder(num_blocks, scenario.engine.block_size))
+    return build_scheduler(EngineFacts.of(scenario), num_blocks, Recorder(num_blocks, scenario.engine.block_size))
 
 
 def _decoding(sched, request_id=0, prompt=20):
@@ -191,8 +192,10 @@ def test_a_pool_must_hold_max_model_len_besides_the_null_block():
     blocks = 4096 // 16
     ok = scenario_on("a10", num_gpu_blocks_override=blocks + 1)
     short = scenario_on("a10", num_gpu_blocks_override=blocks)
-    assert fit_problems(ok, memory_breakdown(ok)) == []
-    assert "null block" in fit_problems(short, memory_breakdown(short))[0]
+    facts = EngineFacts.of(ok)
+    assert fit_problems(facts, memory_breakdown(facts)) == []
+    facts = EngineFacts.of(short)
+    assert "null block" in fit_problems(facts, memory_breakdown(facts))[0]
 
 
 def test_a_pool_of_only_the_null_block_is_refused_at_validation(tmp_path):
@@ -210,13 +213,13 @@ def test_capture_sizes_are_vllms_defaults():
 
 def test_cuda_graph_memory_is_taken_from_the_kv_pool_unless_eager():
     graphs, eager = scenario_on("h100-sxm"), scenario_on("h100-sxm", enforce_eager=True)
-    mem, mem_eager = memory_breakdown(graphs), memory_breakdown(eager)
-    assert mem_eager.cuda_graph_bytes == cuda_graph_bytes(eager) == 0
+    mem, mem_eager = memory_breakdown(EngineFacts.of(graphs)), memory_breakdown(EngineFacts.of(eager))
+    assert mem_eager.cuda_graph_bytes == cuda_graph_bytes(EngineFacts.of(eager)) == 0
     assert 0.3 * 2**30 < mem.cuda_graph_bytes < 1 * 2**30  # vLLM logs 0.1-1.6 GiB for 7-8B models
     assert mem_eager.kv_cache_bytes - mem.kv_cache_bytes == mem.cuda_graph_bytes
 
 
 def test_the_sampler_is_profiled_at_the_resolved_max_num_seqs():
     s = scenario_on("h100-sxm")
-    mem = memory_breakdown(s)
+    mem = memory_breakdown(EngineFacts.of(s))
     assert mem.activation_sampler_bytes == 1024 * s.model.vocab_size * 4 * 3

@@ -15,6 +15,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from sim.config import Scenario
+from sim.engine_facts import EngineFacts
 
 
 class Bar:
@@ -163,10 +164,9 @@ def calibrate_scenario(
     say(f"calibrating {scenario.model.name} ({scenario.dtype}) on {device}: {scenario.source}")
 
     from gpu_engine.cuda_graphs import capture_sizes
-    from sim.cost_model import cudagraph_capture_size
 
     # The decode batches the fit prices as graphed (fitting.fit_steps with cuda_graphs) are those captured.
-    graphs = capture_sizes(min(e.max_num_seqs, cudagraph_capture_size(scenario)))
+    graphs = capture_sizes(min(e.max_num_seqs, EngineFacts.of(scenario).cudagraph_capture_size))
     runner = ModelRunner(
         scenario.model, scenario.dtype, device, None, e.block_size, seed=scenario.workload.seed, cuda_graph_sizes=graphs
     )
@@ -300,15 +300,16 @@ def validate_profile(
     except EngineError as e:
         raise PlannerError(f"held-out validation: {e}") from e
     groups = []
+    facts = EngineFacts.of(scenario)
     for step_class in ("decode", "prefill", "mixed"):
         pick = rows["step_class"] == step_class
         sub = {k: v[pick] for k, v in rows.items()}
         groups.append(
-            (f"sweep {step_class}", sub["duration_s"], fitting.predict_rows(scenario, coefficients, sub, serial=True))
+            (f"sweep {step_class}", sub["duration_s"], fitting.predict_rows(facts, coefficients, sub, serial=True))
         )
     measured = np.concatenate([r.measured_steps["duration_s"] for r in runs])
     predicted = np.concatenate(
-        [fitting.predict_rows(r.scenario, coefficients, r.measured_steps, serial=True) for r in runs]
+        [fitting.predict_rows(EngineFacts.of(r.scenario), coefficients, r.measured_steps, serial=True) for r in runs]
     )
     groups.append(("held-out live steps", measured, predicted))
     what = f"{scenario.model.name} ({scenario.dtype}) on {device}, from {len(rows['duration_s'])} swept step shapes"

@@ -46,18 +46,21 @@ def default_scenario(device: str, model: str | None) -> Scenario:
             if model:
                 raise
             continue  # e.g. a model this GPU's dtype or limits rule out: try the next one
-        if not _fit_problems(scenario):
+        problems = _fit_problems(scenario)
+        if not problems:
             return scenario
         if model:
-            raise PlannerError(f"--model {model}: does not fit one {gpu}: " + "; ".join(_fit_problems(scenario)))
+            raise PlannerError(f"--model {model}: does not fit one {gpu}: " + "; ".join(problems))
     raise PlannerError(f"no catalog model fits one {gpu}; give a scenario file")
 
 
 def _fit_problems(scenario: Scenario) -> list[str]:
+    from sim.engine_facts import EngineFacts
     from sim.memory import memory_breakdown
     from sim.memory_fit import fit_problems
 
-    return fit_problems(scenario, memory_breakdown(scenario))
+    facts = EngineFacts.of(scenario)
+    return fit_problems(facts, memory_breakdown(facts))
 
 
 def catalog_gpu_for_device() -> str:

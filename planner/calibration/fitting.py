@@ -27,6 +27,7 @@ from planner.calibration.run_folder import read_run
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
+from sim.engine_facts import EngineFacts
 
 # name -> (lower, upper, scale): physical bounds (an efficiency in (0, 1], an overhead >= 0 and below
 # what any engine would tolerate) and the typical magnitude the solver steps by.
@@ -98,10 +99,10 @@ def _sides(model: CostModel, s: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
 
 
 def predict_rows(
-    scenario: Scenario, coefficients: CostCoefficients, rows: dict[str, np.ndarray], serial: bool | None = None
+    facts: EngineFacts, coefficients: CostCoefficients, rows: dict[str, np.ndarray], serial: bool | None = None
 ) -> np.ndarray:
-    """Predicted seconds per row: the scenario's form (async or serial) unless `serial` says which."""
-    model = CostModel(scenario, coefficients)
+    """Predicted seconds per row on an engine (its facts): its form (async or serial) unless `serial` says which."""
+    model = CostModel(facts, coefficients)
     host, device = _sides(model, _shape(rows))
     if serial is None:
         return np.asarray(model.combine(host, device), dtype=np.float64)
@@ -145,6 +146,7 @@ def fit_steps(
     default rows["duration_s"]). `cuda_graphs`: whether the measuring engine replayed decode steps from
     CUDA graphs. `robust`: soft-L1 loss, for live runs on a machine that other work interrupts."""
     scenario = measured_scenario(scenario, cuda_graphs)
+    facts = EngineFacts.of(scenario)  # every trial's cost model prices the same engine
     base = initial or CostCoefficients()
     shape = _shape(rows)
     total = np.asarray(measured_s if measured_s is not None else rows["duration_s"], dtype=np.float64)
@@ -165,19 +167,19 @@ def fit_steps(
         measured = {k: v[split] for k, v in shape.items()}
 
         def device_predict(x):
-            return _sides(CostModel(scenario, coefficients_with(device_names, x)), measured)[1]
+            return _sides(CostModel(facts, coefficients_with(device_names, x)), measured)[1]
 
         results.append(fit(device_names, device_predict, np.asarray(rows["device_s"], dtype=np.float64)[split]))
         host_names = list(HOST_TERMS)
 
         def host_predict(x):
-            return _sides(CostModel(scenario, coefficients_with(host_names, x)), measured)[0]
+            return _sides(CostModel(facts, coefficients_with(host_names, x)), measured)[0]
 
         results.append(fit(host_names, host_predict, np.asarray(rows["host_s"], dtype=np.float64)[split]))
     else:
 
         def total_predict(x):
-            host, device = _sides(CostModel(scenario, coefficients_with(device_names, x)), shape)
+            host, device = _sides(CostModel(facts, coefficients_with(device_names, x)), shape)
             return host + device
 
         results.append(fit(device_names, total_predict, total))
@@ -186,7 +188,7 @@ def fit_steps(
     values = np.concatenate([r.values for r in results])
     std = np.concatenate([r.std for r in results])
     fitted = coefficients_with(names, values)
-    predicted = predict_rows(scenario, fitted, rows, serial=True)
+    predicted = predict_rows(facts, fitted, rows, serial=True)
     errors = (predicted - total) / total
     at_bound = tuple(
         n for r in results for n in r.at_bound if not (n in ZERO_IS_PHYSICAL and getattr(fitted, n) < BOUNDS[n][1] / 2)

@@ -17,6 +17,7 @@ from planner.calibration.provenance import STEP_TIME_SPREAD, Provenance
 from planner.scenario.rules import MIN_INTERVAL_RUNS
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
+from sim.engine_facts import EngineFacts
 from sim.metrics import summarize
 
 STATS = ("mean", "median", "p90", "p99")
@@ -64,13 +65,14 @@ def draw_coefficients(
 
 def simulate_intervals(
     scenario: Scenario,
+    facts: EngineFacts,
     coefficients: CostCoefficients,
     provenance: Provenance,
     num_runs: int,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict:
-    """N runs (seeds seed..seed+N-1, one coefficient draw each); the 90% interval per statistic and the
-    probability each SLO is met."""
+    """N runs (seeds seed..seed+N-1, one coefficient draw each) of the scenario's engine (its `facts`: the seed
+    changes none); the 90% interval per statistic and the probability each SLO is met."""
     from sim.driver import simulate  # simpy: only when simulating
 
     rng = np.random.default_rng(scenario.workload.seed)
@@ -81,7 +83,7 @@ def simulate_intervals(
         workload = dataclasses.replace(scenario.workload, seed=scenario.workload.seed + i)
         run_scenario = dataclasses.replace(scenario, workload=workload)
         drawn = draw_coefficients(coefficients, provenance.uncertainty, rng)
-        result = simulate(run_scenario, drawn, record_steps=False)
+        result = simulate(run_scenario, drawn, record_steps=False, facts=facts)
         summary = summarize(result.recorder, scenario.slo)
         checks = summary["slo"]["checks"]
         if summary["completed"]:  # a run that rejected every request has no figures to add

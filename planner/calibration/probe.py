@@ -9,6 +9,7 @@ the catalog's entry for the GPU differs from it.
 from __future__ import annotations
 
 from sim.config import Scenario
+from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 
 ROWS = (
@@ -29,7 +30,7 @@ def probe_memory(scenario: Scenario, runner) -> dict:
     e = scenario.engine
     total = None if runner.device.type == "cuda" else scenario.hardware.gpu.memory_bytes
     measured = profile_num_blocks(runner, e.max_num_batched_tokens, e.max_num_seqs, e.gpu_memory_utilization, total)
-    predicted = memory_breakdown(scenario).to_dict()
+    predicted = memory_breakdown(EngineFacts.of(scenario)).to_dict()
     if e.num_gpu_blocks_override is not None:  # compare the memory model's own count, not the override
         predicted["num_gpu_blocks"] = max(0, predicted["kv_cache_bytes"]) // predicted["block_bytes"]
     return {

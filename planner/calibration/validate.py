@@ -171,6 +171,7 @@ def run_held_out(
     from planner.calibration.provenance import Provenance
     from planner.outputs.results import build_summary
     from sim.driver import simulate
+    from sim.engine_facts import EngineFacts
 
     provenance = Provenance("calibrated", "this fit", None, dict(uncertainty or {}))
     # Our live engine is synchronous: compare it with the simulator's serial steps, both eager (the live engine
@@ -195,8 +196,9 @@ def run_held_out(
         summaries, latencies, flags = {"measured": measured}, {"measured": _latencies(live.recorder)}, {}
         open_loop = live.workload.arrival_s is not None
         flags["measured"] = saturated(live.recorder.requests.view(), live.recorder.steps.view(), open_loop)
+        facts = EngineFacts.of(scenario)
         for way, coef in (("calibrated", coefficients), ("uncalibrated", CostCoefficients())):
-            sim = simulate(scenario, coef)
+            sim = simulate(scenario, coef, facts=facts)
             summaries[way] = build_summary(
                 "simulated", scenario, sim.recorder, sim.memory.to_dict(), 0, 0, {"cost_model": coef.to_dict()}
             )
@@ -204,7 +206,7 @@ def run_held_out(
             flags[way] = saturated(sim.recorder.requests.view(), sim.recorder.steps.view(), open_loop)
         covered = {}
         if interval_runs > 0:
-            covered = coverage(measured, simulate_intervals(scenario, coefficients, provenance, interval_runs))
+            covered = coverage(measured, simulate_intervals(scenario, facts, coefficients, provenance, interval_runs))
         runs.append(
             HeldOutRun(
                 name,

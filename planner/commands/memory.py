@@ -33,14 +33,16 @@ def tokens_held(scenario, mean_tokens: float) -> tuple[float, str]:
 
 def cmd_memory(args) -> int:
     from planner.outputs.report import memory_lines
+    from sim.engine_facts import EngineFacts
     from sim.memory import memory_breakdown
     from sim.memory_fit import fit_problems
 
     scenario = load_scenario_args(args)
-    mem = memory_breakdown(scenario)
+    facts = EngineFacts.of(scenario)
+    mem = memory_breakdown(facts)
     mean_tokens = _mean_request_tokens(scenario)
     held, held_said = tokens_held(scenario, mean_tokens)
-    problems = fit_problems(scenario, mem)
+    problems = fit_problems(facts, mem)
     if args.json:
         print(
             json.dumps(

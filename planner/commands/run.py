@@ -55,11 +55,11 @@ def cmd_run(args) -> int:
     summary = build_summary(
         "measured", scenario, result.recorder, result.memory, wl.num_rejected, wl.num_truncated, result.extra
     )
-    from sim.cost_model import is_serial
+    from sim.engine_facts import EngineFacts
 
     # The same scenario simulated overlaps each step's host work with the device's (vLLM's async scheduling):
     # beside this run, that difference would read as the cost model's error.
-    serial = [] if is_serial(scenario) else [SERIAL_NOTE]
+    serial = [] if EngineFacts.of(scenario).eager else [SERIAL_NOTE]
     emit(args, summary, result.recorder, f"{scenario.name} (measured on {result.extra['device_name']})", serial)
     from planner.calibration.busy import busy_reasons
 

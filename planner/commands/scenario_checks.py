@@ -62,12 +62,13 @@ def warn_prefix_cut(scenario, workload) -> None:
         )
 
 
-def run_problems(scenario) -> list[str]:
-    """Why the simulated deployment cannot run: it does not fit, or its workload keeps no request."""
+def run_problems(scenario, facts) -> list[str]:
+    """Why the simulated deployment cannot run: its engine (`facts`, sim.engine_facts.EngineFacts.of(scenario))
+    does not fit, or its workload keeps no request."""
     from sim.memory import memory_breakdown
     from sim.memory_fit import fit_problems
 
-    return fit_problems(scenario, memory_breakdown(scenario)) + workload_problems(scenario)
+    return fit_problems(facts, memory_breakdown(facts)) + workload_problems(scenario)
 
 
 def refuse(scenario, problems: list[str]) -> None:

@@ -12,9 +12,11 @@ def cmd_simulate(args) -> int:
     from planner.calibration.resolve import resolve_cost_model
     from planner.outputs.plots.workers import plot_workers_for
     from planner.outputs.results import StepsCsv
+    from sim.engine_facts import EngineFacts
 
     scenario = load_scenario_args(args)
-    refuse(scenario, run_problems(scenario))
+    facts = EngineFacts.of(scenario)  # derived once: the fit check, the run and its intervals read these
+    refuse(scenario, run_problems(scenario, facts))
     _check_intervals(args.intervals)
     if args.all_steps and args.out is None:
         raise PlannerError("--all-steps: it says what steps.csv holds, and only --out DIR writes steps.csv")
@@ -24,7 +26,7 @@ def cmd_simulate(args) -> int:
     plot_workers = plot_workers_for(num_requests, args.out)  # importing while we run
     try:
         steps_csv = None if args.out is None else StepsCsv(args.out / "steps.csv", args.all_steps)  # written as it runs
-        _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv)
+        _simulate(args, scenario, facts, coefficients, provenance, plot_workers, steps_csv)
     finally:
         if plot_workers is not None:
             plot_workers.close()  # a no-op once they have drawn; else (a failed run) they exit
@@ -42,14 +44,19 @@ def _check_intervals(runs: int | None) -> None:
         )
 
 
-def _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv) -> None:
+def _simulate(args, scenario, facts, coefficients, provenance, plot_workers, steps_csv) -> None:
     from planner.outputs.results import build_summary
     from sim.driver import simulate
 
     progress = ProgressBar("simulating", "requests", delay_s=2.0)
     try:
         result = simulate(
-            scenario, coefficients, record_steps=args.out is not None, progress=progress, steps_sink=steps_csv
+            scenario,
+            coefficients,
+            record_steps=args.out is not None,
+            progress=progress,
+            steps_sink=steps_csv,
+            facts=facts,
         )
     except OSError as e:  # the only file written during the run: a full disk, or the folder removed
         raise PlannerError(f"--out {args.out}: cannot write steps.csv: {e}") from None
@@ -64,7 +71,7 @@ def _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv)
         wl.num_rejected,
         wl.num_truncated,
         {
-            "floors": result.cost_model.floors(scenario, mean_prompt),
+            "floors": result.cost_model.floors(mean_prompt),
             "cost_model": result.cost_model.coefficients.to_dict(),
             "cost_model_provenance": provenance.to_dict(),
         },
@@ -74,7 +81,7 @@ def _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv)
         from planner.calibration.intervals import interval_lines, simulate_intervals
 
         progress = ProgressBar(f"{args.intervals} interval runs", "requests", delay_s=2.0)
-        summary["intervals"] = simulate_intervals(scenario, coefficients, provenance, args.intervals, progress)
+        summary["intervals"] = simulate_intervals(scenario, facts, coefficients, provenance, args.intervals, progress)
         progress.close()
         extra_lines = interval_lines(summary["intervals"], provenance.label)
     title = f"{scenario.name} (simulated; cost model: {provenance.label})"

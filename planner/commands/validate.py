@@ -13,6 +13,7 @@ from sim.errors import WorkloadError
 def cmd_validate(args) -> int:
     from planner.scenario.load import load_scenario
     from planner.sizing.spec import load_sizing
+    from sim.engine_facts import EngineFacts
 
     status = 0
     for path in args.files:
@@ -20,7 +21,7 @@ def cmd_validate(args) -> int:
             scenario = (
                 load_sizing(path, args.overrides).scenario if _has_search(path) else load_scenario(path, args.overrides)
             )
-            problems = run_problems(scenario)
+            problems = run_problems(scenario, EngineFacts.of(scenario))
         except (PlannerError, WorkloadError) as e:  # WorkloadError: a trace the workload cannot read
             print(f"planner: error: {one_line(str(e))}", file=sys.stderr)
             status = EXIT_USAGE

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
+from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 
 
@@ -47,12 +47,13 @@ class Analytic:
     batch_within_tpot: int | None  # the largest batch whose decode step meets the tightest TPOT bound
 
 
-def analyse(scenario: Scenario, coefficients: CostCoefficients, shape: Shape, tpot_bound_ms: float | None) -> Analytic:
-    mem = memory_breakdown(scenario)
-    cost = CostModel(scenario, coefficients)
+def analyse(facts: EngineFacts, coefficients: CostCoefficients, shape: Shape, tpot_bound_ms: float | None) -> Analytic:
+    """A replica's analytic figures (module docstring), its engine's facts priced with `coefficients`."""
+    mem = memory_breakdown(facts)
+    cost = CostModel(facts, coefficients)
     context = shape.prompt_tokens + 1
     kv_fit = int(mem.max_kv_tokens // context)
-    max_batch = max(1, min(scenario.engine.max_num_seqs, kv_fit))
+    max_batch = max(1, min(facts.engine.max_num_seqs, kv_fit))
     batches = np.arange(1, max_batch + 1, dtype=np.float64)
     steps_s = np.asarray(cost.step_time_s(batches, batches, batches, batches * context, batches * context))
     within = None
@@ -61,7 +62,7 @@ def analyse(scenario: Scenario, coefficients: CostCoefficients, shape: Shape, tp
         ok = np.nonzero(steps_s * 1e3 <= tpot_bound_ms)[0]
         within = int(ok[-1]) + 1 if len(ok) else 0
         batch = max(within, 1)
-    request_s = _request_floor_s(cost, coefficients, shape, batch, scenario.engine.enable_prefix_caching)
+    request_s = _request_floor_s(cost, coefficients, shape, batch, facts.engine.enable_prefix_caching)
     return Analytic(max_batch, float(steps_s[0]) * 1e3, 1.0 / request_s, within)
 
 

@@ -19,6 +19,7 @@ from planner.sizing.question import SearchSpec, SizingQuestion
 from planner.sizing.spec_checks import probe_request_counts
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 from sim.cost_model import CostCoefficients
+from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 from sim.memory_fit import fit_problems
 
@@ -46,6 +47,7 @@ class Candidate:
     dtype: str
     settings: tuple[tuple[str, object], ...]  # the swept engine values of this candidate
     scenario: Scenario  # one replica
+    facts: EngineFacts  # the replica's engine, derived once: every analysis and probe of the candidate reads these
     coefficients: CostCoefficients
     provenance: str  # what the figures rest on (coefficients.resolve_coefficients): its label
     provenance_kind: str  # calibrated | transferred | spec-sheet
@@ -71,7 +73,7 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
     for gpu, tp, dtype, *values in combos:
         settings = tuple(zip(sweep_names, values))
         label = candidate_label(gpu.name, tp, dtype, settings, q.scenario.dtype, len(s.dtypes) > 1)
-        scenario, reason = _build(q, gpu, tp, dtype, dict(settings))
+        scenario, facts, reason = _build(q, gpu, tp, dtype, dict(settings))
         if reason is None:
             reason = _requests_problem(q, scenario.max_model_len, request_counts) or _price_problem(s, gpu)
         if reason is not None:
@@ -80,7 +82,7 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
         coefficients, prov = resolve_coefficients(scenario)
         kept.append(
             Candidate(
-                len(kept), label, gpu, tp, dtype, settings, scenario, coefficients, prov.label, prov.kind,
+                len(kept), label, gpu, tp, dtype, settings, scenario, facts, coefficients, prov.label, prov.kind,
                 dict(prov.uncertainty),
             )
         )  # fmt: skip
@@ -97,8 +99,11 @@ def candidate_label(gpu: str, tp: int, dtype: str, settings, base_dtype: str, sh
     return ", ".join(parts)
 
 
-def _build(q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict) -> tuple[Scenario | None, str | None]:
-    """One replica's scenario through the scenario's own relation checks and the memory model."""
+def _build(
+    q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict
+) -> tuple[Scenario | None, EngineFacts | None, str | None]:
+    """One replica's scenario and its engine's facts through the scenario's own relation checks and the memory
+    model; or why not."""
     base = q.scenario
     raw_engine = dict(q.raw.get("engine") or {}) | settings
     engine = dataclasses.replace(base.engine, **settings)
@@ -111,13 +116,14 @@ def _build(q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict)
     try:
         scenario = check_relations(scenario, {**q.raw, "engine": raw_engine}, Ctx(q.source, Path(q.source).parent))
     except ScenarioError as e:
-        return None, str(e).removeprefix(f"{q.source}: ")
+        return None, None, str(e).removeprefix(f"{q.source}: ")
     if tp > 1 and not gpu.interconnect_bandwidth_gbps:
-        return None, f"tensor parallel {tp} needs the GPU's interconnect_bandwidth_gbps, which {gpu.name} lacks"
-    problems = fit_problems(scenario, memory_breakdown(scenario))
+        return None, None, f"tensor parallel {tp} needs the GPU's interconnect_bandwidth_gbps, which {gpu.name} lacks"
+    facts = EngineFacts.of(scenario)
+    problems = fit_problems(facts, memory_breakdown(facts))
     if problems:
-        return None, "does not fit: " + "; ".join(problems)
-    return scenario, None
+        return None, None, "does not fit: " + "; ".join(problems)
+    return scenario, facts, None
 
 
 def _requests_problem(q: SizingQuestion, max_model_len: int, counts: dict[int, tuple[int, int]]) -> str | None:

@@ -74,14 +74,15 @@ def evaluate_draw(task: DrawTask) -> Draw:
     workload = dataclasses.replace(task.candidate.scenario.workload, seed=task.seed)
     scenario = dataclasses.replace(task.candidate.scenario, workload=workload)
     n, coefficients = task.probe.num_requests, task.coefficients
-    at_load = run_probe(scenario, task.kind, task.load, n, coefficients, stop_early=False)
+    facts = task.candidate.facts  # the seed changes none
+    at_load = run_probe(scenario, task.kind, task.load, n, coefficients, stop_early=False, facts=facts)
     walls = [at_load.wall_s]
     capacity, open_ended = None, False
     if task.capacity_guess is not None:
-        a = analyse(scenario, coefficients, task.shape, task.tpot_bound_ms)  # the bound moves with the draw
+        a = analyse(facts, coefficients, task.shape, task.tpot_bound_ms)  # the bound moves with the draw
         upper = a.rate_bound if task.kind == "rate" else users_bound(a, task.shape, task.e2e_bound_ms)
         found = find_capacity(
-            lambda x: run_probe(scenario, task.kind, x, n, coefficients),
+            lambda x: run_probe(scenario, task.kind, x, n, coefficients, facts=facts),
             task.kind,
             task.capacity_guess,
             upper,

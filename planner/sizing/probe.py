@@ -17,6 +17,7 @@ import numpy as np
 from sim.config import ArrivalConfig, Scenario
 from sim.cost_model import CostCoefficients
 from sim.driver import Simulation
+from sim.engine_facts import EngineFacts
 from sim.metrics import per_request_latencies_ms, summarize
 
 # A queue growing to the end: requests in the system over the last quarter of the arrivals exceed those
@@ -95,15 +96,17 @@ def run_probe(
     coefficients: CostCoefficients,
     stop_early: bool = True,
     longest: int | None = None,
+    facts: EngineFacts | None = None,
 ) -> ProbeResult:
     """`stop_early=False`: run every request even once the verdict is settled, for latencies of the whole
     run (an interval's draws; a run stopped early reports the latencies of the requests finished by then).
     `longest`: the most requests a run too short to tell saturation from filling up may grow to (default
-    LONGEST_PROBE times num_requests)."""
+    LONGEST_PROBE times num_requests). `facts`: the scenario's engine's, when derived already (a load changes
+    none)."""
     longest = LONGEST_PROBE * num_requests if longest is None else longest
     start, start_cpu = time.perf_counter(), time.process_time()
     s = scenario_at(scenario, kind, load, num_requests)
-    sim = Simulation(s, coefficients, record_steps=False)
+    sim = Simulation(s, coefficients, record_steps=False, facts=facts)
     total = len(sim.workload)
     if stop_early:
         sim.progress = _watch(sim, s, total)
@@ -120,7 +123,9 @@ def run_probe(
         # Too short to tell filling up from growing, or a slow growth that a longer run tells from noise.
         undecided = not grows or _too_short(sim.workload.arrival_s, done)
         if saturated and undecided and LONGER_PROBE * num_requests <= longest:
-            rerun = run_probe(scenario, kind, load, LONGER_PROBE * num_requests, coefficients, stop_early, longest)
+            rerun = run_probe(
+                scenario, kind, load, LONGER_PROBE * num_requests, coefficients, stop_early, longest, facts
+            )
             return dataclasses.replace(
                 rerun,
                 wall_s=rerun.wall_s + time.perf_counter() - start,  # this run's time is spent too

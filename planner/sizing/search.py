@@ -115,7 +115,7 @@ def evaluate(task: Task) -> Evaluation:
     c, d = task.candidate, task.demand
 
     def probe(load: float) -> ProbeResult:
-        return run_probe(c.scenario, d.kind, load, task.probe.num_requests, c.coefficients)
+        return run_probe(c.scenario, d.kind, load, task.probe.num_requests, c.coefficients, facts=c.facts)
 
     capacity = find_capacity(
         probe, d.kind, task.guess, task.upper, task.probe.max_probes, task.probe.tolerance, task.step, task.must_reach
@@ -174,7 +174,7 @@ def e2e_bound_ms(slo: SloConfig, shape: Shape) -> float | None:
 
 
 def _analyse(q: SizingQuestion, c: Candidate, shape: Shape, tpot_bound: float | None) -> Result:
-    a = analyse(c.scenario, c.coefficients, shape, tpot_bound)
+    a = analyse(c.facts, c.coefficients, shape, tpot_bound)
     d = q.search.demand
     upper = a.rate_bound if d.kind == "rate" else users_bound(a, shape, e2e_bound_ms(q.scenario.slo, shape))
     floor = None
@@ -183,8 +183,8 @@ def _analyse(q: SizingQuestion, c: Candidate, shape: Shape, tpot_bound: float | 
         floor = objective_usd_per_month_bound(
             prices(c.gpu, q.search.money), q.search.money, replicas * c.tensor_parallel_size
         )
-    mem = memory_breakdown(c.scenario)
-    tpot_floor = CostModel(c.scenario, c.coefficients).floors(c.scenario, shape.prompt_tokens)["tpot_floor_ms"]
+    mem = memory_breakdown(c.facts)
+    tpot_floor = CostModel(c.facts, c.coefficients).floors(shape.prompt_tokens)["tpot_floor_ms"]
     return Result(c, a, tpot_floor, floor, mem.to_dict())
 
 
