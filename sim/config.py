@@ -312,6 +312,12 @@ class EngineConfig:
     # step N+1 while the GPU runs step N. False: the host's work in series with the GPU's, as every vLLM before
     # the V1 engine (0.8) ran, so that a figure published for such an engine is compared with its engine.
     async_scheduling: bool = True
+    # vLLM V0's --num-scheduler-steps (multi-step scheduling, 0.6-0.7; the V1 engine has none): a batch of decodes
+    # runs this many steps from one schedule(). Requests arriving meanwhile wait for the block to end, and the host
+    # schedules and prepares inputs once per block (the steps after the first advance their inputs on the GPU,
+    # `advance_step`; each row's token is still processed); a step that computes prompt tokens is a block of one.
+    # 1: every step is scheduled.
+    num_scheduler_steps: int = 1
 
     def max_model_len_for(self, model: ModelSpec) -> int:
         """The longest request this engine serves `model`: max_model_len, else the model's own limit."""

@@ -412,6 +412,12 @@ class CostModel:
         c = self.coefficients
         return c.step_overhead_s + num_seqs * c.per_row_overhead_s
 
+    def block_step_host_s(self, num_seqs):
+        """The host's seconds for a step of a multi-step block after its first (engine.num_scheduler_steps): no
+        scheduling or input preparation (the block's first step did them; the inputs advance on the device), but
+        each row's token still processed (its output and detokenising)."""
+        return num_seqs * self.coefficients.per_row_overhead_s
+
     def combine(self, host_s, device_s, after_idle: bool = False):
         """A step's duration from its two sides: overlapped (async scheduling) unless serial or the first
         step after the engine was idle (nothing was scheduled ahead)."""

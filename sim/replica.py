@@ -67,7 +67,10 @@ class Replica:
         through_finishes: bool = False,
     ) -> None:
         self.env, self.scheduler, self.cost, self.recorder = env, scheduler, cost, recorder
-        self.fast_forward = fast_forward and isinstance(scheduler, ContinuousScheduler)
+        # Multi-step blocks (engine.num_scheduler_steps > 1) are stepped: a window would cross their boundaries.
+        self.fast_forward = (
+            fast_forward and isinstance(scheduler, ContinuousScheduler) and scheduler.config.num_scheduler_steps == 1
+        )
         # Windows may run through requests' last tokens (the batch shrinks) when a finish changes nothing else:
         # an open loop (this flag: no user sends a request on a reply's end), and, checked at each window,
         # nobody waiting (a finish would admit them) and no prefix block shared (its repeats leave the tokens
@@ -169,7 +172,7 @@ class Replica:
         env, sched, cost = self.env, self.scheduler, self.cost
         self._release_deferred()  # arrivals during the previous step: too late for this one
         start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
-        host = cost.host_s(out.num_seqs)
+        host = cost.host_s(out.num_seqs) if out.host_scheduled else cost.block_step_host_s(out.num_seqs)
         if priced is None:
             device = cost.device_s(
                 out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens

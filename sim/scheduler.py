@@ -96,10 +96,32 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
         num_decodes = len(scheduled) - num_other_rows
         out.add_decodes(num_decodes, decode_context + num_decodes)  # each decode's context: computed + 1
         num_from_running = len(scheduled)  # the running requests before the first one left out
-        if not out.num_preempted:
+        if self.config.num_scheduler_steps > 1:
+            self._multi_step(out)
+        elif not out.num_preempted:
             self._schedule_waiting(out)
         self.release_finished()  # held through this plan (hold_finished): N's outputs are processed now
         return self._count_held(out, num_from_running)
+
+    def _multi_step(self, out: SchedulerOutput) -> None:
+        """vLLM V0's multi-step scheduling (`--num-scheduler-steps`; LLMEngine.step schedules only when the running
+        groups have no steps left, `_has_remaining_steps`): a step of decodes alone starts a block of
+        num_scheduler_steps steps, run from this one schedule() (`SequenceGroup.init_multi_step_from_lookahead_slots`:
+        a decode gets num_scheduler_steps - 1 lookahead slots, a prompt none, so a step that computes prompt tokens
+        is a block of one). Within a block no waiting request is admitted and the host does no scheduling: its
+        steps after the first advance their inputs on the GPU (each row's token is still processed on the host:
+        `CostModel.block_step_host_s`). A block ends early when every request in it has
+        finished. V0 ran a prompt's step without the decodes (they resume in the next block); here the admitted
+        prompts join the running decodes in one step, as vLLM's scheduler does since its V1 engine."""
+        if self.block_steps_left and out.scheduled:
+            self.block_steps_left -= 1
+            out.host_scheduled = False
+            return
+        self.block_steps_left = 0
+        if not out.num_preempted:
+            self._schedule_waiting(out)
+        if out.scheduled and not out.num_prefill_tokens:
+            self.block_steps_left = self.config.num_scheduler_steps - 1
 
     def decode_step(self) -> SchedulerOutput | None:
         """What schedule() gives when every running request decodes one token and the queue's head stays

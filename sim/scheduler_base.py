@@ -37,6 +37,9 @@ class Scheduler(ABC):
         self.hold_finished = False
         self.finished_holding: list[Request] = []
         self.num_admitted = 0  # admissions so far: each request's admission_order, vLLM's `running` order
+        # Multi-step scheduling (engine.num_scheduler_steps > 1, vLLM V0): steps of the current block still to run
+        # after this one; none is admitted until they have.
+        self.block_steps_left = 0
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)

@@ -21,6 +21,9 @@ class SchedulerOutput:
     sum_context_tokens: int = 0  # K/V tokens read by attention, summed over rows
     attention_pairs: int = 0  # (query, key) pairs under the causal mask
     tokens_held: int = 0  # distinct tokens stored in the KV cache by running requests after the step
+    # False for the steps of a multi-step block after its first (engine.num_scheduler_steps): the host scheduled
+    # and prepared them with the first, and they advance their inputs on the device (CostModel.block_step_host_s).
+    host_scheduled: bool = True
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         computed = request.num_computed_tokens

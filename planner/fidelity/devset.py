@@ -12,10 +12,15 @@ runs its host work in series with the GPU's (`engine.async_scheduling: false`), 
 sequences, and whole prompts without chunked prefill (V0 chunked only past 32k tokens of context, and never
 for DeepSeek's MLA) in a budget of max(max_model_len, 2048) tokens; every other point runs
 today's vLLM defaults, SGLang and TensorRT-LLM included: the planner models vLLM, and how far other engines
-differ is what their rows show. Runs of many requests are simulated on fewer: three rounds of a closed
-loop's users (at least MIN_REQUESTS), at most MAX_BURST of a burst at t = 0 (a batch of 512 running at once,
-where an engine configured for more would run more: pessimistic there, never optimistic), which keeps throughput and latencies at steady state while the whole set
-runs in a few minutes.
+differ is what their rows show. A vLLM V0 launch that states `--num-scheduler-steps` runs multi-step
+scheduling (`engine.num_scheduler_steps`).
+
+A closed loop or a burst is simulated with as many requests as were sent: its published throughput is the whole
+run's, ramp-up and ramp-down included (the longest replies of a ShareGPT burst finish alone), and a subset is
+another run (`planner.fidelity.devset_causes` shows by how much). But TensorRT-LLM's bursts, simulated on their
+first MAX_BURST requests (whole, they take several times the rest of the set): their rows compare a burst of at
+most 512 with the published run, so they say how far another engine differs, not to the percent. A Poisson run
+publishes medians of its requests' latencies, which a steady state of POISSON_REQUESTS requests gives.
 """
 
 from __future__ import annotations
@@ -29,9 +34,8 @@ from pathlib import Path
 from planner.calibration.shipped import PROFILE_DIR
 
 POINTS_PATH = PROFILE_DIR / "measurements" / "points.jsonl"
-MIN_REQUESTS = 200
-ROUNDS = 3  # a closed loop's users each send this many requests
-MAX_BURST = 512
+MAX_BURST = 512  # requests of a TensorRT-LLM burst simulated (module docstring)
+POISSON_REQUESTS = 200  # requests of a Poisson run simulated: they publish latencies' medians (module docstring)
 V0_MAX_NUM_SEQS = 256  # vLLM V0's default max_num_seqs (EngineArgs, 0.6-0.7)
 V0_MIN_BATCHED_TOKENS = 2048  # V0 without chunked prefill: max(max_model_len, 2048) tokens a step
 
@@ -123,19 +127,20 @@ def scenario_mapping(point: dict) -> tuple[dict | None, str]:
     concurrency = point.get("max_concurrency")
     if concurrency is None and "closed loop" in (point.get("arrival") or ""):
         concurrency = _concurrency_from_id(point["id"])
+    simulated = requests
     if rate is not None and not concurrency:
-        simulated = min(requests, MIN_REQUESTS)
+        simulated = min(requests, POISSON_REQUESTS)
         arrival = {"process": "poisson", "rate": rate}
     elif concurrency:
-        simulated = min(requests, max(MIN_REQUESTS, ROUNDS * int(concurrency)))
         arrival = {"process": "closed", "concurrency": int(concurrency)}
     else:  # every request at t = 0: as many users as requests
-        simulated = min(requests, MAX_BURST)
+        if point["engine"] == "tensorrt-llm":
+            simulated = min(requests, MAX_BURST)
         arrival = {"process": "closed", "concurrency": simulated}
     max_len = int(prompt.get("value") or prompt.get("max")) + int(output.get("value") or output.get("max"))
     flags = _flags(point.get("other_engine_flags") or "")
     engine: dict = {"max_model_len": int(point.get("max_model_len") or flags.get("max_model_len") or max_len)}
-    for key in ("max_num_seqs", "max_num_batched_tokens"):
+    for key in ("max_num_seqs", "max_num_batched_tokens", "num_scheduler_steps"):
         if point.get(key) or flags.get(key):
             engine[key] = int(point.get(key) or flags[key])
     if point.get("prefix_caching") is False:
@@ -155,11 +160,12 @@ def scenario_mapping(point: dict) -> tuple[dict | None, str]:
 
 
 def _flags(text: str) -> dict[str, int]:
-    """The engine's limits a launch command states (`--max-model-len 32768`, `--max_model_len=4096`)."""
+    """The engine's limits a launch command states (`--max-model-len 32768`, `--max_model_len=4096`) and its
+    multi-step scheduling (`--num-scheduler-steps 10`)."""
     import re
 
     out = {}
-    for key in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+    for key in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "num_scheduler_steps"):
         found = re.search(r"--" + key.replace("_", "[-_]") + r"[= ](\d+)", text)
         if found:
             out[key] = int(found.group(1))
@@ -188,8 +194,9 @@ def build_scenario(mapping: dict):
     return scenario
 
 
-def simulate_point(point: dict, coefficients=None) -> dict | None:
-    """The simulator's summary for a point (coefficients: `calibration: auto`'s unless given), or None."""
+def simulate_point(point: dict, coefficients=None, changes: dict | None = None) -> dict | None:
+    """The simulator's summary for a point (coefficients: `calibration: auto`'s unless given), or None. `changes`:
+    settings to change in its scenario, by section ({"engine": {"num_scheduler_steps": 1}})."""
     from planner.calibration.resolve import resolve_cost_model
     from sim.driver import simulate
     from sim.metrics import summarize
@@ -197,6 +204,8 @@ def simulate_point(point: dict, coefficients=None) -> dict | None:
     mapping, _ = scenario_mapping(point)
     if mapping is None:
         return None
+    for section, settings in (changes or {}).items():
+        mapping = mapping | {section: mapping[section] | settings}
     scenario = build_scenario(mapping)
     if coefficients is None:
         coefficients, _ = resolve_cost_model(scenario, "auto")

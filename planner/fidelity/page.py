@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.fidelity import devset_summary, lss
+from planner.fidelity import devset_causes, devset_summary, lss
 from planner.fidelity.allreduce import section_allreduce
 from planner.fidelity.form import form_note, section_form
 from planner.fidelity.profiles import section_models, section_profiles
@@ -63,5 +63,7 @@ def render() -> str:
         *section_public(),
         "",
         *devset_summary.section(),
+        "",
+        *devset_causes.section(),
     ]
     return "\n".join(parts).rstrip() + "\n"

@@ -93,6 +93,12 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
         )  # fmt: skip
     if budget < seqs:  # vLLM's SchedulerConfig raises this too
         fail("engine.max_num_batched_tokens", budget, f"must be >= max_num_seqs ({seqs})")
+    if eng.num_scheduler_steps > 1 and (eng.async_scheduling or eng.scheduler != "continuous"):
+        fail(
+            "engine.num_scheduler_steps", eng.num_scheduler_steps,
+            "above 1 is vLLM V0's multi-step scheduling (0.6-0.7), which ran its host work in series with the GPU's"
+            " and batched continuously: set engine.async_scheduling false (and scheduler continuous), or keep 1",
+        )  # fmt: skip
     eng = dataclasses.replace(eng, max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=seqs)
 
     # What each distribution and arrival process needs.

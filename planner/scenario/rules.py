@@ -111,6 +111,7 @@ RULES: dict[tuple[type, str], Rule] = {
     (EngineConfig, "max_num_batched_tokens"): in_range(1, MAX_TOKENS),
     (EngineConfig, "max_model_len"): in_range(1, MAX_TOKENS),
     (EngineConfig, "kv_cache_dtype"): one_of("auto", *DTYPE_BYTES),
+    (EngineConfig, "num_scheduler_steps"): in_range(1, 1024),
     (EngineConfig, "num_gpu_blocks_override"): Rule(
         lambda v: 2 <= v <= MAX_NUM_GPU_BLOCKS,
         f"must be in [2, {_num(MAX_NUM_GPU_BLOCKS)}] (block 0 is vLLM's null block, never given to a request)",

@@ -22,6 +22,11 @@ def vllm_serve_command(s: Scenario) -> str:
     ]
     if baselines:
         return f"# no vllm serve line: {' and '.join(baselines)} (a baseline the simulator runs) cannot be set in vLLM"
+    if e.num_scheduler_steps > 1:
+        return (
+            f"# no vllm serve line: engine.num_scheduler_steps {e.num_scheduler_steps} is vLLM V0's multi-step"
+            " scheduling (--num-scheduler-steps, vLLM 0.6-0.7), which today's vLLM has no flag for"
+        )
     if s.model.checkpoint is None:
         return (
             f"# no vllm serve line: the model {s.model.name} has no checkpoint to load (give model as a catalog name"
