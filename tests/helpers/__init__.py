@@ -1,0 +1,22 @@
+"""What the tests share, in one place: no test module imports another, so one module that cannot be imported
+takes out only itself. Submodules: scenario_files (scenario YAML written to disk and its errors), scenarios
+(scenarios built in code), sizing, runs (comparing two simulations), parity (the simulator's and the live
+engine's step decisions), browser (headless Chromium), and, needing torch, engine and kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository
+SCENARIOS = ROOT / "scenarios"
+
+
+def error_of(argv: list[str], capsys) -> str:
+    """`planner argv` in this process, which must exit 2 with one line on stderr and no traceback: that line."""
+    capsys.readouterr()  # what earlier calls printed is not this call's
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("planner: error: ") and "\n" not in err and "Traceback" not in err
+    return err
