@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers.scenarios import make_scenario
 
 from planner.calibration.fitting import fit_from_runs, fit_steps, predict_rows
 from planner.calibration.profile import ProfileError, default_profile_dir, profile_from_fit, save_profile
@@ -21,7 +22,6 @@ from planner.calibration.resolve import resolve_cost_model
 from planner.cli import main
 from planner.errors import PlannerError
 from sim.cost_model import CostCoefficients, CostModel
-from tests.sim_helpers import make_scenario
 
 TRUTH = CostCoefficients(
     flops_efficiency=0.45,
@@ -283,11 +283,8 @@ def test_the_residual_spread_scales_every_step_of_a_run_by_one_factor():
 # calibrate --from a real `planner run` folder
 
 
-def test_fit_from_a_live_cpu_run_folder(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    small = ["--set", "workload.num_requests=16"]
-    assert main(["run", "scenarios/cpu_tiny.yaml", "--device", "cpu", *small, "--out", str(run_dir), "--json"]) == 0
-    capsys.readouterr()
+def test_fit_from_a_live_cpu_run_folder(cpu_tiny_run, tmp_path, capsys):
+    run_dir = cpu_tiny_run.folder
     steps = np.genfromtxt(run_dir / "steps.csv", delimiter=",", names=True)
     assert np.all(steps["device_s"] > 0) and np.all(steps["host_s"] > 0)
     assert np.allclose(steps["duration_s"], steps["host_s"] + steps["device_s"], atol=2e-6)
@@ -296,9 +293,10 @@ def test_fit_from_a_live_cpu_run_folder(tmp_path, capsys):
     assert set(profile.coefficients) == set(FITTED)
     assert profile.fit["rows"] == len(steps)
     path = save_profile(profile, tmp_path / "tiny.yaml")
-    assert main(["simulate", "scenarios/cpu_tiny.yaml", *small, "--calibration", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--calibration", str(path)]) == 0
     assert f"Cost model: calibrated ({profile.id}, " in capsys.readouterr().out
-    assert main(["simulate", "scenarios/cpu_tiny.yaml", *small, "--out", str(tmp_path / "sim")]) == 0
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--out", str(tmp_path / "sim")]) == 0
     with pytest.raises(PlannerError, match="mode is 'simulated'"):
         fit_from_runs([tmp_path / "sim"])
 

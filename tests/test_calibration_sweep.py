@@ -5,7 +5,8 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 from gpu_engine import reference_step, sweep, sweep_grid, sweep_timing
 from gpu_engine.runner import ModelRunner

@@ -6,13 +6,12 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from planner.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT, error_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,16 +24,8 @@ from sim.statistics import GapHistogram, exact_sum, percentile
 from sim.trace_file import read_trace
 from sim.workload import generate_workload
 
-ROOT = Path(__file__).resolve().parent.parent
 A10 = str(ROOT / "scenarios" / "a10_qwen7b.yaml")
 GPU = "{memory_bytes: 24000000000, bf16_tflops: 100, memory_bandwidth_gbps: 900}"
-
-
-def error_of(argv: list[str], capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("planner: error: ") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 @pytest.mark.parametrize(

@@ -8,28 +8,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import error_of
+from helpers.scenarios import make_scenario
 
 import planner.calibration.resolve
 import planner.yaml_loader
 from planner.calibration.profile_loader import load_profile
 from planner.calibration.provenance import SPEC_SHEET
 from planner.calibration.shipped import PROFILE_DIR, default_profile_dir
-from planner.cli import main
 from planner.errors import show_value
 from planner.rules import is_percentile_key
 from sim.cost_model import CostCoefficients, CostModel
 from sim.errors import StepTimeError, WorkloadError
-from tests.sim_helpers import make_scenario
 
 A10 = str(Path(__file__).resolve().parent.parent / "scenarios" / "a10_qwen7b.yaml")
 ON_A40 = ["--set", "hardware.gpu=a40", "--set", "dtype=float16", "--set", "workload.num_requests=5"]
-
-
-def error_of(argv: list[str], capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("planner: error: ") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 def a40_profile(tmp_path: Path, section: str, key: str, value) -> Path:

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 OUR_IMPORT_NAMES = sorted({name.split(".")[0] for name in SETUPTOOLS["packages"]})

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from planner.plot_workers import (
     BACKGROUND_MIN_REQUESTS,
@@ -23,7 +24,6 @@ from planner.plots import write_plots
 from planner.scenario import load_scenario
 from sim.driver import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
 A10 = ROOT / "scenarios" / "a10_qwen7b.yaml"
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.scenarios import make_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sim_helpers import make_scenario
 
 from sim.block_pool import NULL_BLOCK_ID, BlockPool
 from sim.driver import simulate

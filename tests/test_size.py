@@ -6,18 +6,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from sizing_helpers import probe_result
+from helpers import ROOT
+from helpers.sizing import probe_result
 
 from planner.cli import main
 from planner.sizing.rank import rank
 from planner.sizing.search import run_search
 from planner.sizing.spec import load_sizing
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = "scenarios/a10_qwen7b.yaml"
 SMALL = ["search.probe.num_requests=40", "search.probe.max_probes=4"]
 

@@ -3,11 +3,10 @@ steady-state verdict (probe.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from sizing_helpers import probe_result
+from helpers import ROOT
+from helpers.sizing import probe_result
 
 from planner.sizing.candidates import enumerate_candidates
 from planner.sizing.capacity import find_capacity
@@ -15,7 +14,6 @@ from planner.sizing.probe import queue_grows, run_probe, unserved_fraction
 from planner.sizing.search import run_search
 from planner.sizing.spec import load_sizing
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = "scenarios/a10_qwen7b.yaml"
 SMALL = ["search.probe.num_requests=40", "search.probe.max_probes=4"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from planner.plot_workers import BACKGROUND_MIN_REQUESTS
 from planner.results import StepsCsv
@@ -13,7 +14,6 @@ from planner.scenario import load_scenario
 from planner.steps_writer import StepsCsvWriter, steps_csv_for
 from sim.driver import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
 A10 = ROOT / "scenarios" / "a10_qwen7b.yaml"
 
 

@@ -5,7 +5,10 @@ engine's step decisions), browser (headless Chromium), and, needing torch, engin
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+
+import pytest
 
 from planner.cli import main
 
@@ -20,3 +23,16 @@ def error_of(argv: list[str], capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert err.startswith("planner: error: ") and "\n" not in err and "Traceback" not in err
     return err
+
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+# A test that runs the live engine or imports torch itself; the simulator-only install skips it, saying why.
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="needs torch (the engine extra: pip install -e '.[engine]')")
+
+
+def cuda_available() -> bool:
+    if not HAS_TORCH:
+        return False
+    import torch
+
+    return torch.cuda.is_available()

@@ -51,6 +51,15 @@ LLAMA = ModelSpec(
 # Qwen-7B's layout at tiny size: no GQA, bias on c_attn, untied lm_head
 QWEN = dataclasses.replace(LLAMA, name="tiny-qwen", model_type="qwen", num_key_value_heads=4, attention_bias=True)
 
+
+def load_one_layer(path) -> None:
+    """load_weights into LLAMA cut to one layer (what the checkpoint error tests need)."""
+    from gpu_engine.model import build_model
+    from gpu_engine.weights import load_weights
+
+    load_weights(build_model(dataclasses.replace(LLAMA, num_hidden_layers=1), torch.float32, "cpu"), path)
+
+
 BLOCK_SIZE = 4
 PROMPT_LENGTHS = [5, 13, 1, 22]
 MAX_NEW_TOKENS = 9

@@ -6,21 +6,19 @@ Figures are not judged here: the benchmark prints them against their targets on 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-from kernels_testutil import require_triton
+from helpers import ROOT
+from helpers.kernels import require_triton
 
 require_triton()
 from planner_kernels.paged_attention_config import MAX_SPLITS
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def run_bench(tmp_path, *flags) -> tuple[str, dict]:
     path = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "planner_kernels.bench", "--tiny", "--json", str(path), *flags],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return result.stdout, json.loads(path.read_text())
