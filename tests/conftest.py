@@ -35,6 +35,23 @@ if importlib.util.find_spec("torch") is not None:
         torch.set_num_threads(1)
 
 
+DEPENDENCIES = ("numpy", "scipy", "simpy", "matplotlib", "pyyaml", "torch", "transformers", "safetensors", "triton",
+                "hypothesis", "pytest-xdist", "ray")  # fmt: skip
+
+
+def pytest_report_header(config) -> str:
+    """The versions this run tested (a CI log then says what a newly broken run installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in DEPENDENCIES:
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return "dependencies: " + ", ".join(found)
+
+
 @pytest.fixture(autouse=True)
 def _empty_profile_folder(tmp_path_factory, monkeypatch):
     """`calibration: auto` reads the user's profile folder: tests see an empty one, not the developer's."""

@@ -14,6 +14,9 @@ from planner.scenario import load_scenario
 from sim.kv_manager import KVCacheManager
 from sim.metrics import STEP_COLUMNS
 
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_calibration_sweep")
+
 
 def test_grid_stays_within_the_limits_and_covers_every_class():
     grid = sweep_grid.design_grid(16, 256, 512, 16, max_blocks=10**9)

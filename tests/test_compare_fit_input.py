@@ -10,6 +10,9 @@ from helpers import error_of
 
 from planner.cli import main
 
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_compare_fit_input")
+
 
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):

@@ -16,6 +16,9 @@ from gpu_engine.bench import MEMORY_ROWS, main
 from gpu_engine.engine import EngineError
 from planner.calibration.device_gpu import catalog_gpu_of_device, load_gpu_catalog
 
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_engine_bench")
+
 NUM_REQUESTS = 6
 
 

@@ -12,6 +12,9 @@ import re
 import pytest
 from helpers import ROOT
 
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_seed_claims")
+
 DOC = ROOT / "docs" / "seed-claims.md"
 SEEDS = ROOT.parent / "shared" / "seeds"  # CI: a read-only copy of shared/ beside the repository
 ARTICLE_FILES = {"000": "000_2d4ecc16cb811eac.txt", "001": "001_b8ad21bfeda07981.txt"}

@@ -14,6 +14,9 @@ from planner.scenario import load_scenario
 from planner.steps_writer import StepsCsvWriter, steps_csv_for
 from sim.driver import simulate
 
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_steps_writer")
+
 A10 = ROOT / "scenarios" / "a10_qwen7b.yaml"
 
 

@@ -6,6 +6,7 @@ engine's step decisions), browser (headless Chromium), and, needing torch, engin
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,13 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def needs(available: bool, what: str) -> None:
+    """Skip a test whose tool is missing, saying what it needs; under CI (CI=true, as .ci/run runs) fail instead:
+    CI installs what every test needs, so a skip there would hide a path users run."""
+    if available:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs this test, and it needs {what}")
+    pytest.skip(f"needs {what}")

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import ROOT
 from helpers.kernels import require_triton
 
@@ -35,6 +36,7 @@ def test_bench_times_every_case_against_its_reference(tmp_path):
     assert figures["sweep"] is None
 
 
+@pytest.mark.slow  # the default launch config is timed above, in every run
 def test_bench_sweep_times_every_config_and_reports_the_fastest(tmp_path):
     printed, figures = run_bench(tmp_path, "--sweep")
     rows = figures["sweep"]["rows"]
