@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from planner.scenario import validate_mapping
+from planner.scenario.load import validate_mapping
 from sim.memory import GIB, memory_breakdown
 
 OUTPUT = REPO / "docs" / "vllm-fidelity.md"

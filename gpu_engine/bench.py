@@ -34,7 +34,7 @@ from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import ModelRunner
 from gpu_engine.static_baseline import hf_config, static_run
 from planner.calibration.device_gpu import catalog_gpu_of_device
-from planner.scenario import validate_mapping
+from planner.scenario.load import validate_mapping
 from planner_kernels.bench import copy_bandwidth_gbs
 from sim.config import Scenario
 from sim.kv_manager import cdiv

@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     finally:
-        from planner.out_lock import release_out_dirs
+        from planner.outputs.out_lock import release_out_dirs
 
         release_out_dirs()  # the command's --out is written (or abandoned): another process may write there now
 

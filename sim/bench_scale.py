@@ -27,8 +27,8 @@ TARGET_PEAK_RSS_BYTES = 1e9
 
 def measure(num_requests: int, steps_to: Path | None = None) -> dict:
     """One simulation in this process: wall time of the run (scenario loading excluded) and peak RSS."""
-    from planner.results import StepsCsv
-    from planner.scenario import load_scenario
+    from planner.outputs.results import StepsCsv
+    from planner.scenario.load import load_scenario
     from sim.driver import simulate
     from sim.metrics import summarize
 

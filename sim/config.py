@@ -1,6 +1,6 @@
 """The validated scenario as plain frozen dataclasses.
 
-`planner.scenario` parses and validates the YAML into these; everything below `planner/` (the simulator,
+`planner.scenario.load` parses and validates the YAML into these; everything below `planner/` (the simulator,
 the live engine) takes them as they are and never re-reads a file. Units are in the field names.
 
 No `from __future__ import annotations` here, unlike everywhere else: validation reads these classes' type

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from gpu_engine import reference_step, sweep, sweep_grid, sweep_timing
 from gpu_engine.runner import ModelRunner
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 from sim.kv_manager import KVCacheManager
 from sim.metrics import STEP_COLUMNS
 

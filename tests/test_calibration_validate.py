@@ -10,7 +10,7 @@ from planner.calibration import validate
 from planner.calibration.defaults import default_scenario
 from planner.calibration.machine_check import MachineCheck, machine_check
 from planner.calibration.validation_report import METRICS, calibration_markdown, error_rows, report_lines, target_lines
-from planner.plots.calibration import latency_cdfs, step_scatter
+from planner.outputs.plots.calibration import latency_cdfs, step_scatter
 
 
 def summary(scale: float, blocks: int = 64) -> dict:

@@ -26,7 +26,7 @@ from planner.catalog import (
     load_model_config_path,
     model_spec_from_hf_config,
 )
-from planner.yaml_loader import parse_packaged_yaml
+from planner.scenario.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec, ModelSpec
 
 MODELS = load_model_catalog()

@@ -264,7 +264,7 @@ def test_catalog_lists_and_shows(capsys):
 
 
 def test_latency_columns_widen_for_figures_of_a_million_ms(capsys):
-    from planner.report import summary_lines
+    from planner.outputs.report import summary_lines
 
     assert main(["simulate", "scenarios/cpu_tiny.yaml", "--json", "--set", "workload.num_requests=8"]) == 0
     s = json.loads(capsys.readouterr().out)

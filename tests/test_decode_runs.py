@@ -1,4 +1,4 @@
-"""steps.csv's merging of identical decode steps (planner.decode_runs): the rule on a table built by hand, the
+"""steps.csv's merging of identical decode steps (planner.outputs.decode_runs): the rule on a table built by hand, the
 streamed merge against merging the whole table, totals kept, and the CLI's two forms of steps.csv."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 from helpers import ROOT
 
 from planner.cli import main
-from planner.decode_runs import NUM_STEPS, DecodeRunMerger
-from planner.scenario import load_scenario
+from planner.outputs.decode_runs import NUM_STEPS, DecodeRunMerger
+from planner.scenario.load import load_scenario
 from sim.driver import simulate
 from sim.metrics import STEP_COLUMNS
 

@@ -16,7 +16,7 @@ import yaml
 
 from planner.catalog import load_model_catalog
 from planner.errors import ScenarioError
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 from planner.sizing.serve import vllm_serve_command
 from sim.cost_model import CostModel, expected_experts_touched, expected_local_experts_touched
 from sim.memory import forward_peak_bytes, memory_breakdown

@@ -87,7 +87,7 @@ def test_the_kv_pool_is_what_is_left_of_the_gpu_divided_by_a_blocks_bytes(scenar
     mem = json.loads(capsys.readouterr().out)
     assert main(["validate", str(ROOT / "scenarios" / scenario)]) == 0
     capsys.readouterr()
-    from planner.scenario import load_scenario
+    from planner.scenario.load import load_scenario
 
     s = load_scenario(ROOT / "scenarios" / scenario)
     m, e, tp = s.model, s.engine, s.hardware.tensor_parallel_size

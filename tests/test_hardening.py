@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.cli import main
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
 from sim.errors import WorkloadError
 from sim.statistics import GapHistogram, exact_sum, percentile
@@ -383,7 +383,7 @@ def test_steps_csv_written_in_chunks_is_the_same_file(tmp_path, monkeypatch, cap
     monkeypatch.setattr(sim.metrics, "STEP_CHUNK_ROWS", 100)
     monkeypatch.setattr(sim.metrics, "PLOT_STEP_ROWS", 256)
     seen = []
-    monkeypatch.setattr("planner.plots.write_plots", lambda out, req, steps, *a, **k: seen.append(steps) or [])
+    monkeypatch.setattr("planner.outputs.plots.write_plots", lambda out, req, steps, *a, **k: seen.append(steps) or [])
     assert main(["simulate", A10, "--out", str(tmp_path / "chunks")]) == 0
     whole, chunks = ((tmp_path / d / "steps.csv").read_text() for d in ("whole", "chunks"))
     num_steps = np.genfromtxt(tmp_path / "whole" / "steps.csv", delimiter=",", names=True)["num_steps"].sum()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from planner.catalog import load_gpu_catalog, load_model_catalog
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 from sim.cost_model import CostModel, expected_experts_touched
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

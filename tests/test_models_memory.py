@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from planner.catalog import load_gpu_catalog, load_model_catalog
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 from sim.kv_sizing import kv_cache_groups
 from sim.memory import GIB, forward_peak_bytes, memory_breakdown
 

@@ -13,7 +13,7 @@ from helpers import error_of
 from helpers.scenarios import make_scenario
 
 import planner.calibration.resolve
-import planner.yaml_loader
+import planner.scenario.yaml_loader
 from planner.calibration.profile_loader import load_profile
 from planner.calibration.provenance import SPEC_SHEET
 from planner.calibration.shipped import (
@@ -24,7 +24,7 @@ from planner.calibration.shipped import (
     profile_path,
 )
 from planner.errors import show_value
-from planner.rules import is_percentile_key
+from planner.scenario.rules import is_percentile_key
 from sim.cost_model import CostCoefficients, CostModel
 from sim.errors import StepTimeError, WorkloadError
 
@@ -126,7 +126,7 @@ def test_a_profile_fit_is_checked_before_intervals_draw_from_it(tmp_path, capsys
 @pytest.mark.parametrize("pure_python", [False, True])
 def test_a_deeply_nested_profile_is_one_clear_error(tmp_path, monkeypatch, capsys, pure_python):
     if pure_python:  # PyYAML without libyaml recurses once per level
-        monkeypatch.setattr(planner.yaml_loader, "_PACKAGED_LOADER", yaml.SafeLoader)
+        monkeypatch.setattr(planner.scenario.yaml_loader, "_PACKAGED_LOADER", yaml.SafeLoader)
     folder = tmp_path / "profiles"
     folder.mkdir()
     path = folder / "x.yaml"

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from planner.cli import main
-from planner.out_lock import LOCK_NAME
+from planner.outputs.out_lock import LOCK_NAME
 
 # 3 of workload seeds 3..7 draw both requests' prompts beyond max_model_len 4096: every request is rejected
 REJECTING = [

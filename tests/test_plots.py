@@ -1,4 +1,4 @@
-"""planner.plots: the three PNGs are written, valid and non-trivial, also for degenerate runs and large
+"""planner.outputs.plots: the three PNGs are written, valid and non-trivial, also for degenerate runs and large
 step tables, and without touching pyplot's global state."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from planner.plots import write_plots
-from planner.plots.binning import output_tokens_from_requests
+from planner.outputs.plots import write_plots
+from planner.outputs.plots.binning import output_tokens_from_requests
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -157,8 +157,8 @@ def test_a_long_title_wraps_inside_the_figure():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from planner.plots.context import Context, finish
-    from planner.plots.style import FIGSIZE
+    from planner.outputs.plots.context import Context, finish
+    from planner.outputs.plots.style import FIGSIZE
 
     requests, steps, summary, _ = synthetic_run(num_requests=20, num_steps=100)
     title = "a100_llama2_7b_azure_10k (simulated; cost model: calibrated (public profile 5cb427046e34, a100-80gb))"
@@ -174,8 +174,8 @@ def test_a_long_title_wraps_inside_the_figure():
 def test_the_itl_panel_counts_every_gap_not_the_sample(tmp_path):
     from matplotlib.figure import Figure
 
-    from planner.plots.context import Context
-    from planner.plots.latency import latency_figure
+    from planner.outputs.plots.context import Context
+    from planner.outputs.plots.latency import latency_figure
 
     requests, steps, summary, _ = synthetic_run(num_requests=50, num_steps=100)
     summary = {**summary, "total_output_tokens": 5_000_050, "completed": 50, "mean_itl_ms": 12.5}
@@ -212,17 +212,17 @@ def _layout_boxes(fig, renderer) -> list[tuple[str, object]]:
 
 @pytest.mark.parametrize("case", ["synthetic", "huge_numbers", "no_steps", "long_title"])
 def test_the_panels_labels_fit_inside_the_figure_and_clear_of_each_other(tmp_path, case):
-    """planner.plots.layout sets the margins from estimates instead of measuring (tight_layout): drawn, no text
+    """planner.outputs.plots.layout sets the margins from estimates instead of measuring (tight_layout): drawn, no text
     leaves the figure, and no text of one panel (or the suptitle or footnote) overlaps another panel or its
     texts; checked on tick labels far wider than usual too."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from planner.plots.context import Context
-    from planner.plots.kv_cache import kv_cache_figure
-    from planner.plots.latency import latency_figure
-    from planner.plots.style import FIGSIZE
-    from planner.plots.throughput import throughput_figure
+    from planner.outputs.plots.context import Context
+    from planner.outputs.plots.kv_cache import kv_cache_figure
+    from planner.outputs.plots.latency import latency_figure
+    from planner.outputs.plots.style import FIGSIZE
+    from planner.outputs.plots.throughput import throughput_figure
 
     requests, steps, summary, itl_ms = synthetic_run(300, 3_000)
     title = "t (simulated)"
@@ -252,9 +252,9 @@ def test_the_panels_labels_fit_inside_the_figure_and_clear_of_each_other(tmp_pat
 
 
 def test_the_figures_read_only_the_step_columns_a_plotting_process_is_sent(tmp_path):
-    """planner.results sends a plotting process only PLOT_STEP_COLUMNS of the step rows: the figures drawn
+    """planner.outputs.results sends a plotting process only PLOT_STEP_COLUMNS of the step rows: the figures drawn
     from those alone are the figures drawn from every column, byte for byte."""
-    from planner.plot_workers import PLOT_STEP_COLUMNS
+    from planner.outputs.plot_workers import PLOT_STEP_COLUMNS
 
     requests, steps, summary, itl_ms = synthetic_run(200, 2_000)
     steps = {

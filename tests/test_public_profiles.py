@@ -20,7 +20,7 @@ from planner.calibration.public_profiles import fit_all, shipped_profiles
 from planner.calibration.shipped import NO_HOST_LAUNCH, PROFILE_DIR, PROFILED_GPUS, TENSOR_PARALLEL_SIZES
 from planner.calibration.transfer import load_table, public_cost_model
 from planner.catalog import load_gpu_catalog
-from planner.scenario import validate_mapping
+from planner.scenario.load import validate_mapping
 from sim.cost_model import CostCoefficients, CostModel
 
 SCHEMA_KEYS = [

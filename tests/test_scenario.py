@@ -10,7 +10,7 @@ import pytest
 from helpers.scenario_files import INLINE_MODEL, MINIMAL, RATE, load_error, write
 
 from planner.errors import PlannerError, ScenarioError
-from planner.scenario import load_scenario, scenario_to_dict, validate_mapping
+from planner.scenario.load import load_scenario, scenario_to_dict, validate_mapping
 from sim.config import ArrivalConfig, EngineConfig, WorkloadConfig
 
 

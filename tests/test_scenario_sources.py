@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers.scenario_files import INLINE_GPU, INLINE_MODEL, MINIMAL, RATE, load_error, write
 
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 
 
 def test_missing_scenario_file(tmp_path):

@@ -355,7 +355,7 @@ def test_spec_sheet_intervals_from_the_command_vary_the_seeds_only(tmp_path):
 
 
 def test_the_vllm_serve_line_carries_every_setting_the_candidate_ran_with():
-    from planner.scenario import load_scenario
+    from planner.scenario.load import load_scenario
     from planner.sizing.serve import vllm_serve_command
 
     plain = vllm_serve_command(load_scenario(ROOT / BASE))

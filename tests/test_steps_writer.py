@@ -1,4 +1,4 @@
-"""steps.csv written by a child process (planner.steps_writer): the same bytes as written in-process, errors come
+"""steps.csv written by a child process (planner.outputs.steps_writer): the same bytes as written in-process, errors come
 back to the parent, and a writer whose run failed exits."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from planner.plot_workers import BACKGROUND_MIN_REQUESTS
-from planner.results import StepsCsv
-from planner.scenario import load_scenario
-from planner.steps_writer import StepsCsvWriter, steps_csv_for
+from planner.outputs.plot_workers import BACKGROUND_MIN_REQUESTS
+from planner.outputs.results import StepsCsv
+from planner.outputs.steps_writer import StepsCsvWriter, steps_csv_for
+from planner.scenario.load import load_scenario
 from sim.driver import simulate
 
 # Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
@@ -81,7 +81,7 @@ def test_a_writer_whose_parent_was_killed_exits(tmp_path):
     import time
 
     script = (
-        "import os, signal, sys; from pathlib import Path; from planner.steps_writer import StepsCsvWriter; "
+        "import os, signal, sys; from pathlib import Path; from planner.outputs.steps_writer import StepsCsvWriter; "
         f"w = StepsCsvWriter(Path({str(tmp_path / 'steps.csv')!r})); print(w.process.pid, flush=True); "
         "os.kill(os.getpid(), signal.SIGKILL)"
     )

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 from sim.errors import WorkloadError
 from sim.trace_file import read_trace
 from sim.workload import generate_workload

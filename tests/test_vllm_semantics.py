@@ -12,7 +12,7 @@ import pytest
 from helpers.scenarios import BASE
 
 from planner.cli import main
-from planner.scenario import validate_mapping
+from planner.scenario.load import validate_mapping
 from sim.block_pool import NULL_BLOCK_ID, BlockPool
 from sim.defaults import serve_batch_defaults
 from sim.memory import cuda_graph_bytes, cudagraph_capture_sizes, memory_breakdown

@@ -12,7 +12,7 @@ from helpers.scenario_files import MINIMAL, load_error, write
 
 from planner.calibration.profile import ProfileError
 from planner.calibration.profile_loader import load_profile
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 
 
 @pytest.mark.parametrize("name", ["2026-02-30", "2026-01-01", "2026-01-01T25:00:00", "=", "<<"])
@@ -84,7 +84,7 @@ def test_a_profile_with_a_date_out_of_range_or_a_key_twice_is_refused(tmp_path, 
 
 def test_a_profiles_merge_key_still_merges_and_may_be_overridden():
     # YAML 1.1's `<<: *base` is no key given twice, even where an explicit key overrides a merged one.
-    from planner.yaml_loader import parse_yaml11_unique_keys
+    from planner.scenario.yaml_loader import parse_yaml11_unique_keys
 
     text = "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  y: 3\n"
     assert parse_yaml11_unique_keys(text)["c"] == {"x": 1, "y": 3}

@@ -16,7 +16,7 @@ import sys
 # Imported before the clock starts: what `planner simulate` imports whatever its cost model (the CLI, the
 # scenario loader, the simulator, and the resolver that decides which cost model to use).
 PROBE = """
-import time, planner.cli, planner.scenario, planner.calibration.resolve, sim.driver
+import time, planner.cli, planner.scenario.load, planner.calibration.resolve, sim.driver
 from planner.catalog import catalog_gpu
 gpu = catalog_gpu({gpu!r})
 t0 = time.perf_counter()

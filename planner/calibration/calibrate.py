@@ -281,7 +281,7 @@ def validate_profile(
     from planner.calibration.provenance import residual_spread
     from planner.calibration.validate import run_held_out
     from planner.calibration.validation_report import calibration_markdown, report_lines
-    from planner.plots.calibration import latency_cdfs, step_scatter
+    from planner.outputs.plots.calibration import latency_cdfs, step_scatter
 
     coefficients = fit.coefficients
     # The intervals a user of this profile gets (`simulate --intervals`: the coefficients' std and one step-time

@@ -82,7 +82,7 @@ def _on_this_device(path, device: str):
     so that the limits vLLM picks by GPU are this one's."""
     from planner.calibration.device_gpu import measured_gpu
     from planner.calibration.profile import this_device
-    from planner.scenario import load_scenario
+    from planner.scenario.load import load_scenario
 
     scenario = load_scenario(path)
     here = this_device(scenario, device)

@@ -24,7 +24,7 @@ CUDA_MAX_MODEL_LEN = 4096  # the sweep's longest context on CUDA (or the model's
 
 
 def default_scenario(device: str, model: str | None) -> Scenario:
-    from planner.scenario import validate_mapping
+    from planner.scenario.load import validate_mapping
 
     if device == "cpu":
         data = CPU_DEFAULT | ({"model": model} if model else {})

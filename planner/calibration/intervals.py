@@ -14,7 +14,7 @@ import numpy as np
 
 from planner.calibration.fitting import BOUNDS
 from planner.calibration.provenance import STEP_TIME_SPREAD, Provenance
-from planner.rules import MIN_INTERVAL_RUNS
+from planner.scenario.rules import MIN_INTERVAL_RUNS
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 from sim.metrics import summarize

@@ -23,7 +23,7 @@ from planner.calibration.profile import (
     ProfileError,
 )
 from planner.errors import PlannerError, read_text_file, show_value
-from planner.yaml_loader import parse_yaml11_unique_keys
+from planner.scenario.yaml_loader import parse_yaml11_unique_keys
 
 MAX_PROFILE_BYTES = 1 << 20  # a profile is ~2 kB of coefficients and a validation table; a larger file is not one
 # Bounds no real measurement comes near, so that a typo (1e300, 5e-324) cannot make a step take an infinite time.

@@ -41,7 +41,7 @@ from planner.calibration.shipped import (
     TENSOR_PARALLEL_SIZES,
     profile_path,
 )
-from planner.yaml_loader import parse_packaged_yaml
+from planner.scenario.yaml_loader import parse_packaged_yaml
 
 VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
 FORMAT = "planner-calibration/1"

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.cross_checks import check_relations
 from planner.errors import NO_VALUE, PlannerError, ScenarioError
-from planner.results import read_summary, shown_json
-from planner.rules import RULES, Ctx, Rule
-from planner.special_fields import check_ranges as check_model_ranges
-from planner.validation import TYPE_NAMES, build_dataclass
+from planner.outputs.results import read_summary, shown_json
+from planner.scenario.cross_checks import check_relations
+from planner.scenario.rules import RULES, Ctx, Rule
+from planner.scenario.special_fields import check_ranges as check_model_ranges
+from planner.scenario.validation import TYPE_NAMES, build_dataclass
 from sim.config import (
     ArrivalConfig,
     EngineConfig,

@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from planner.calibration.shipped import DATA_DIR, NO_HOST_LAUNCH, PROFILED_GPUS, profile_path
-from planner.yaml_loader import parse_packaged_yaml
+from planner.scenario.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec
 
 TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread

@@ -169,7 +169,7 @@ def run_held_out(
     from gpu_engine.engine import run_scenario
     from planner.calibration.intervals import simulate_intervals
     from planner.calibration.provenance import Provenance
-    from planner.results import build_summary
+    from planner.outputs.results import build_summary
     from sim.driver import simulate
 
     provenance = Provenance("calibrated", "this fit", None, dict(uncertainty or {}))

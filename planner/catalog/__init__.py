@@ -16,7 +16,7 @@ from typing import Any
 
 from planner.catalog.errors import CatalogError
 from planner.catalog.hf_config import SUPPORTED_MODEL_TYPES, load_model_config_path, model_spec_from_hf_config
-from planner.yaml_loader import parse_packaged_yaml
+from planner.scenario.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec, ModelSpec
 
 __all__ = [

@@ -17,7 +17,7 @@ from planner.catalog.architecture import (
     quantization_fields,
 )
 from planner.catalog.errors import CatalogError
-from planner.rules import MAX_LAYERS
+from planner.scenario.rules import MAX_LAYERS
 from sim.config import ModelSpec
 from sim.json_keys import unique_keys
 

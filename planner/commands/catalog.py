@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from planner.errors import PlannerError
-from planner.rules import did_you_mean
+from planner.scenario.rules import did_you_mean
 
 
 def _catalog_entry(entry) -> dict:

@@ -6,8 +6,8 @@ import json
 
 
 def cmd_compare(args) -> int:
-    from planner.report import compare_lines, compare_rows, scenario_differences
-    from planner.results import read_summary
+    from planner.outputs.report import compare_lines, compare_rows, scenario_differences
+    from planner.outputs.results import read_summary
 
     a, b = read_summary(args.a), read_summary(args.b)
     if args.json:

@@ -32,7 +32,7 @@ def tokens_held(scenario, mean_tokens: float) -> tuple[float, str]:
 
 
 def cmd_memory(args) -> int:
-    from planner.report import memory_lines
+    from planner.outputs.report import memory_lines
     from sim.memory import memory_breakdown
     from sim.memory_fit import fit_problems
 

@@ -8,21 +8,21 @@ import sys
 
 def check_out(args) -> None:
     """--out must be writable before the run starts, not found unwritable after it."""
-    from planner.results import check_out_dir
+    from planner.outputs.results import check_out_dir
 
     if args.out is not None:
         check_out_dir(args.out)
 
 
 def emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = (), plot_workers=None) -> None:
-    from planner.results import summary_json, write_outputs
+    from planner.outputs.results import summary_json, write_outputs
 
     if args.out:
         written = write_outputs(args.out, summary, recorder, title, plot_workers)
     if args.json:
         sys.stdout.write(summary_json(summary))
     else:
-        from planner.report import summary_lines  # here: --json prints none of the text report
+        from planner.outputs.report import summary_lines  # here: --json prints none of the text report
 
         print("\n".join([*summary_lines(summary), *extra_lines]))
         if args.out:

@@ -8,7 +8,7 @@ import sys
 from planner.commands.output import check_out, emit
 from planner.commands.scenario_checks import load_scenario_args, refuse, workload_problems
 from planner.errors import PlannerError
-from planner.progress import ProgressBar
+from planner.outputs.progress import ProgressBar
 
 # Below it logits / temperature overflows float32 (inf, then nan probabilities); vLLM raises a lower one to it.
 MIN_TEMPERATURE = 0.01
@@ -37,7 +37,7 @@ def cmd_run(args) -> int:
         from gpu_engine.runner import SamplingParams
     except ImportError as e:
         raise PlannerError(f"the live engine needs the engine extra (pip install 'planner[engine]'): {e}") from e
-    from planner.results import build_summary
+    from planner.outputs.results import build_summary
 
     _check_sampling(args.temperature, args.top_p)
     scenario = load_scenario_args(args)

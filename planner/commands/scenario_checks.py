@@ -8,7 +8,7 @@ from planner.errors import PlannerError
 
 
 def load_scenario_args(args):
-    from planner.scenario import load_scenario
+    from planner.scenario.load import load_scenario
 
     return load_scenario(args.scenario, args.overrides)
 

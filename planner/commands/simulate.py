@@ -5,13 +5,13 @@ from __future__ import annotations
 from planner.commands.output import check_out, emit
 from planner.commands.scenario_checks import load_scenario_args, refuse, run_problems
 from planner.errors import PlannerError
-from planner.progress import ProgressBar
+from planner.outputs.progress import ProgressBar
 
 
 def cmd_simulate(args) -> int:
     from planner.calibration.resolve import resolve_cost_model
-    from planner.plot_workers import plot_workers_for
-    from planner.steps_writer import StepsCsvWriter, steps_csv_for
+    from planner.outputs.plot_workers import plot_workers_for
+    from planner.outputs.steps_writer import StepsCsvWriter, steps_csv_for
 
     scenario = load_scenario_args(args)
     refuse(scenario, run_problems(scenario))
@@ -37,7 +37,7 @@ def cmd_simulate(args) -> int:
 
 def _check_intervals(runs: int | None) -> None:
     """A 90% interval of one run is that run's figures three times over: it needs a spread (as `planner size`)."""
-    from planner.rules import MAX_INTERVAL_RUNS, MIN_INTERVAL_RUNS
+    from planner.scenario.rules import MAX_INTERVAL_RUNS, MIN_INTERVAL_RUNS
 
     if runs is not None and not MIN_INTERVAL_RUNS <= runs <= MAX_INTERVAL_RUNS:
         raise PlannerError(
@@ -47,7 +47,7 @@ def _check_intervals(runs: int | None) -> None:
 
 
 def _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv) -> None:
-    from planner.results import build_summary
+    from planner.outputs.results import build_summary
     from sim.driver import simulate
 
     progress = ProgressBar("simulating", "requests", delay_s=2.0)

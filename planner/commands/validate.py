@@ -11,7 +11,7 @@ from sim.errors import WorkloadError
 
 
 def cmd_validate(args) -> int:
-    from planner.scenario import load_scenario
+    from planner.scenario.load import load_scenario
     from planner.sizing.spec import load_sizing
 
     status = 0
@@ -40,7 +40,7 @@ def cmd_validate(args) -> int:
 
 def _has_search(path: str) -> bool:
     """Whether a file is a sizing file (a scenario with a top-level `search:` section)."""
-    from planner.scenario import MAX_SCENARIO_BYTES
+    from planner.scenario.load import MAX_SCENARIO_BYTES
 
     try:
         text = read_text_file(Path(path), "scenario file", MAX_SCENARIO_BYTES)  # no FIFO, no huge file

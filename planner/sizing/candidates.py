@@ -11,9 +11,9 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.cross_checks import check_relations
 from planner.errors import ScenarioError
-from planner.rules import Ctx
+from planner.scenario.cross_checks import check_relations
+from planner.scenario.rules import Ctx
 from planner.sizing.coefficients import resolve_coefficients
 from planner.sizing.spec import SearchSpec, SizingQuestion
 from planner.sizing.spec_checks import probe_request_counts

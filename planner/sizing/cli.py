@@ -7,8 +7,8 @@ import shlex
 import sys
 
 from planner.errors import PlannerError
-from planner.progress import ProgressBar
-from planner.rules import MAX_INTERVAL_RUNS, MIN_INTERVAL_RUNS
+from planner.outputs.progress import ProgressBar
+from planner.scenario.rules import MAX_INTERVAL_RUNS, MIN_INTERVAL_RUNS
 from planner.sizing.executor import WORKERS_PER_CPU, max_workers
 from planner.sizing.rank import rank
 from planner.sizing.report.data import sizing_data

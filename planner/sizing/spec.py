@@ -1,9 +1,9 @@
 """A sizing file -> (the validated scenario, the validated `search:` section).
 
 A sizing file is a scenario plus a `search:` section. The scenario part goes through the scenario loader
-unchanged (`planner.scenario.validate_mapping`); the search part is checked here with the same messages
+unchanged (`planner.scenario.load.validate_mapping`); the search part is checked here with the same messages
 (`ScenarioError`: file, dotted key, bad value, what is allowed). Engine values to sweep are checked by the
-scenario's own rules for those fields (`planner.validation`), so a sweep accepts exactly what a scenario does.
+scenario's own rules for those fields (`planner.scenario.validation`), so a sweep accepts exactly what a scenario does.
 Every key has a default: a plain scenario is a sizing question over the GPU catalog.
 """
 
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import (
+from planner.scenario.load import read_overridden, validate_mapping
+from planner.scenario.rules import (
     MAX_NUM_REQUESTS,
     MAX_PURCHASE_USD,
     MAX_RENTAL_USD_PER_HOUR,
@@ -26,7 +27,8 @@ from planner.rules import (
     did_you_mean,
     in_range,
 )
-from planner.scenario import read_overridden, validate_mapping
+from planner.scenario.special_fields import SPECIAL
+from planner.scenario.validation import _convert_scalar, allowed_keys
 from planner.sizing.spec_checks import (
     check_num_candidates,
     check_pool_override,
@@ -34,8 +36,6 @@ from planner.sizing.spec_checks import (
     check_users_have_a_wait_bound,
 )
 from planner.sizing.spec_fields import int_list, mapping, one_of, price_map, scalar, section
-from planner.special_fields import SPECIAL
-from planner.validation import _convert_scalar, allowed_keys
 from sim.config import ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
@@ -195,7 +195,7 @@ def _demand(raw: Any, scenario: Scenario, ctx: Ctx) -> Demand:
     )  # fmt: skip
     if "rate" in d and "concurrency" in d:
         raise ScenarioError(ctx.file, f"{where}.concurrency", d["concurrency"], "give rate or concurrency, not both")
-    # The scenario's own ranges (planner.rules): the probes run scenarios at up to the sized demand.
+    # The scenario's own ranges (planner.scenario.rules): the probes run scenarios at up to the sized demand.
     rate_rule, users_rule = RULES[(ArrivalConfig, "rate")], RULES[(ArrivalConfig, "concurrency")]
     if "rate" in d:
         rate = scalar(d, "rate", float, None, where, ctx, rate_rule.ok, rate_rule.allowed)

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import Ctx
+from planner.scenario.rules import Ctx
 from sim.config import Scenario
 
 if TYPE_CHECKING:

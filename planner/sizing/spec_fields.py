@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import Ctx, Rule, did_you_mean
+from planner.scenario.rules import Ctx, Rule, did_you_mean
 
 
 def section(parent: dict, key: str) -> Any:

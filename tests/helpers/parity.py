@@ -26,7 +26,7 @@ from pathlib import Path
 
 from helpers import ROOT
 from planner.cli import main
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 from sim.driver import simulate
 from sim.metrics import Recorder
 from sim.scheduler import build_scheduler
@@ -124,9 +124,9 @@ def _check_log_is_rows(log: list[tuple], rows: list[dict[str, int]], static: boo
 def _no_figures(monkeypatch) -> None:
     """The commands write their files but draw no figures: figures are no decisions, drawing them costs each
     command about 4 s of CPU here, and tests/test_plots.py draws them."""
-    import planner.plots
+    import planner.outputs.plots
 
-    monkeypatch.setattr(planner.plots, "write_plots", lambda *args, **kwargs: [])
+    monkeypatch.setattr(planner.outputs.plots, "write_plots", lambda *args, **kwargs: [])
 
 
 def simulated(case: str, tmp_path: Path, monkeypatch) -> Decisions:

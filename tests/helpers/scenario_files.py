@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import PlannerError
-from planner.scenario import load_scenario
+from planner.scenario.load import load_scenario
 
 MINIMAL = """\
 model: qwen-7b

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from planner.scenario import validate_mapping
+from planner.scenario.load import validate_mapping
 from sim.config import Scenario
 
 BASE = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from planner.results import _finite
+from planner.outputs.results import _finite
 from planner.sizing.rank import Ranking
 from planner.sizing.report import interval_tables, tables
 from planner.sizing.search import Result, SizingResult, median_simulation_s

@@ -21,7 +21,7 @@ REPORT_NAMES = (*(name for name, _, _ in FIGURES), *TEXT_NAMES)
 def check_report_dir(out_dir: Path) -> None:
     """--out must be writable before the search starts, not found unwritable after it: simulate's check, for
     the report's file names."""
-    from planner.results import check_out_dir
+    from planner.outputs.results import check_out_dir
 
     check_out_dir(out_dir, REPORT_NAMES)
 

@@ -11,12 +11,12 @@ from typing import Any
 
 from planner.errors import NO_SUCH_USER, NO_VALUE, ScenarioError, expand_user
 from planner.paths import shown, too_long
-from planner.rules import RULES, Ctx, did_you_mean
+from planner.scenario.rules import RULES, Ctx, did_you_mean
 from sim.config import GpuSpec, HardwareConfig, ModelSpec, Scenario, TraceConfig
 
 
 def _catalog():
-    # Imported late: the catalog reads its YAML on use, and `planner.scenario` must import without it.
+    # Imported late: the catalog reads its YAML on use, and `planner.scenario.load` must import without it.
     from planner import catalog
 
     return catalog

@@ -25,7 +25,7 @@ import yaml
 from planner.errors import PlannerError, show_value
 
 MAX_DEPTH = 32  # a scenario nests 4 levels; an inline model or GPU mapping a few more
-MAX_INT_DIGITS = 30  # 10^30 is beyond every range in planner.rules; Python refuses to parse > 4,300 digits
+MAX_INT_DIGITS = 30  # 10^30 is beyond every range in planner.scenario.rules; Python refuses to parse > 4,300 digits
 YAML11_BOOLS = {"yes", "no", "on", "off", "y", "n"}  # for the hint on a boolean key
 
 _BOOL_TAG, _INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"

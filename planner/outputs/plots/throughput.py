@@ -6,9 +6,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from planner.plots.binning import bin_steps, output_tokens_from_requests
-from planner.plots.context import Context, finish, finite_max, time_axis
-from planner.plots.style import FIGSIZE, band, fmt_num, fmt_s, headroom, note, stairs, tick_fmt
+from planner.outputs.plots.binning import bin_steps, output_tokens_from_requests
+from planner.outputs.plots.context import Context, finish, finite_max, time_axis
+from planner.outputs.plots.style import FIGSIZE, band, fmt_num, fmt_s, headroom, note, stairs, tick_fmt
 
 
 def throughput_figure(fig: Figure, ctx: Context) -> None:

@@ -6,8 +6,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from planner.plots.context import Context, finish, time_axis
-from planner.plots.style import band, headroom, note, tick_fmt
+from planner.outputs.plots.context import Context, finish, time_axis
+from planner.outputs.plots.style import band, headroom, note, tick_fmt
 
 
 def kv_cache_figure(fig: Figure, ctx: Context, num_gpu_blocks: int | None) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from planner.plots.style import DPI, note
+from planner.outputs.plots.style import DPI, note
 
 WAYS = (("measured", "#222222", "-"), ("calibrated", "#1f77b4", "--"), ("uncalibrated", "#d62728", ":"))
 PANELS = (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)"), ("e2el", "E2E latency (ms)"))

@@ -1,6 +1,6 @@
 """A YAML mapping -> the dataclasses of `sim.config`, walked generically: their fields are the allowed keys,
 their type hints the type checks, their defaults the defaults; each value is checked against `RULES`, and the
-special fields (`planner.special_fields`) resolve themselves. A field added to a dataclass is accepted and
+special fields (`planner.scenario.special_fields`) resolve themselves. A field added to a dataclass is accepted and
 type-checked with no change here; add a rule if it has a range."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import typing
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import RULES, SLO_KEYS, Ctx, did_you_mean, is_percentile_key
-from planner.special_fields import SPECIAL
-from planner.yaml_loader import YAML11_BOOLS
+from planner.scenario.rules import RULES, SLO_KEYS, Ctx, did_you_mean, is_percentile_key
+from planner.scenario.special_fields import SPECIAL
+from planner.scenario.yaml_loader import YAML11_BOOLS
 from sim.config import Scenario
 
 NOT_USER_KEYS = {(Scenario, "source")}  # `source` is ours, not the user's
@@ -75,7 +75,7 @@ def _convert(cls: type, name: str, hint: Any, value: Any, key_path: str, ctx: Ct
         return {k: _convert_scalar(cls, name, value_type, v, _join(key_path, k), ctx) for k, v in value.items()}
     if hint in TYPE_NAMES:
         return _convert_scalar(cls, name, hint, value, key_path, ctx)
-    raise TypeError(f"planner.scenario cannot validate {cls.__name__}.{name}: {hint}")  # a new kind of field
+    raise TypeError(f"planner.scenario.load cannot validate {cls.__name__}.{name}: {hint}")  # a new kind of field
 
 
 def _convert_scalar(cls: type, name: str, hint: type, value: Any, key_path: str, ctx: Ctx) -> Any:

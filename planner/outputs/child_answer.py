@@ -1,4 +1,4 @@
-"""How the child processes of `planner simulate --out` (planner.plot_workers, planner.steps_writer) answer their
+"""How the child processes of `planner simulate --out` (planner.outputs.plot_workers, planner.outputs.steps_writer) answer their
 parent over a pipe: the work's result, or its error, which the parent raises as its own."""
 
 from __future__ import annotations

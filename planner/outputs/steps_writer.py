@@ -3,8 +3,8 @@
 Formatting the step rows as text costs about 0.4 us a field in CPython (`%` formatting, which np.savetxt also
 does per row): on the 10k benchmark, 45,134 merged rows of 18 fields plus merging the decode runs, 0.40 billion
 instructions of the parent's 0.69 billion more than `--json` at 2,000 requests (callgrind, plots not
-counted). `planner simulate --out` on a run long enough for plotting processes (planner.plot_workers: the same
-rule) hands each chunk of step rows to a process that merges and writes them (planner.results.StepsCsv, the
+counted). `planner simulate --out` on a run long enough for plotting processes (planner.outputs.plot_workers: the same
+rule) hands each chunk of step rows to a process that merges and writes them (planner.outputs.results.StepsCsv, the
 same bytes), so that work runs on another CPU beside the simulation. The chunks are copies (the recorder
 reuses its buffer) in a queue of at most QUEUE_CHUNKS: a writer that falls behind holds the parent back
 rather than let the copies pile up in memory.
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.child_answer import answer, raise_failure, receive
-from planner.plot_workers import BACKGROUND_MIN_REQUESTS, usable_cpus
+from planner.outputs.child_answer import answer, raise_failure, receive
+from planner.outputs.plot_workers import BACKGROUND_MIN_REQUESTS, usable_cpus
 
 if TYPE_CHECKING:
     import multiprocessing.process
@@ -34,7 +34,7 @@ class StepsCsvWriter:
     def __init__(self, path: Path, all_steps: bool = False) -> None:
         import multiprocessing
 
-        context = multiprocessing.get_context("spawn")  # as the plotting processes: planner.plot_workers
+        context = multiprocessing.get_context("spawn")  # as the plotting processes: planner.outputs.plot_workers
         self.queue: multiprocessing.queues.Queue = context.Queue(QUEUE_CHUNKS)
         self.connection: Connection
         self.connection, theirs = context.Pipe()
@@ -86,7 +86,7 @@ def _write_steps(path: Path, all_steps: bool, queue: multiprocessing.queues.Queu
     import signal
     from queue import Empty
 
-    from planner.results import StepsCsv
+    from planner.outputs.results import StepsCsv
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and ends us
     parent = multiprocessing.parent_process()
@@ -110,7 +110,7 @@ def _write_steps(path: Path, all_steps: bool, queue: multiprocessing.queues.Queu
 
 def steps_csv_for(path: Path, all_steps: bool, num_requests: int):
     """The sink that writes steps.csv: in a child process on a long run with a CPU to spare, else in-process."""
-    from planner.results import StepsCsv
+    from planner.outputs.results import StepsCsv
 
     if num_requests < BACKGROUND_MIN_REQUESTS or usable_cpus() < 2:
         return StepsCsv(path, all_steps)

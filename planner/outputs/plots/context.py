@@ -10,9 +10,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from planner.plots.binning import bin_steps
-from planner.plots.layout import fit_panels
-from planner.plots.style import fmt_s
+from planner.outputs.plots.binning import bin_steps
+from planner.outputs.plots.layout import fit_panels
+from planner.outputs.plots.style import fmt_s
 
 RATE_BINS = 100  # bins over the run for per-second rates
 STATE_BINS = 400  # bins over the run for step state (queue, batch, KV use)

@@ -12,11 +12,11 @@ from typing import TextIO
 
 import numpy as np
 
-from planner.decode_runs import NUM_STEPS, DecodeRunMerger, with_num_steps
 from planner.errors import PlannerError, read_text_file
-from planner.out_lock import lock_out_dir
-from planner.plot_workers import CDF_POINTS, PLOT_STEP_COLUMNS, PlotWorkers
-from planner.scenario import scenario_to_dict
+from planner.outputs.decode_runs import NUM_STEPS, DecodeRunMerger, with_num_steps
+from planner.outputs.out_lock import lock_out_dir
+from planner.outputs.plot_workers import CDF_POINTS, PLOT_STEP_COLUMNS, PlotWorkers
+from planner.scenario.load import scenario_to_dict
 from sim.config import Scenario
 from sim.metrics import STEP_COLUMNS, Recorder, summarize
 
@@ -28,7 +28,7 @@ MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not 
 def check_out_dir(out_dir: Path, names: tuple[str, ...] = OUTPUT_NAMES) -> None:
     """Make sure the outputs (a run's, or those `names`) can be written, before the run: the folder is created
     (or exists), a file can be created in it, and no output name is taken by a folder; then the folder is locked
-    against other planner processes (planner.out_lock). A PlannerError says what is wrong."""
+    against other planner processes (planner.outputs.out_lock). A PlannerError says what is wrong."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -53,7 +53,7 @@ def read_summary(path: Path) -> dict:
     """A run's summary.json (or the --out folder holding it), checked: a JSON object whose compared metrics
     are finite numbers >= 0 or null, with at least one of them, whose `memory` and `scenario` (when there) are
     objects and whose `mode` (when there) is a string. Anything else is a PlannerError naming the file."""
-    from planner.report import COMPARE_ROWS  # the metrics `compare` reads
+    from planner.outputs.report import COMPARE_ROWS  # the metrics `compare` reads
 
     file = path / "summary.json" if path.is_dir() else path
     if path.is_dir() and not file.exists():
@@ -161,7 +161,7 @@ class StepsCsv:
     """steps.csv written as the run goes: the recorder's `steps_sink` (sim.metrics.Recorder). Rows come in
     the order steps end; within each chunk they are sorted by start time, so with one replica the file is
     in start order, and with several it is within each chunk of STEP_CHUNK_ROWS (sort by start_s for more).
-    Runs of identical decode steps are merged into one row each (planner.decode_runs), unless all_steps."""
+    Runs of identical decode steps are merged into one row each (planner.outputs.decode_runs), unless all_steps."""
 
     def __init__(self, path: Path, all_steps: bool = False) -> None:
         self.path = path
@@ -185,7 +185,7 @@ class StepsCsv:
 def write_outputs(
     out_dir: Path, summary: dict, recorder: Recorder, title: str, plot_workers: PlotWorkers | None = None
 ) -> list[Path]:
-    """Write every output (the plots by plot_workers when given: planner.plot_workers); `check_out_dir` ran
+    """Write every output (the plots by plot_workers when given: planner.outputs.plot_workers); `check_out_dir` ran
     before the run, so only a full disk or a folder changed meanwhile can fail here (a PlannerError too)."""
     try:
         return _write_outputs(out_dir, summary, recorder, title, plot_workers)
@@ -216,6 +216,6 @@ def _write_outputs(
         _write_csv(written[2], with_num_steps({name: column[by_start] for name, column in steps.items()}))
     if plot_workers is not None:
         return written + plot_workers.collect()
-    from planner.plots import write_plots  # matplotlib only loads when plots are asked for
+    from planner.outputs.plots import write_plots  # matplotlib only loads when plots are asked for
 
     return written + write_plots(out_dir, *plots, **plot_options)

@@ -8,9 +8,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from planner.plot_workers import CDF_POINTS
-from planner.plots.context import Context, finish
-from planner.plots.style import fmt_ms, note, tick_fmt
+from planner.outputs.plot_workers import CDF_POINTS
+from planner.outputs.plots.context import Context, finish
+from planner.outputs.plots.style import fmt_ms, note, tick_fmt
 
 PERCENTILE_COLORS = {50: "#2ca02c", 90: "#ff7f0e", 99: "#d62728"}
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.child_answer import answer, raise_failure, receive
+from planner.outputs.child_answer import answer, raise_failure, receive
 
 if TYPE_CHECKING:
     import multiprocessing.process
@@ -51,13 +51,13 @@ NICENESS = 10  # a plotting process's, added to the parent's (Unix; ignored else
 FORK_HELPERS = sys.platform.startswith("linux")
 # Read by numpy's BLAS libraries (OpenBLAS, MKL, OpenMP builds) when numpy is imported: one thread, no pool.
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-# Here, not in planner.plots, so the parent process needs no matplotlib to name the figures or sample the ITLs.
+# Here, not in planner.outputs.plots, so the parent process needs no matplotlib to name the figures or sample the ITLs.
 PLOT_NAMES = ("latency_cdf.png", "throughput.png", "kv_cache.png")
 # A CDF curve draws at most this many points, at evenly spaced ranks (percentiles stay exact): a panel of the
 # latency figure is about 230 pixels high, so consecutive points are 0.06 pixel apart in y. 200,000 cost 12% more
 # to draw on the 10k benchmark (2.25 against 1.98 billion instructions, callgrind), for the same picture.
 CDF_POINTS = 4096
-# The step columns the figures read (planner/plots/): the others are not sent to a plotting process, whose
+# The step columns the figures read (planner/outputs/plots/): the others are not sent to a plotting process, whose
 # pickled step sample is then 36 of 88 bytes a row (at its cap of 2^18 rows: 9.4 MB instead of 23 MB).
 PLOT_STEP_COLUMNS = (
     "start_s",
@@ -150,7 +150,7 @@ def _draw_when_told(connection: Connection, groups: list[tuple[str, ...]]) -> No
     import pickle
     from functools import partial
 
-    from planner.plots import write_plots  # the slow import, done while the parent runs
+    from planner.outputs.plots import write_plots  # the slow import, done while the parent runs
 
     try:
         run_file = connection.recv()

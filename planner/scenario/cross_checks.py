@@ -9,7 +9,7 @@ import typing
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
+from planner.scenario.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
 from sim.config import Distribution, GpuSpec, Scenario, WorkloadConfig
 from sim.defaults import resolve_batch_limits
 from sim.memory_fit import tensor_parallel_sizes

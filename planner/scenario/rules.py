@@ -137,7 +137,7 @@ RULES: dict[tuple[type, str], Rule] = {
     (SharedPrefixConfig, "tokens"): in_range(1, MAX_TOKENS),
     (SharedPrefixConfig, "group_size"): in_range(1, MAX_NUM_REQUESTS),
     **{(SloConfig, f.name): above_to(0, 1e9, " ms") for f in dataclasses.fields(SloConfig)},  # the bounds
-    # Inline GPU and model mappings (planner.special_fields checks them after the catalog has read them).
+    # Inline GPU and model mappings (planner.scenario.special_fields checks them after the catalog has read them).
     (GpuSpec, "memory_bytes"): in_range(1 << 20, 1 << 44, " bytes (1 MiB to 16 TiB)"),
     # The rates a step's time divides by have floors far below any device that serves a model (the catalog's
     # slowest, the 2-core `cpu` entry, is estimated at 0.2 TFLOPS and 10 GB/s; 1 Gb Ethernet between GPUs moves

@@ -17,12 +17,12 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from planner.plot_workers import PLOT_NAMES
-from planner.plots.context import Context
-from planner.plots.kv_cache import kv_cache_figure
-from planner.plots.latency import latency_figure
-from planner.plots.style import DPI, FIGSIZE
-from planner.plots.throughput import throughput_figure
+from planner.outputs.plot_workers import PLOT_NAMES
+from planner.outputs.plots.context import Context
+from planner.outputs.plots.kv_cache import kv_cache_figure
+from planner.outputs.plots.latency import latency_figure
+from planner.outputs.plots.style import DPI, FIGSIZE
+from planner.outputs.plots.throughput import throughput_figure
 
 
 def write_plots(

@@ -3,10 +3,10 @@
 The scenario file is the product's public interface, so every mistake in it must come back as one message
 that names the file, the dotted key, the bad value and what is allowed (`ScenarioError`).
 
-How: the YAML is read by `planner.yaml_loader` (YAML 1.2 scalars, no duplicate keys) and `--set` overrides are applied; then the mapping is walked
-generically along the dataclasses of `sim.config` (`planner.validation`), each value is checked against the
-one `RULES` table (`planner.rules`), three fields are resolved specially (`planner.special_fields`: `model`,
-`hardware.gpu`, `workload.trace.path`) and `check_relations` (`planner.cross_checks`) checks what involves
+How: the YAML is read by `planner.scenario.yaml_loader` (YAML 1.2 scalars, no duplicate keys) and `--set` overrides are applied; then the mapping is walked
+generically along the dataclasses of `sim.config` (`planner.scenario.validation`), each value is checked against the
+one `RULES` table (`planner.scenario.rules`), three fields are resolved specially (`planner.scenario.special_fields`: `model`,
+`hardware.gpu`, `workload.trace.path`) and `check_relations` (`planner.scenario.cross_checks`) checks what involves
 more than one field.
 """
 
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from planner.cross_checks import check_relations
 from planner.errors import PlannerError, ScenarioError, read_text_file, show_value
-from planner.rules import Ctx
-from planner.validation import allowed_keys, build_dataclass
-from planner.yaml_loader import parse_yaml
+from planner.scenario.cross_checks import check_relations
+from planner.scenario.rules import Ctx
+from planner.scenario.validation import allowed_keys, build_dataclass
+from planner.scenario.yaml_loader import parse_yaml
 from sim.config import Scenario
 
 # Keys of the YAML top level that may be left out, beyond the dataclass defaults (Scenario has none).
