@@ -95,9 +95,17 @@ def test_from_needs_no_torch(run_dir, tmp_path):
         (["--device", "cpu", "--budget-s", "inf"], ["--budget-s inf", "finite positive number of seconds"]),
         (["--device", "cpu", "--budget-s", "nan"], ["--budget-s nan", "finite positive number of seconds"]),
         (["--device", "cpu", "--held-out-requests", "1"], ["--held-out-requests", "1", "at least 4"]),
-        (["--device", "cpu", "nonexistent.yaml"], ["nonexistent.yaml", "no such scenario file"]),
-        (["--device", "cpu", "--model", "no-such-model"], ["no-such-model"]),
-        (["--device", "cpu", "--model", "tiny-llama", "scenarios/cpu_tiny.yaml"], ["--model", "scenario"]),
+        pytest.param(
+            ["--device", "cpu", "nonexistent.yaml"], ["nonexistent.yaml", "no such scenario file"], marks=needs_torch
+        ),  # refused after torch is found
+        pytest.param(
+            ["--device", "cpu", "--model", "no-such-model"], ["no-such-model"], marks=needs_torch
+        ),  # refused after torch is found
+        pytest.param(
+            ["--device", "cpu", "--model", "tiny-llama", "scenarios/cpu_tiny.yaml"],
+            ["--model", "scenario"],
+            marks=needs_torch,
+        ),  # refused after torch is found
         (["--device", "cpu", "--out", "x.yaml", "scenarios/cpu_tiny.yaml", "scenarios/cpu_tiny.yaml"], ["--out", "2"]),
         (["--device", "cpu", "scenarios/cpu_tiny.yaml", "./scenarios/cpu_tiny.yaml"], ["cpu_tiny.yaml: given twice"]),
         (["--from", "/nonexistent/run"], ["/nonexistent/run"]),
@@ -131,6 +139,7 @@ def no_sweep(monkeypatch) -> list:
         ("name_too_long", "File name too long"),
     ],
 )
+@needs_torch
 def test_out_is_checked_before_the_sweep(tmp_path, monkeypatch, capsys, case, words):
     (tmp_path / "f.yaml").write_text("")
     (tmp_path / "q.rows.csv").mkdir()
@@ -171,6 +180,7 @@ def test_a_model_name_becomes_a_file_name_in_the_profile_folder(model, name):
     assert file_name(model) == name
 
 
+@needs_torch
 def test_a_model_named_like_a_path_stays_in_the_profile_folder(tmp_path, monkeypatch):
     import json
 

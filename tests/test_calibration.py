@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import needs_torch
 from helpers.calibration import FITTED, TRUTH, synthetic_rows
 from helpers.scenarios import make_scenario
 
@@ -313,6 +314,7 @@ def test_an_inline_gpu_under_a_catalog_name_with_other_figures_is_not_that_gpus_
     assert resolve_cost_model(priced)[1].label.startswith("calibrated (public profile")
 
 
+@needs_torch  # this_device asks torch about the device
 def test_a_profile_measured_on_an_inline_gpu_under_a_catalog_name_is_written_under_its_own():
     # Written as "cpu", it was refused for its own scenario and taken by the catalog CPU's under `auto`.
     from planner.calibration.profile import this_device

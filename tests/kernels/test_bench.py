@@ -9,6 +9,8 @@ import sys
 
 import pytest
 from helpers import ROOT
+
+pytest.importorskip("torch")
 from helpers.kernels import require_triton
 
 require_triton()
