@@ -11,6 +11,10 @@ import pytest
 
 # kernels.bench (whose copy-bandwidth measurement the bench reuses) imports triton: Linux x86-64 only.
 pytest.importorskip("triton")
+pytest.importorskip("torch")
+from helpers.engine import transformers
+
+transformers(module_level=True)  # the static baseline is transformers' generate()
 
 from gpu_engine.bench import MEMORY_ROWS, main
 from gpu_engine.engine import EngineError

@@ -73,14 +73,18 @@ HF_CLASSES = {  # model_type -> transformers' (config class, model class), by na
 }
 
 
-def transformers():
-    """The transformers module; a skip that says why when it is missing or cannot be imported."""
+def transformers(module_level: bool = False):
+    """The transformers module; a skip that says why when it is missing or cannot be imported (module_level: of
+    the whole module, called before its imports)."""
     try:
         return importlib.import_module("transformers")
     except ModuleNotFoundError:
-        pytest.skip("transformers is not installed (the engine extra)")
+        pytest.skip("transformers is not installed (the engine extra)", allow_module_level=module_level)
     except ImportError as err:  # installed, broken: test_packaging's import test fails on it, saying so
-        pytest.skip(f"transformers cannot be imported ({err}); tests/test_packaging.py fails on it")
+        pytest.skip(
+            f"transformers cannot be imported ({err}); tests/test_packaging.py fails on it",
+            allow_module_level=module_level,
+        )
 
 
 def hf_classes(model_type: str):
