@@ -27,7 +27,7 @@ from planner.scenario.load import validate_mapping
 from sim.memory import GIB, memory_breakdown
 
 OUTPUT = REPO / "docs" / "vllm-fidelity.md"
-TARGET_ERROR = 0.02  # issue 9: num_gpu_blocks within 2% of vLLM's for every log whose settings are known
+TARGET_ERROR = 0.02  # the target: num_gpu_blocks within 2% of vLLM's for every log whose settings are known
 
 # A 24 GB GDDR6 board; torch's total is taken to be the RTX 4090's (same 24564 MiB in nvidia-smi; catalog).
 RTX_A5000 = {"name": "rtx-a5000", "memory_bytes": 25_253_904_384, "bf16_tflops": 111.1, "memory_bandwidth_gbps": 768}

@@ -46,6 +46,10 @@ class ModelSpec:
     # described for sizes and costs only (the live engine refuses them). Not hashed: a dict.
     rope_scaling: dict | None = field(default=None, hash=False)
     published_params: int | None = None  # the model card's count, for the catalog test only
+    # What vLLM loads (`vllm serve CHECKPOINT`): the HF repository id a catalog model was copied from, or the local
+    # folder of a config read from a path; None for an inline mapping or an unpublished catalog model. Not compared:
+    # two specs of one architecture are the same model to the simulator.
+    checkpoint: str | None = field(default=None, compare=False)
     # --- mixture of experts (num_experts 0: a dense model) ---
     num_experts: int = 0  # routed experts per MoE layer (num_experts / num_local_experts / n_routed_experts)
     num_experts_per_tok: int = 0  # top-k of the router
@@ -245,25 +249,27 @@ class GpuSpec:
     memory_bytes: int  # total memory as the driver reports it (torch.cuda.mem_get_info()[1])
     bf16_tflops: float  # dense bf16/fp16 tensor-core peak
     memory_bandwidth_gbps: float  # GB/s (1e9 bytes/s)
-    fp8_tflops: float | None = None
+    fp8_tflops: float | None = None  # dense fp8 tensor-core peak; None: no fp8 (fp8 weights run at dtype's rate)
     # Dense FP32 peak without tensor cores: what float32 matmuls run at, PyTorch's default float32 matmul
     # precision ("highest", which vLLM keeps: VLLM_FLOAT32_MATMUL_PRECISION) using no TF32. None: not given
     # (a float32 model on such a GPU is refused rather than priced from a guess).
     fp32_tflops: float | None = None
     interconnect_bandwidth_gbps: float | None = None  # GB/s per GPU, one direction (NVLink / xGMI / PCIe)
-    tdp_w: float | None = None
-    rental_usd_per_hour: float | None = None
-    purchase_usd: float | None = None
+    tdp_w: float | None = None  # board power, W: the power bill of a bought GPU (planner size)
+    rental_usd_per_hour: float | None = None  # $ per GPU-hour to rent it (planner size)
+    purchase_usd: float | None = None  # $ to buy one (planner size)
 
 
 @dataclass(frozen=True)
 class HardwareConfig:
     """The GPUs of a deployment: `replicas` engines of `tensor_parallel_size` GPUs each."""
 
-    gpu: GpuSpec
-    tensor_parallel_size: int = 1
-    replicas: int = 1
-    router: str = "round_robin"  # round_robin | least_outstanding
+    gpu: GpuSpec  # a catalog GPU, or the figures of one
+    tensor_parallel_size: int = 1  # GPUs per engine; must divide the attention heads (vLLM's rule)
+    replicas: int = 1  # engine copies behind the router
+    # round_robin | least_outstanding: requests dealt to the replicas in turn, or each to the one with the fewest
+    # requests not yet finished
+    router: str = "round_robin"
     # vLLM's --enable-expert-parallel: a mixture of experts' routed experts are placed whole on the
     # tensor-parallel ranks (each rank holds ceil or floor of num_experts / tp of them) instead of every expert
     # being split across all ranks; attention, dense MLPs and shared experts stay tensor parallel.
@@ -282,12 +288,12 @@ class EngineConfig:
     scheduler: str = "continuous"  # continuous | static
     kv_cache: str = "paged"  # paged | contiguous
     block_size: int = 16  # tokens per KV block (vLLM default)
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = 0.9  # the share of the GPU's memory the engine may use (vLLM's flag)
     # Left out of a scenario, these two are what `vllm serve` picks on the scenario's GPU (sim/defaults.py:
     # 8192 / 1024 on >= 70 GiB GPUs other than A100s); validation fills them in. These values are vLLM's
     # for smaller GPUs, what a Scenario built in code without validation gets.
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256  # requests running at once
+    max_num_batched_tokens: int = 2048  # the token budget of one step
     max_model_len: int | None = None  # None: the model's max_position_embeddings
     # Off: vLLM v1's rule, decodes first, then only whole prompts that fit what is left of the budget.
     enable_chunked_prefill: bool = True
@@ -307,21 +313,21 @@ class EngineConfig:
 class Distribution:
     """A length distribution in tokens. `dist`: fixed | uniform | normal | lognormal | trace."""
 
-    dist: str
+    dist: str  # the distribution the lengths are drawn from
     value: int | None = None  # fixed
     low: int | None = None  # uniform, inclusive
     high: int | None = None  # uniform, inclusive
     mean: float | None = None  # normal, lognormal (of the lengths themselves, not of their log)
     std: float | None = None  # normal, lognormal
-    min: int = 1
-    max: int | None = None
+    min: int = 1  # every drawn length is clipped to [min, max]
+    max: int | None = None  # None: no upper clip
 
 
 @dataclass(frozen=True)
 class ArrivalConfig:
-    """`process`: poisson | gamma | constant | closed | trace."""
+    """When requests arrive. `process`: poisson | gamma | constant | closed | trace."""
 
-    process: str = "poisson"
+    process: str = "poisson"  # when requests arrive: a process of a rate, a closed loop of users, or a trace's times
     rate: float | None = None  # requests/s; for trace: rescale the trace to this mean rate (None: as recorded)
     burstiness: float = 1.0  # gamma shape: 1 = poisson, < 1 burstier (as vLLM's bench)
     concurrency: int | None = None  # closed loop: users
@@ -333,9 +339,9 @@ class TraceConfig:
     """The trace file the workload's lengths or arrivals (or both) come from, and which columns."""
 
     path: str  # absolute once loaded (resolved against the scenario's folder)
-    prompt_column: str = "num_prefill_tokens"
-    output_column: str = "num_decode_tokens"
-    arrival_column: str | None = "arrived_at"
+    prompt_column: str = "num_prefill_tokens"  # a CSV column or JSONL key of prompt tokens
+    output_column: str = "num_decode_tokens"  # ... of output tokens
+    arrival_column: str | None = "arrived_at"  # ... of arrival times in seconds (arrival.process: trace)
     # Lengths from the trace: replay (rows in file order from row 0, wrapping around) | sample (rows
     # drawn uniformly at random with replacement). Trace arrivals are always replayed in order.
     row_order: str = "replay"
@@ -345,16 +351,16 @@ class TraceConfig:
 class SharedPrefixConfig:
     """A system prompt of `tokens` tokens shared by groups of `group_size` consecutive requests."""
 
-    tokens: int
-    group_size: int
+    tokens: int  # prompt tokens the group shares (a shorter prompt shares all of itself)
+    group_size: int  # consecutive requests per group
 
 
 @dataclass(frozen=True)
 class WorkloadConfig:
     """The requests: how many, when they arrive and how long their prompts and replies are."""
 
-    num_requests: int = 100
-    seed: int = 0
+    num_requests: int = 100  # requests the run sends
+    seed: int = 0  # the same seed gives the same requests in both modes
     arrival: ArrivalConfig = field(default_factory=ArrivalConfig)
     prompt_tokens: Distribution = field(default_factory=lambda: Distribution("fixed", value=128))
     output_tokens: Distribution = field(default_factory=lambda: Distribution("fixed", value=128))
@@ -378,13 +384,13 @@ class Scenario:
     """A validated scenario file: what runs (model, dtype), on what (hardware, engine), serving what (workload,
     slo)."""
 
-    name: str
-    model: ModelSpec
-    dtype: str
+    name: str  # names the run in its outputs
+    model: ModelSpec  # what runs: a catalog model, a local HF config.json or folder, or its fields
+    dtype: str  # the weights' and activations' dtype
     hardware: HardwareConfig
     engine: EngineConfig
     workload: WorkloadConfig
-    slo: SloConfig
+    slo: SloConfig  # the latency bounds goodput and `planner size` hold the run to
     source: str = "<inline>"  # the file it came from, for messages
     # The cost model's coefficients: `auto` (the newest matching profile in the user's profile folder, else a
     # shipped one, else spec-sheet defaults) or a profile file (relative to the scenario's folder).

@@ -92,7 +92,7 @@ class CostCoefficients:
     # Device, per scheduled request and layer, whatever the request's token count: 0 where attention takes
     # the whole batch in one kernel (vLLM's backends, our Triton kernel). Our CPU engine's torch attention
     # loops over the requests in Python, ~70 us per request and layer for tiny-llama on this machine's CPU
-    # (README, "Cost model"): without this term the fit can only express it as a 1% flops efficiency.
+    # (docs/calibration.md): without this term the fit can only express it as a 1% flops efficiency.
     per_row_layer_overhead_s: float = 0.0
 
     def to_dict(self) -> dict:

@@ -6,6 +6,25 @@ changes request state only in schedule() (admission, blocks, preemption) and upd
 or, in the simulator, in a decode window that does what a run of them would (sim/decode_windows.py). Both
 the simulator and the live engine call exactly this code. What both policies share is `sim/scheduler_base.py`;
 static batches are `sim/static_scheduler.py`; build_scheduler picks one.
+
+The decode rows of schedule() are inlined for speed (`fast_decode_rows`, the simulator's; a live request keeps
+the plain path). What they equal is the plain path every other row takes:
+
+    num_new = min(request.num_tokens - request.num_computed_tokens, budget)
+    if not self._allocate_or_preempt(request, num_new, out):   # allocate_slots, preempting while short
+        break
+    out.add(request, num_new)
+
+A running request that decodes one token, whose token starts at most one new block, and that registers no full
+block in the prefix cache, needs nothing of allocate_slots but that block: the fast row appends it to
+`out.scheduled`, draws the blocks of all such rows together in row order (the same ids one draw each would give),
+and adds their contexts to `out`'s aggregates in one go. Anything else (no free block, a block to register, a
+prompt chunk) takes the plain path. `build_scheduler(fast_paths=False)` runs the plain path for every row (and
+registers every block at allocation), and the property test
+`tests/test_simulator.py::test_fast_forward_matches_stepping_over_random_scenarios` holds every step row and metric
+of a run to it over random scenarios (open and closed loops, prefix caching, contiguous KV, several replicas).
+`decode_step()` and the decode windows (sim/decode_windows.py) are the same rows for a whole run of steps, held to
+the same reference by the same test.
 """
 
 from __future__ import annotations

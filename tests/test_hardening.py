@@ -383,7 +383,9 @@ def test_steps_csv_written_in_chunks_is_the_same_file(tmp_path, monkeypatch, cap
     monkeypatch.setattr(sim.metrics, "STEP_CHUNK_ROWS", 100)
     monkeypatch.setattr(sim.metrics, "PLOT_STEP_ROWS", 256)
     seen = []
-    monkeypatch.setattr("planner.outputs.plots.write_plots", lambda out, req, steps, *a, **k: seen.append(steps) or [])
+    monkeypatch.setattr(
+        "planner.outputs.plots.draw.write_plots", lambda out, req, steps, *a, **k: seen.append(steps) or []
+    )
     assert main(["simulate", A10, "--out", str(tmp_path / "chunks")]) == 0
     whole, chunks = ((tmp_path / d / "steps.csv").read_text() for d in ("whole", "chunks"))
     num_steps = np.genfromtxt(tmp_path / "whole" / "steps.csv", delimiter=",", names=True)["num_steps"].sum()

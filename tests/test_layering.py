@@ -53,3 +53,45 @@ def test_cli_import_leaves_numpy_and_the_simulator_to_the_commands():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# planner/'s own layers, bottom up: what a lower package may import of planner (sim/ it always may).
+PLANNER_LAYERS = {
+    "scenario": {"errors", "scenario", "catalog"},  # reading and checking a scenario; the catalogs it names
+    "catalog": {"errors", "scenario", "catalog"},
+    "outputs": {"errors", "scenario", "catalog", "outputs"},  # a run's files, plots and terminal text
+}
+
+
+def _planner_imports(package: str) -> dict[str, set[str]]:
+    """Module file -> the planner packages it imports anywhere in it (function-level imports included)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "planner" / package
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module] + [f"planner.{a.name}" for a in node.names if node.module == "planner"]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            else:
+                continue
+            names |= {m.split(".")[1] for m in modules if m.startswith("planner.")}
+            names |= {m.split(".")[0] for m in modules if m.split(".")[0] in ("gpu_engine", "planner_kernels")}
+        found[str(path.relative_to(root.parents[1]))] = names
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PLANNER_LAYERS))
+def test_planner_lower_packages_import_nothing_above_them(package):
+    """Reading scenarios and writing a run's outputs sit under calibration, sizing and the commands: they never
+    reach up into them (nor into the live engine)."""
+    above = {
+        module: sorted(names - PLANNER_LAYERS[package])
+        for module, names in _planner_imports(package).items()
+        if names - PLANNER_LAYERS[package]
+    }
+    assert not above, f"planner/{package} imports from above its layer: {above}"

@@ -1,4 +1,4 @@
-"""Plots drawn by child processes (planner.outputs.plot_workers): the same files as drawn in-process (by one process and
+"""Plots drawn by child processes (planner.outputs.plots.workers): the same files as drawn in-process (by one process and
 its forked helpers, or by spawned processes), errors come back, and processes never given a run exit."""
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ from pathlib import Path
 import pytest
 from helpers import ROOT
 
-from planner.outputs.plot_workers import (
+from planner.outputs.plots import CDF_POINTS, PLOT_NAMES
+from planner.outputs.plots.draw import write_plots
+from planner.outputs.plots.workers import (
     BACKGROUND_MIN_REQUESTS,
-    CDF_POINTS,
     FORK_HELPERS,
-    PLOT_NAMES,
     PlotWorkers,
     _fork,
     _helper_answer,
     figure_groups,
+    idle_cpus,
     plot_workers_for,
 )
-from planner.outputs.plots import write_plots
 from planner.scenario.load import load_scenario
 from sim.driver import simulate
 
@@ -76,14 +76,22 @@ def test_workers_never_given_a_run_exit():
 
 def test_only_long_runs_with_plots_and_a_spare_cpu_get_workers(tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr("planner.outputs.plot_workers.PlotWorkers", lambda groups: started.append(groups) or "workers")
-    monkeypatch.setattr("planner.outputs.plot_workers.usable_cpus", lambda: 2)
+    monkeypatch.setattr("planner.outputs.plots.workers.PlotWorkers", lambda groups: started.append(groups) or "workers")
+    monkeypatch.setattr("planner.outputs.plots.workers.idle_cpus", lambda: 2)
     assert plot_workers_for(BACKGROUND_MIN_REQUESTS, tmp_path) == "workers"
     assert started == [figure_groups(2)]  # two CPUs: two processes
     assert plot_workers_for(BACKGROUND_MIN_REQUESTS - 1, tmp_path) is None
     assert plot_workers_for(10**6, None) is None  # no --out, no plots
-    monkeypatch.setattr("planner.outputs.plot_workers.usable_cpus", lambda: 1)
+    monkeypatch.setattr("planner.outputs.plots.workers.idle_cpus", lambda: 1)
     assert plot_workers_for(10**6, tmp_path) is None  # no CPU to spare: drawn in-process
+
+
+def test_a_cpu_that_other_work_keeps_busy_is_not_idle(monkeypatch):
+    monkeypatch.setattr("planner.outputs.plots.workers.usable_cpus", lambda: 4)
+    monkeypatch.setattr("os.getloadavg", lambda: (2.5, 0.0, 0.0), raising=False)
+    assert idle_cpus() == 1
+    monkeypatch.setattr("os.getloadavg", lambda: (7.0, 0.0, 0.0), raising=False)
+    assert idle_cpus() == 0
 
 
 def test_figures_are_dealt_out_to_at_most_one_process_each():
@@ -95,7 +103,7 @@ def test_figures_are_dealt_out_to_at_most_one_process_each():
 
 def test_without_fork_each_group_gets_a_spawned_process_and_draws_the_same_files(tmp_path, run, monkeypatch):
     plots, options = run
-    monkeypatch.setattr("planner.outputs.plot_workers.FORK_HELPERS", False)
+    monkeypatch.setattr("planner.outputs.plots.workers.FORK_HELPERS", False)
     workers = PlotWorkers([("latency_cdf.png",), ("throughput.png", "kv_cache.png")])
     assert len(workers.workers) == 2
     workers.send(tmp_path / "spawned", *plots, **options)

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from planner.outputs.plots import write_plots
 from planner.outputs.plots.binning import output_tokens_from_requests
+from planner.outputs.plots.draw import write_plots
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -254,7 +254,7 @@ def test_the_panels_labels_fit_inside_the_figure_and_clear_of_each_other(tmp_pat
 def test_the_figures_read_only_the_step_columns_a_plotting_process_is_sent(tmp_path):
     """planner.outputs.results sends a plotting process only PLOT_STEP_COLUMNS of the step rows: the figures drawn
     from those alone are the figures drawn from every column, byte for byte."""
-    from planner.outputs.plot_workers import PLOT_STEP_COLUMNS
+    from planner.outputs.plots import PLOT_STEP_COLUMNS
 
     requests, steps, summary, itl_ms = synthetic_run(200, 2_000)
     steps = {

@@ -127,8 +127,10 @@ def catalog_gpu(name: str) -> GpuSpec:
 
 @cache
 def catalog_model(name: str) -> ModelSpec:
-    """One model of the catalog (KeyError if there is none of that name); parsed on first use."""
-    return model_spec_from_hf_config(_catalog_entry("models.yaml", name), name)
+    """One model of the catalog (KeyError if there is none of that name); parsed on first use. Its checkpoint is
+    the entry's `hf_repo`, the repository its config.json was copied from."""
+    entry = _catalog_entry("models.yaml", name)
+    return model_spec_from_hf_config(entry, name, checkpoint=entry.get("hf_repo"))
 
 
 def load_gpu_catalog() -> dict[str, GpuSpec]:

@@ -151,7 +151,7 @@ def _flatten(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return config
 
 
-def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec:
+def model_spec_from_hf_config(config: Mapping[str, Any], name: str, checkpoint: str | None = None) -> ModelSpec:
     """Normalise an HF config.json (as a dict) of a SUPPORTED_MODEL_TYPES model.
 
     Dense llama, mistral, qwen2, qwen3 and qwen; mixture of experts (qwen3_moe, mixtral, gpt_oss, deepseek_v2/
@@ -159,6 +159,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec
     weights (quantization_config) are read by planner/catalog/architecture.py; anything it does not support is
     an error, never a silent dense reading. Keys that change neither sizes nor costs (dropout, token ids,
     activation clamps...) are ignored; `published_params` (a catalog-only key) is carried over when present.
+    checkpoint: what vLLM would load (ModelSpec.checkpoint).
     """
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
@@ -254,6 +255,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str) -> ModelSpec
         rms_norm_eps=eps,
         rope_scaling=_rope_scaling(config, name),
         published_params=published,
+        checkpoint=checkpoint,
         post_norms=model_type == "gemma3_text",
         **extra,
     )
@@ -276,4 +278,4 @@ def load_model_config_path(path: str | Path, name: str | None = None) -> ModelSp
         raise CatalogError(f"{file}: expected a JSON object at the top level")
     if name is None:
         name = file.parent.name if file.name == "config.json" else file.stem
-    return model_spec_from_hf_config(config, name or str(file))
+    return model_spec_from_hf_config(config, name or str(file), checkpoint=str(file.parent.absolute()))

@@ -10,8 +10,8 @@ from planner.outputs.progress import ProgressBar
 
 def cmd_simulate(args) -> int:
     from planner.calibration.resolve import resolve_cost_model
-    from planner.outputs.plot_workers import plot_workers_for
-    from planner.outputs.steps_writer import StepsCsvWriter, steps_csv_for
+    from planner.outputs.plots.workers import plot_workers_for
+    from planner.outputs.results import StepsCsv
 
     scenario = load_scenario_args(args)
     refuse(scenario, run_problems(scenario))
@@ -22,16 +22,12 @@ def cmd_simulate(args) -> int:
     check_out(args)
     num_requests = scenario.workload.num_requests
     plot_workers = plot_workers_for(num_requests, args.out)  # importing while we run
-    steps_csv = None
     try:
-        if args.out is not None:  # written as it runs
-            steps_csv = steps_csv_for(args.out / "steps.csv", args.all_steps, num_requests)
+        steps_csv = None if args.out is None else StepsCsv(args.out / "steps.csv", args.all_steps)  # written as it runs
         _simulate(args, scenario, coefficients, provenance, plot_workers, steps_csv)
     finally:
         if plot_workers is not None:
             plot_workers.close()  # a no-op once they have drawn; else (a failed run) they exit
-        if isinstance(steps_csv, StepsCsvWriter):
-            steps_csv.abort()  # a no-op once it has written the file; else (a failed run) it exits
     return 0
 
 

@@ -2,10 +2,8 @@
 
 - results.py: the --out folder (checked before the run) and summary.json, requests.csv, steps.csv
 - decode_runs.py: steps.csv's rule for long runs (runs of identical decode steps merged into one row)
-- steps_writer.py, plot_workers.py, child_answer.py: steps.csv and the plots made by child processes beside a
-  long run
 - out_lock.py: one planner process at a time writes an --out folder
-- plots/: the three PNG figures
+- plots/: the three PNG figures (drawn in this process, or by child processes beside a long run)
 - report.py: the terminal text (the summary table, the memory report, the comparison of two runs)
 - progress.py: the progress bar of long loops
 """

@@ -15,12 +15,13 @@ import numpy as np
 from planner.errors import PlannerError, read_text_file
 from planner.outputs.decode_runs import NUM_STEPS, DecodeRunMerger, with_num_steps
 from planner.outputs.out_lock import lock_out_dir
-from planner.outputs.plot_workers import CDF_POINTS, PLOT_STEP_COLUMNS, PlotWorkers
+from planner.outputs.plots import CDF_POINTS, PLOT_NAMES, PLOT_STEP_COLUMNS
+from planner.outputs.plots.workers import PlotWorkers
 from planner.scenario.load import scenario_to_dict
 from sim.config import Scenario
 from sim.metrics import STEP_COLUMNS, Recorder, summarize
 
-OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", "latency_cdf.png", "throughput.png", "kv_cache.png")
+OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", *PLOT_NAMES)
 _JSON_KINDS = {list: "an array", str: "a string", bool: "true/false", type(None): "null"}
 MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not one
 
@@ -185,7 +186,7 @@ class StepsCsv:
 def write_outputs(
     out_dir: Path, summary: dict, recorder: Recorder, title: str, plot_workers: PlotWorkers | None = None
 ) -> list[Path]:
-    """Write every output (the plots by plot_workers when given: planner.outputs.plot_workers); `check_out_dir` ran
+    """Write every output (the plots by plot_workers when given: planner.outputs.plots.workers); `check_out_dir` ran
     before the run, so only a full disk or a folder changed meanwhile can fail here (a PlannerError too)."""
     try:
         return _write_outputs(out_dir, summary, recorder, title, plot_workers)
@@ -209,13 +210,13 @@ def _write_outputs(
     written = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
     written[0].write_text(summary_json(summary))
     _write_csv(written[1], requests)
-    if recorder.steps_sink is not None:  # steps.csv was written as the run went (StepsCsv, StepsCsvWriter)
+    if recorder.steps_sink is not None:  # steps.csv was written as the run went (StepsCsv)
         recorder.steps_sink.close()
     else:
         by_start = np.argsort(steps["start_s"], kind="stable")
         _write_csv(written[2], with_num_steps({name: column[by_start] for name, column in steps.items()}))
     if plot_workers is not None:
         return written + plot_workers.collect()
-    from planner.outputs.plots import write_plots  # matplotlib only loads when plots are asked for
+    from planner.outputs.plots.draw import write_plots  # matplotlib only loads when plots are asked for
 
     return written + write_plots(out_dir, *plots, **plot_options)

@@ -116,6 +116,9 @@ def scenario_to_dict(s: Scenario) -> dict:
     """The resolved scenario as JSON-able data (for summary.json): specs expanded, defaults filled in."""
     out = dataclasses.asdict(s)
     out["model"]["num_params"] = s.model.num_params  # derived, but what a reader of a summary looks for
+    del out["model"][
+        "checkpoint"
+    ]  # where the weights are downloaded from: no figure of the run (`planner size` prints it)
     out["max_model_len"] = s.max_model_len
     out["kv_dtype"] = s.kv_dtype
     return out

@@ -59,7 +59,7 @@ def above_to(lo: float, hi: float, unit: str = "") -> Rule:
 # arithmetic on it stays exact and the run's memory bounded.
 MAX_RENTAL_USD_PER_HOUR, MAX_PURCHASE_USD = 1e4, 1e8  # a GPU's price: also the sizing file's overrides of it
 MAX_TOKENS = 1 << 24  # 16,777,216: a context length (Llama 4 Scout's is 10,485,760)
-MAX_NUM_REQUESTS = 10_000_000  # a run's requests; 1,000,000 simulate in < 1 GB (README, "Speed and scale")
+MAX_NUM_REQUESTS = 10_000_000  # a run's requests; 1,000,000 simulate in < 1 GB (`python -m sim.bench_scale`)
 MAX_NUM_GPU_BLOCKS = 1 << 24  # the block pool keeps a few dozen bytes per block
 # Runs of --intervals (simulate, size): each is a whole simulation, and from 1,000 the 90% interval's ends (the 5%
 # and 95% quantiles) are known to within about a percentile point (a 5% quantile's rank has a binomial std of

@@ -82,11 +82,12 @@ def _gpu_help() -> str:
     return f"a catalog GPU ({names}) or a mapping with the fields {gpu_keys}"
 
 
+TRACE_PATH_HELP = "a path to a CSV or JSONL trace file (relative to the scenario's folder)"
+
+
 def _resolve_trace_path(value: Any, key_path: str, ctx: Ctx) -> str:
     if not isinstance(value, str) or not value:
-        raise ScenarioError(
-            ctx.file, key_path, value, "expected a path to a CSV trace (relative to the scenario's folder)"
-        )
+        raise ScenarioError(ctx.file, key_path, value, f"expected {TRACE_PATH_HELP}")
     path = _resolve_path(value, key_path, ctx)
     if not path.is_file():
         what = "a folder" if path.is_dir() else "not a regular file" if path.exists() else "no such file"
@@ -127,5 +128,5 @@ def _reason(e: BaseException) -> str:
 SPECIAL: dict[tuple[type, str], tuple[Callable[[Any, str, Ctx], Any], Callable[[], str]]] = {
     (Scenario, "model"): (_resolve_model, _model_help),
     (HardwareConfig, "gpu"): (_resolve_gpu, _gpu_help),
-    (TraceConfig, "path"): (_resolve_trace_path, lambda: "a path to a CSV trace (relative to the scenario's folder)"),
+    (TraceConfig, "path"): (_resolve_trace_path, lambda: TRACE_PATH_HELP),
 }

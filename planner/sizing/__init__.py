@@ -1,5 +1,6 @@
 """`planner size`: the cheapest hardware and engine settings that meet a scenario's SLOs.
 
+- question.py: the sizing question as data (Demand, SearchSpec, Money, Probe, SizingQuestion)
 - spec.py: the sizing file, a scenario + `search:` (demand, candidates, money, probe), validated
   (spec_fields.py: a section's fields; spec_checks.py: the checks across sections)
 - candidates.py: every combination to try, and why those that cannot run were pruned

@@ -15,7 +15,7 @@ from planner.errors import ScenarioError
 from planner.scenario.cross_checks import check_relations
 from planner.scenario.rules import Ctx
 from planner.sizing.coefficients import resolve_coefficients
-from planner.sizing.spec import SearchSpec, SizingQuestion
+from planner.sizing.question import SearchSpec, SizingQuestion
 from planner.sizing.spec_checks import probe_request_counts
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
 from sim.cost_model import CostCoefficients

@@ -36,9 +36,9 @@ from planner.sizing.capacity import find_capacity
 from planner.sizing.executor import Executor
 from planner.sizing.money import replicas_needed
 from planner.sizing.probe import ProbeResult, run_probe
+from planner.sizing.question import Probe
 from planner.sizing.rank import Ranking
 from planner.sizing.search import Result, SizingResult, e2e_bound_ms, tightest, workload_shape
-from planner.sizing.spec import Probe
 from sim.cost_model import CostCoefficients
 
 LATENCIES = ("p50_ttft", "p99_ttft", "p50_tpot", "p99_tpot", "p50_e2el", "p99_e2el")

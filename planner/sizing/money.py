@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from planner.sizing.spec import Demand, Money
+from planner.sizing.question import Demand, Money
 from sim.config import GpuSpec
 
 

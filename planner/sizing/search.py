@@ -37,7 +37,7 @@ from planner.sizing.money import (
     replicas_needed,
 )
 from planner.sizing.probe import ProbeResult, run_probe, scenario_at
-from planner.sizing.spec import Demand, Probe, SizingQuestion
+from planner.sizing.question import Demand, Probe, SizingQuestion
 from sim.config import SloConfig
 from sim.cost_model import CostModel
 from sim.memory import memory_breakdown

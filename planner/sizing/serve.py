@@ -7,26 +7,10 @@ from __future__ import annotations
 
 from sim.config import Scenario
 
-# HF repositories of the catalog's models (the catalog keeps their config.json fields, not the repo id).
-HF_REPOS = {
-    "qwen-7b": "Qwen/Qwen-7B-Chat",
-    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
-    "qwen2.5-14b": "Qwen/Qwen2.5-14B-Instruct",
-    "qwen2.5-32b": "Qwen/Qwen2.5-32B-Instruct",
-    "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
-    "qwen3-8b": "Qwen/Qwen3-8B",
-    "qwen3-32b": "Qwen/Qwen3-32B",
-    "llama-2-7b": "meta-llama/Llama-2-7b-hf",
-    "llama-2-13b": "meta-llama/Llama-2-13b-hf",
-    "llama-2-70b": "meta-llama/Llama-2-70b-hf",
-    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
-    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
-}
-
 
 def vllm_serve_command(s: Scenario) -> str:
     """The command line, or a comment saying why there is none: the static scheduler and contiguous KV are
-    baselines the simulator runs and vLLM does not."""
+    baselines the simulator runs and vLLM does not, and a model described inline has no checkpoint to load."""
     e = s.engine
     baselines = [
         what
@@ -38,9 +22,13 @@ def vllm_serve_command(s: Scenario) -> str:
     ]
     if baselines:
         return f"# no vllm serve line: {' and '.join(baselines)} (a baseline the simulator runs) cannot be set in vLLM"
-    model = HF_REPOS.get(s.model.name, s.model.name)
+    if s.model.checkpoint is None:
+        return (
+            f"# no vllm serve line: the model {s.model.name} has no checkpoint to load (give model as a catalog name"
+            " or the local folder of an HF model)"
+        )
     parts = [
-        f"vllm serve {model}",
+        f"vllm serve {s.model.checkpoint}",
         f"--dtype {s.dtype}",
         f"--tensor-parallel-size {s.hardware.tensor_parallel_size}",
         f"--max-model-len {s.max_model_len}",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from planner.scenario.rules import (
 )
 from planner.scenario.special_fields import SPECIAL
 from planner.scenario.validation import _convert_scalar, allowed_keys
+from planner.sizing.question import Demand, Money, Probe, SearchSpec, SizingQuestion
 from planner.sizing.spec_checks import (
     check_num_candidates,
     check_pool_override,
@@ -36,12 +36,12 @@ from planner.sizing.spec_checks import (
     check_users_have_a_wait_bound,
 )
 from planner.sizing.spec_fields import int_list, mapping, one_of, price_map, scalar, section
-from sim.config import ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
+from sim.config import HOST_DEVICES, ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
 # Weight dtypes the memory and cost models price: the scenario's dtype rule. fp8/int8/int4 weights would need
 # a quantised-GEMM cost and scale tensors in the memory model; refused rather than priced as bf16.
-WEIGHT_DTYPES = ("bfloat16", "float16", "float32")
+WEIGHT_DTYPES = RULES[(Scenario, "dtype")].choices
 DEFAULT_TENSOR_PARALLEL = (1, 2, 4, 8)
 # A candidate's tensor parallel size and replica count: the scenario's own limits on the same quantities.
 TENSOR_PARALLEL_RULE = RULES[(HardwareConfig, "tensor_parallel_size")]
@@ -53,64 +53,6 @@ PROBE_REQUESTS = in_range(20, MAX_NUM_REQUESTS)
 # budget only lets a search that cannot converge run on (a closed loop without a latency bound doubles its
 # users after each passing probe).
 PROBES = in_range(2, 64)
-# The catalog's host-CPU placeholder is not something to buy for serving.
-NOT_DEFAULT_GPUS = ("cpu",)
-
-
-@dataclass(frozen=True)
-class Demand:
-    """What the deployment must serve: an open-loop request rate or a number of concurrent users."""
-
-    kind: str  # "rate" (requests/s) | "users" (closed loop)
-    value: float
-    headroom: float  # size for value x headroom
-    source: str  # where the figure came from, for the report
-
-    @property
-    def unit(self) -> str:
-        return "req/s" if self.kind == "rate" else "users"
-
-
-@dataclass(frozen=True)
-class Money:
-    objective: str
-    rental_usd_per_gpu_hour: dict[str, float]  # overrides of the catalog, by GPU name
-    purchase_usd_per_gpu: dict[str, float]
-    power_usd_per_kwh: float
-    power_utilization: float  # average draw as a fraction of TDP
-    amortization_months: float
-    hours_per_month: float
-
-
-@dataclass(frozen=True)
-class Probe:
-    num_requests: int  # per simulation
-    max_probes: int  # simulations per candidate's capacity search (the run at the demand not counted)
-    tolerance: float  # stop when the bracket hi/lo is within 1 + tolerance
-
-
-@dataclass(frozen=True)
-class SearchSpec:
-    demand: Demand
-    gpus: tuple[GpuSpec, ...]
-    gpus_given: bool  # named by the user (a missing price is then an error, not a pruned candidate)
-    tensor_parallel_sizes: tuple[int, ...]
-    replicas: tuple[int, ...] | None  # None: as many as needed
-    dtypes: tuple[str, ...]
-    engine: dict[str, tuple]  # EngineConfig field -> values to sweep
-    money: Money
-    probe: Probe
-    bound_pruning: bool = True
-
-
-@dataclass(frozen=True)
-class SizingQuestion:
-    scenario: Scenario  # the base: model, workload shape, SLOs
-    search: SearchSpec
-    source: str
-    # A probe's requests that the scenario's own max_model_len keeps, and how many of those it truncates.
-    probe_requests: tuple[int, int]
-    raw: dict = field(repr=False, hash=False)
 
 
 SEARCH_KEYS = ("demand", "candidates", "money", "probe")
@@ -240,7 +182,8 @@ def _gpus(raw: Any, scenario: Scenario, ctx: Ctx) -> tuple[tuple[GpuSpec, ...], 
     if raw is None:
         from planner.catalog import load_gpu_catalog
 
-        return tuple(g for name, g in load_gpu_catalog().items() if name not in NOT_DEFAULT_GPUS), False
+        # the catalog's host-CPU entry is not something to buy for serving
+        return tuple(g for name, g in load_gpu_catalog().items() if name not in HOST_DEVICES), False
     items = raw if isinstance(raw, list) else [raw]
     if not items:
         raise ScenarioError(ctx.file, key, raw, "is empty: name at least one GPU (or leave the key out: the catalog)")

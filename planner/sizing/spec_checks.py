@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING
 
 from planner.errors import NO_VALUE, ScenarioError
 from planner.scenario.rules import Ctx
+from planner.sizing.question import Demand, Probe, SearchSpec
 from sim.config import Scenario
-
-if TYPE_CHECKING:
-    from planner.sizing.spec import Demand, Probe, SearchSpec
 
 # Candidates a search may enumerate: the whole catalogue at 4 tensor parallel sizes is ~100; 10,000 is a sweep
 # of several engine settings on top, hours of simulations; millions only fill memory before the first one.

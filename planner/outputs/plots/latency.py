@@ -8,7 +8,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from planner.outputs.plot_workers import CDF_POINTS
+from planner.outputs.plots import CDF_POINTS
 from planner.outputs.plots.context import Context, finish
 from planner.outputs.plots.style import fmt_ms, note, tick_fmt
 

@@ -7,8 +7,11 @@ deals the figures out to groups, one per CPU, at most one per figure, and starts
 groups' process(es) import matplotlib while the parent simulates, then wait for the run's data and draw every
 group at once, one process each, while the parent writes the CSV files. (One per CPU, not one per CPU beyond
 the run's: the imports fit beside the run on the spare CPUs, and then every CPU draws; on 2 CPUs, 2 processes
-took 0.91x the wall time of 1, median of 5 paired runs on the 10k benchmark.) On one CPU, or on a shorter run,
-the figures are drawn in-process: there the processes' own start-up would cost more than they hide. They run at a
+took 0.91x the wall time of 1, median of 5 paired runs on the 10k benchmark.) With no idle CPU (one CPU, or
+every CPU busy with other work: `idle_cpus`), or on a shorter run, the figures are drawn in-process: there the
+processes' own start-up and imports would cost more than they hide. What they save where a CPU is idle: on the
+10k benchmark the parent's own CPU time is about half of drawing in-process (5.3-6.5 s against 10.4-12.9 s on a
+machine slowed by other work, 4 runs each), and that half is what a spare CPU takes off the wall time. They run at a
 lower priority than the parent (NICENESS): with fewer spare CPUs than processes, their imports would
 otherwise slow the simulation they wait for (8 alternating runs of `simulate --out` on the 10k benchmark, 2
 CPUs: median 4.21 s against 4.92 s at the parent's priority). The figures are the same files as drawn
@@ -35,9 +38,9 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from planner.outputs.child_answer import answer, raise_failure, receive
+from planner.outputs.plots import PLOT_NAMES
 
 if TYPE_CHECKING:
     import multiprocessing.process
@@ -51,23 +54,6 @@ NICENESS = 10  # a plotting process's, added to the parent's (Unix; ignored else
 FORK_HELPERS = sys.platform.startswith("linux")
 # Read by numpy's BLAS libraries (OpenBLAS, MKL, OpenMP builds) when numpy is imported: one thread, no pool.
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-# Here, not in planner.outputs.plots, so the parent process needs no matplotlib to name the figures or sample the ITLs.
-PLOT_NAMES = ("latency_cdf.png", "throughput.png", "kv_cache.png")
-# A CDF curve draws at most this many points, at evenly spaced ranks (percentiles stay exact): a panel of the
-# latency figure is about 230 pixels high, so consecutive points are 0.06 pixel apart in y. 200,000 cost 12% more
-# to draw on the 10k benchmark (2.25 against 1.98 billion instructions, callgrind), for the same picture.
-CDF_POINTS = 4096
-# The step columns the figures read (planner/outputs/plots/): the others are not sent to a plotting process, whose
-# pickled step sample is then 36 of 88 bytes a row (at its cap of 2^18 rows: 9.4 MB instead of 23 MB).
-PLOT_STEP_COLUMNS = (
-    "start_s",
-    "duration_s",
-    "num_running",
-    "num_waiting",
-    "num_sampled",
-    "kv_blocks_used",
-    "num_preemptions",
-)
 
 
 class PlotWorkers:
@@ -150,7 +136,7 @@ def _draw_when_told(connection: Connection, groups: list[tuple[str, ...]]) -> No
     import pickle
     from functools import partial
 
-    from planner.outputs.plots import write_plots  # the slow import, done while the parent runs
+    from planner.outputs.plots.draw import write_plots  # the slow import, done while the parent runs
 
     try:
         run_file = connection.recv()
@@ -175,7 +161,7 @@ def _draw_when_told(connection: Connection, groups: list[tuple[str, ...]]) -> No
 
 
 def _fork(work: Callable[[], list[Path]]) -> tuple[int, Connection]:
-    """A forked helper that runs work and answers (child_answer.answer) over a pipe: (its pid, our end)."""
+    """A forked helper that runs work and answers (answer, below) over a pipe: (its pid, our end)."""
     from multiprocessing import Pipe
 
     ours, theirs = Pipe(duplex=False)
@@ -221,12 +207,12 @@ def _helper_answer(pid: int, connection: Connection) -> tuple[str, Any]:
 
 
 def plot_workers_for(num_requests: int, out_dir: Path | None) -> PlotWorkers | None:
-    """PlotWorkers when a run of num_requests writes plots into out_dir, is long enough to gain and has more
-    than one CPU."""
+    """PlotWorkers when a run of num_requests writes plots into out_dir, is long enough to gain and has a CPU
+    that nothing else keeps busy (one process per idle CPU, the run's own included)."""
     if out_dir is None or num_requests < BACKGROUND_MIN_REQUESTS:
         return None
-    cpus = usable_cpus()
-    groups = figure_groups(cpus if cpus > 1 else 0)
+    idle = idle_cpus()
+    groups = figure_groups(idle if idle > 1 else 0)
     if not groups:
         return None
     try:
@@ -248,8 +234,53 @@ def figure_groups(num_workers: int) -> list[tuple[str, ...]]:
     return [(dearest,), *(rest[i :: num_workers - 1] for i in range(num_workers - 1))]
 
 
+def idle_cpus() -> int:
+    """The CPUs this process may run on less what other work keeps busy (the 1-minute load average, where the OS
+    keeps one). On a machine with none to spare, plotting processes only take CPU from the run they wait for:
+    on 2 CPUs at a load of 5 to 9, `simulate --out` on the 10k benchmark took 1.28x the wall time with them
+    (median of 8 alternating pairs)."""
+    cpus = usable_cpus()
+    if not hasattr(os, "getloadavg"):
+        return cpus
+    return max(0, int(cpus - os.getloadavg()[0]))
+
+
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity where the OS has one, as under a container's limit)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+# How a plotting process (and each helper it forks) answers over its pipe: the work's result, or its error, which
+# the parent raises as its own.
+
+
+def answer(connection: Connection, work: Callable[[], Any]) -> None:
+    """In the child: send ("ok", work()); an OSError (a full disk, a folder changed meanwhile) as
+    ("oserror", its text), any other error (a bug) as ("error", its traceback)."""
+    import traceback  # here: only a child needs it
+
+    try:
+        connection.send(("ok", work()))
+    except OSError as e:
+        connection.send(("oserror", str(e)))
+    except Exception:  # noqa: BLE001 -- any bug: the parent raises it with this traceback
+        connection.send(("error", traceback.format_exc()))
+
+
+def receive(connection: Connection, process: multiprocessing.process.BaseProcess, who: str) -> tuple[str, Any]:
+    """In the parent: the child's answer; a child that died before it could answer (killed, out of memory) as
+    an error."""
+    try:
+        return connection.recv()
+    except EOFError:
+        return "error", f"{who} ended with exit code {process.exitcode}"
+
+
+def raise_failure(outcome: str, value: Any, doing: str) -> NoReturn:
+    """Raise a child's failed answer: an OSError as one (write_outputs makes it a PlannerError), anything else
+    as a RuntimeError carrying the child's traceback."""
+    if outcome == "oserror":
+        raise OSError(value)
+    raise RuntimeError(f"{doing} failed:\n{value}")

@@ -1,0 +1,65 @@
+"""The sizing question as validated data: what must be served (Demand), the candidates to try (SearchSpec), what
+counts as cost (Money) and how hard to look (Probe). planner/sizing/spec.py builds them from a sizing file; the
+search, the checks and the report read them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.config import GpuSpec, Scenario
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What the deployment must serve: an open-loop request rate or a number of concurrent users."""
+
+    kind: str  # "rate" (requests/s) | "users" (closed loop)
+    value: float
+    headroom: float  # size for value x headroom
+    source: str  # where the figure came from, for the report
+
+    @property
+    def unit(self) -> str:
+        return "req/s" if self.kind == "rate" else "users"
+
+
+@dataclass(frozen=True)
+class Money:
+    objective: str
+    rental_usd_per_gpu_hour: dict[str, float]  # overrides of the catalog, by GPU name
+    purchase_usd_per_gpu: dict[str, float]
+    power_usd_per_kwh: float
+    power_utilization: float  # average draw as a fraction of TDP
+    amortization_months: float
+    hours_per_month: float
+
+
+@dataclass(frozen=True)
+class Probe:
+    num_requests: int  # per simulation
+    max_probes: int  # simulations per candidate's capacity search (the run at the demand not counted)
+    tolerance: float  # stop when the bracket hi/lo is within 1 + tolerance
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    demand: Demand
+    gpus: tuple[GpuSpec, ...]
+    gpus_given: bool  # named by the user (a missing price is then an error, not a pruned candidate)
+    tensor_parallel_sizes: tuple[int, ...]
+    replicas: tuple[int, ...] | None  # None: as many as needed
+    dtypes: tuple[str, ...]
+    engine: dict[str, tuple]  # EngineConfig field -> values to sweep
+    money: Money
+    probe: Probe
+    bound_pruning: bool = True
+
+
+@dataclass(frozen=True)
+class SizingQuestion:
+    scenario: Scenario  # the base: model, workload shape, SLOs
+    search: SearchSpec
+    source: str
+    # A probe's requests that the scenario's own max_model_len keeps, and how many of those it truncates.
+    probe_requests: tuple[int, int]
+    raw: dict = field(repr=False, hash=False)
