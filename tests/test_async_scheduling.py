@@ -9,7 +9,7 @@ import pytest
 from sim.cost_model import CostModel
 from sim.driver import simulate
 from sim.engine_facts import EngineFacts
-from tests.sim_helpers import make_scenario
+from tests.helpers.scenarios import make_scenario
 from tests.test_step_timing import _two_requests
 
 

@@ -34,7 +34,7 @@ def test_a_profiled_architecture_carries_no_such_caveat(name):
 
 def test_a_model_whose_attention_no_profile_measured_says_so_and_is_wide():
     from planner.calibration.resolve import resolve_cost_model
-    from tests.sim_helpers import make_scenario
+    from tests.helpers.scenarios import make_scenario
 
     mla = make_scenario(model="deepseek-v2-lite", hardware={"gpu": "h100-sxm"})
     _, provenance = resolve_cost_model(mla, "auto")
