@@ -15,7 +15,7 @@ from sim.memory import memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import build_scheduler
-from tests.sim_helpers import make_scenario
+from tests.helpers.scenarios import make_scenario
 
 
 def _staggered(**engine):
