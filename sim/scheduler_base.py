@@ -12,6 +12,7 @@ from sim.kv_manager import KVCacheManager
 from sim.metrics import Recorder
 from sim.request import Request, Status
 from sim.scheduler_output import SchedulerOutput
+from sim.speculation import Speculation
 
 
 class Scheduler(ABC):
@@ -37,6 +38,7 @@ class Scheduler(ABC):
         self.hold_finished = False
         self.finished_holding: list[Request] = []
         self.num_admitted = 0  # admissions so far: each request's admission_order, vLLM's `running` order
+        self.speculation: Speculation | None = None  # speculative decoding (sim/speculation.py); None: off
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -77,11 +79,19 @@ class Scheduler(ABC):
         for request, num_new_tokens in output.scheduled:
             computed = request.num_computed_tokens = request.num_computed_tokens + num_new_tokens
             num_output = request.num_output_tokens
-            if computed < request.num_prompt_tokens + num_output:
-                continue  # mid-prompt chunk: nothing sampled
+            gained = 1
+            if computed != request.num_prompt_tokens + num_output:
+                if computed < request.num_prompt_tokens + num_output:
+                    continue  # mid-prompt chunk: nothing sampled
+                # drafts verified (sim/speculation.py): the rejected ones come off the computed tokens
+                gained = self.speculation.verified(request, computed - request.num_prompt_tokens - num_output)
             if sampled is not None:
-                request.output_token_ids.append(sampled[request.request_id])
-            num_output = request.num_output_tokens = num_output + 1
+                tokens = sampled[request.request_id]  # a verify row's: its accepted drafts and the target's next
+                if gained == 1:
+                    request.output_token_ids.append(tokens if isinstance(tokens, int) else tokens[0])
+                else:
+                    request.output_token_ids.extend(tokens[:gained])
+            num_output = request.num_output_tokens = num_output + gained
             last_s = request.last_token_s
             if last_s is None:
                 request.first_token_s = now_s
@@ -149,6 +159,7 @@ class Scheduler(ABC):
         """The reply is complete: the request's metrics are final (its KV may outlive it, in static)."""
         request.status = Status.FINISHED
         request.finished_s = now_s
+        request.spec_draws = None
         self.recorder.finished(request)
 
     def _admit(self, request: Request) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from planner.errors import one_line
+from planner.outputs.speculative import spec_decode_line
 from sim.memory import GIB, MemoryBreakdown
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
@@ -101,6 +102,8 @@ def summary_lines(s: dict) -> list[str]:
             f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
         ),
     ]
+    if "spec_decode" in s:
+        lines.append(spec_decode_line(s["spec_decode"]))
     if "memory_predicted" in s:
         predicted = s["memory_predicted"]
         lines.append(
@@ -121,8 +124,13 @@ def summary_lines(s: dict) -> list[str]:
             "enable_prefix_caching"
         )
         lines.append(
-            f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once),"
-            f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
+            f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once"
+            + (
+                " per step, which speculative decoding shares among its accepted tokens),"
+                if "spec_decode" in s
+                else "),"
+            )
+            + f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
             + (" computed whole (a prefix-cache hit skips its shared prefix)" if cached else "")
         )
     if "cost_model_provenance" in s:

@@ -10,6 +10,7 @@ from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
 from planner.scenario.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
+from planner.scenario.speculative import check_speculative
 from sim.config import Distribution, GpuSpec, Scenario, WorkloadConfig
 from sim.defaults import resolve_batch_limits
 from sim.memory_fit import tensor_parallel_sizes
@@ -136,7 +137,9 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
         fail("workload.trace.arrival_column", None, "process trace needs the column of arrival times")
     if wl.trace is not None:
         _check_trace_columns(wl, ctx)
-    return dataclasses.replace(s, engine=eng)
+    s = dataclasses.replace(s, engine=eng)
+    check_speculative(s, ctx)  # engine.speculative against the model, the drafter and the engine
+    return s
 
 
 def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
