@@ -84,13 +84,12 @@ class Scheduler(ABC):
                 if computed < request.num_prompt_tokens + num_output:
                     continue  # mid-prompt chunk: nothing sampled
                 # drafts verified (sim/speculation.py): the rejected ones come off the computed tokens
-                gained = self.speculation.verified(request, computed - request.num_prompt_tokens - num_output)
-            if sampled is not None:
-                tokens = sampled[request.request_id]  # a verify row's: its accepted drafts and the target's next
-                if gained == 1:
-                    request.output_token_ids.append(tokens if isinstance(tokens, int) else tokens[0])
-                else:
-                    request.output_token_ids.extend(tokens[:gained])
+                num_drafts = computed - request.num_prompt_tokens - num_output
+                gained, accepted = self.speculation.verified(request, num_drafts)
+                if sampled is not None:  # the accepted drafts and the target's token after them (VerifiedTokens)
+                    request.output_token_ids += sampled[request.request_id].output(accepted, gained)
+            elif sampled is not None:
+                request.output_token_ids.append(sampled[request.request_id])
             num_output = request.num_output_tokens = num_output + gained
             last_s = request.last_token_s
             if last_s is None:

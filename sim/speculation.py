@@ -20,6 +20,7 @@ num_drafts, num_draft_tokens, num_accepted_tokens, per position) are kept in `Sp
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -27,6 +28,18 @@ from sim.acceptance import AcceptanceDraws, resolve
 from sim.config import ModelSpec, SpeculativeConfig
 from sim.draft_model import drafts_with_lookahead
 from sim.request import Request
+
+
+class VerifiedTokens(NamedTuple):
+    """The live engine's result of a verify row: the drafts it verified, and the target's token at each position
+    (after 0, 1, ... k drafts). Which drafts count as accepted is the scheduler's seeded draw (random weights accept
+    nothing), so the reply continues with the accepted drafts and the target's token after them."""
+
+    drafts: list[int]
+    targets: list[int]
+
+    def output(self, accepted: int, gained: int) -> list[int]:
+        return (self.drafts[:accepted] + [self.targets[accepted]])[:gained]
 
 
 @dataclass
@@ -106,9 +119,10 @@ class Speculation:
         num_new = min(1 + drafts, budget, self.max_model_len - 1 - computed)
         return num_new, min(computed + num_new + self.lookahead, self.max_model_len)
 
-    def verified(self, request: Request, num_drafts: int) -> int:
+    def verified(self, request: Request, num_drafts: int) -> tuple[int, int]:
         """After a step that verified num_drafts drafts of the request: take the rejected ones back off its computed
-        tokens, count them, and return the tokens it gains (accepted + 1, at most what its reply has left)."""
+        tokens, count them, and return (the tokens it gains: accepted + 1, at most what its reply has left; the
+        drafts accepted)."""
         accepted = self.draws(request).accepted_at(request.num_output_tokens, num_drafts)
         request.num_computed_tokens -= num_drafts - accepted
         c = self.counts
@@ -117,7 +131,7 @@ class Speculation:
         c.num_accepted_tokens += accepted
         for i in range(accepted):
             c.accepted_per_pos[i] += 1
-        return min(accepted + 1, request.max_output_tokens - request.num_output_tokens)
+        return min(accepted + 1, request.max_output_tokens - request.num_output_tokens), accepted
 
     def reserve(self, request: Request, num_new: int, num_hit_blocks: int) -> int:
         """The slots an admitted request's allocation holds: its first chunk and the lookahead beyond it."""
