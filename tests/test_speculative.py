@@ -212,3 +212,27 @@ def test_speculation_halves_tpot_at_light_load_and_costs_throughput_at_saturatio
     off = simulate(_small(heavy, "engine.speculative=null", requests=300)).recorder
     on, off = summarize(on, _small().slo), summarize(off, _small().slo)
     assert on["output_throughput"] < off["output_throughput"]
+
+
+def test_serve_line_carries_the_speculative_config():
+    from planner.sizing.serve import vllm_serve_command
+
+    line = vllm_serve_command(load_scenario(EAGLE3))
+    assert line.endswith(
+        """--speculative-config '{"method": "eagle3", "num_speculative_tokens": 3,"""
+        """ "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}'"""
+    )
+    assert "--speculative-config" not in vllm_serve_command(load_scenario(EAGLE3, ("engine.speculative=null",)))
+
+
+def test_sizing_sweeps_speculation_off_method_and_k():
+    from planner.sizing.candidates import enumerate_candidates
+    from planner.sizing.spec import load_sizing
+
+    question = load_sizing(ROOT / "scenarios" / "size_h100_llama31_8b_spec.yaml")
+    kept, pruned = enumerate_candidates(question)
+    assert not pruned
+    assert [c.label for c in kept] == [
+        f"h100-sxm tp1, spec {s}" for s in ("off", "eagle3 k=1", "eagle3 k=3", "eagle3 k=5")
+    ]
+    assert [c.scenario.engine.speculative is None for c in kept] == [True, False, False, False]

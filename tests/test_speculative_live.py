@@ -87,7 +87,7 @@ def test_the_cli_runs_a_speculative_scenario_live_and_reports_the_counts(tmp_pat
         capture_output=True, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert "Speculative decoding (eagle, 3 tokens): mean acceptance length" in run.stdout
+    assert "Speculative decoding (eagle, k = 3): mean acceptance length" in run.stdout
 
 
 def test_triton_paged_attention_takes_several_query_tokens_per_request():

@@ -94,7 +94,9 @@ def summary_lines(s: dict) -> list[str]:
     lines += [
         "",
         (
-            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}, KV pool {_gib(mem['num_gpu_blocks'] * mem['block_bytes'])}"
+            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}"
+            + (f" + drafter {_gib(mem['draft_weights_bytes'])}" if mem.get("draft_weights_bytes") else "")
+            + f", KV pool {_gib(mem['num_gpu_blocks'] * mem['block_bytes'])}"
             f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens"
         ),
         (
