@@ -57,9 +57,10 @@ def _run(scenario, live: bool):
     return {c: steps[c].tolist() for c in COLUMNS}, recorder.spec.to_dict(), requests
 
 
-@pytest.mark.parametrize("overrides", [(), (NGRAM,)], ids=["draft-head", "ngram"])
-def test_live_engine_takes_the_simulators_steps_and_accepted_counts(overrides):
-    scenario = load_scenario(SCENARIO, overrides)
+def test_live_engine_takes_the_simulators_steps_and_accepted_counts():
+    """The draft head's scenario as shipped (arrivals aside); tests/helpers/parity.py's speculative cases hold the
+    two commands to the same steps, this the acceptance counts too."""
+    scenario = load_scenario(SCENARIO)
     sim_steps, sim_spec, sim_requests = _run(scenario, live=False)
     live_steps, live_spec, live_requests = _run(scenario, live=True)
     assert live_steps == sim_steps
