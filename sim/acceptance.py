@@ -2,13 +2,13 @@
 seeded draws.
 
 Acceptance is a property of the model pair and the data, not of the hardware, so a scenario states it and both
-executors force it, as they force output lengths. It is stated as vLLM's synthetic rejection sampling takes it
-(`rejection_sample_method: synthetic` in vllm/config/speculative.py): `synthetic_acceptance_rates`, per position i
-the share of drafts whose first i + 1 tokens are all accepted (non-increasing: a draft token counts only after
-every earlier one was accepted; what `vllm:spec_decode_num_accepted_tokens_per_pos` over
-`vllm:spec_decode_num_drafts` reports), or `synthetic_acceptance_length`, the mean acceptance length (1 + accepted
-per draft), spread over the positions as vLLM and SGLang spread it: the earliest positions first (length 3.78 over
-7 drafts accepts 2 always and a third with probability 0.78), the schedule of least variance.
+executors force it, as they force output lengths. vLLM's synthetic rejection sampler (`rejection_sample_method:
+synthetic`, a testing tool of vllm/config/speculative.py) takes a mean acceptance length, `synthetic_acceptance_length`
+(1 + accepted per draft); here it is spent on the earliest positions first (length 3.78 over 7 drafts accepts 2 always
+and a third with probability 0.78), the schedule of least variance. The planner's own `synthetic_acceptance_rates`
+gives the rates per position i, the share of drafts whose first i + 1 tokens are all accepted (non-increasing: a draft
+token counts only after every earlier one was accepted), what `vllm:spec_decode_num_accepted_tokens_per_pos` over
+`vllm:spec_decode_num_drafts` reports.
 
 A draft's accepted count is drawn from the request's own stream, a child of the workload's seed
 (`SeedSequence(seed, spawn_key=(ACCEPTANCE_STREAM, request))`, beside the workload's five streams, none of which it

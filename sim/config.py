@@ -302,12 +302,12 @@ class SpeculativeConfig:
     draft_tensor_parallel_size: int | None = None
     prompt_lookup_max: int | None = None  # ngram: the longest n-gram looked up (vLLM's default: 5)
     prompt_lookup_min: int | None = None  # ngram: the shortest (vLLM's default: prompt_lookup_max, or 5)
-    # How many drafts the target accepts, as vLLM's synthetic rejection sampling takes it: per position i, the share
-    # of drafts whose first i + 1 tokens are all accepted (non-increasing, one per speculative token). Neither this
-    # nor the length given: the published default for the method and the model family (sim/acceptance.py), named in
-    # the summary.
+    # How many drafts the target accepts (the planner's own key): per position i, the share of drafts whose first
+    # i + 1 tokens are all accepted (non-increasing, one per speculative token). Neither this nor the length given:
+    # the published default for the method and the model family (sim/acceptance.py), named in the summary.
     synthetic_acceptance_rates: tuple[float, ...] | None = None
-    # Or the mean acceptance length (1 + accepted drafts per step), spent on the earliest positions first
+    # Or vLLM's synthetic_acceptance_length: the mean acceptance length (1 + accepted drafts per step), spent on the
+    # earliest positions first
     synthetic_acceptance_length: float | None = None
     # The planner's own: the share of a request's decode steps that carry drafts (vllm:spec_decode_num_drafts over
     # the decode steps). An n-gram lookup finds no match in the others; the model-based methods always draft (1).
