@@ -30,6 +30,13 @@ def memory_lines(
         f"  total memory (driver)        {_gib(mem.total_bytes)}",
         f"  usable (x utilisation)       {_gib(mem.usable_bytes)}",
         f"  weights                      {_gib(mem.weights_bytes)}  ({mem.weights_bytes / 1e9:,.2f} GB)",
+        *(  # speculative decoding's drafter, loaded beside the model (its KV in every block: KV per token)
+            [
+                f"  drafter weights              {_gib(mem.draft_weights_bytes)}  (its layers' KV: {mem.draft_kv_bytes_per_token:,} B per token)"
+            ]
+            if mem.draft_weights_bytes
+            else []
+        ),
         (
             f"  activation peak              {_gib(mem.activation_bytes)}"
             f"  (MLP {_gib(mem.activation_mlp_bytes)} + sampler {_gib(mem.activation_sampler_bytes)})"
