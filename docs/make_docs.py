@@ -188,7 +188,8 @@ def _rows(cls: type, prefix: str, sections: list[tuple[str, type]], titles: dict
         hint = hints[f.name]
         inner = next((a for a in typing.get_args(hint) if dataclasses.is_dataclass(a)), hint)
         if (cls, f.name) in SPECIAL:
-            allowed, kind = SPECIAL[(cls, f.name)][1](), _type_name(hint) if hint is str else "a name or a mapping"
+            allowed = SPECIAL[(cls, f.name)][1]()
+            kind = _type_name(hint) if hint is str else "a list" if "tuple" in str(hint) else "a name or a mapping"
         elif dataclasses.is_dataclass(inner):
             if inner not in titles:
                 titles[inner] = key

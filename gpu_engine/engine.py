@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from gpu_engine import speculative
 from gpu_engine.cuda_graphs import capture_sizes
 from gpu_engine.host_load import OtherCpuMeter
 from gpu_engine.profiling import profile_num_blocks
@@ -105,7 +106,7 @@ def step(
 
 
 def warm_up(facts: EngineFacts, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
-    scheduler = build_scheduler(facts, num_blocks, Recorder(num_blocks, facts.engine.block_size, False))
+    scheduler = build_scheduler(facts, num_blocks, Recorder(num_blocks, facts.engine.block_size, False), seed=0)
     for index in range(min(WARMUP_REQUESTS, len(workload))):
         request = make_request(workload, index, 0.0, with_token_ids=True)
         request.max_output_tokens = min(request.max_output_tokens, 4)
@@ -177,6 +178,8 @@ def run_scenario(
             f"{scenario.source}: model {scenario.model.name}: the live engine does not implement "
             f"{', '.join(unsupported)}; `planner simulate` and `planner memory` model it"
         )
+    if speculative.unsupported(scenario):
+        raise EngineError(f"{scenario.source}: {speculative.unsupported(scenario)}")
     if scenario.kv_dtype != scenario.dtype:
         raise EngineError(
             f"{scenario.source}: engine.kv_cache_dtype {scenario.engine.kv_cache_dtype}: the live engine keeps the"
@@ -203,6 +206,8 @@ def run_scenario(
         )
     except WeightLoadError as err:
         raise EngineError(f"--model-path {model_path}: {err}") from err
+    if e.speculative is not None:  # drafts for the verify rows (gpu_engine/speculative.py)
+        runner = speculative.SpeculativeRunner(runner, e.speculative, scenario.workload.seed)
     total = None if torch_device.type == "cuda" else scenario.hardware.gpu.memory_bytes
     measured = profile_num_blocks(runner, e.max_num_batched_tokens, e.max_num_seqs, e.gpu_memory_utilization, total)
     num_blocks = e.num_gpu_blocks_override or measured["num_gpu_blocks"]
@@ -217,7 +222,7 @@ def run_scenario(
         torch.cuda.reset_peak_memory_stats(torch_device)
 
     recorder = Recorder(num_blocks, e.block_size, record_steps=True)
-    scheduler = build_scheduler(facts, num_blocks, recorder)
+    scheduler = build_scheduler(facts, num_blocks, recorder, seed=scenario.workload.seed)
     arrivals = Arrivals(workload)
     finished_count = 0
 
@@ -263,6 +268,8 @@ def run_scenario(
         busy_cpu_s += time.thread_time() - cpu_s
     if probe is not None:
         reference_s.append(probe.time())
+    if recorder.spec is not None:  # the time shares, measured: proposing, and every step
+        recorder.spec.draft_s, recorder.spec.step_s = runner.draft_s, busy_wall_s
 
     measured["block_size"] = e.block_size
     measured["num_gpu_blocks"] = num_blocks

@@ -39,6 +39,9 @@ class Batch:
     positions: torch.Tensor  # [T] int32
     attn: AttentionMetadata
     sampled_request_ids: list[int]
+    # Speculative decoding: logits rows per sampled request (1, or 1 + its drafts: every verified position); empty:
+    # one each
+    logits_per_request: tuple[int, ...] = ()
 
 
 def torch_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -99,12 +102,18 @@ ALIGN = 16  # int32s: every metadata array starts on a 64-byte boundary, so Trit
 
 
 def build_batch(
-    scheduled: Scheduled, block_size: int, device: torch.device | str, block_rows: BlockTableRows | None = None
+    scheduled: Scheduled,
+    block_size: int,
+    device: torch.device | str,
+    block_rows: BlockTableRows | None = None,
+    drafts: dict[int, list[int]] | None = None,
 ) -> Batch:
     """Pack the new tokens of every scheduled request back to back; read-only on the requests.
 
     All the step's integer inputs are written into one int32 host buffer (pinned on CUDA) and copied to
-    the device at once, without waiting; on CPU the tensors are views of that buffer.
+    the device at once, without waiting; on CPU the tensors are views of that buffer. `drafts`: speculative
+    decoding's drafted tokens per request; a row scheduled beyond its known tokens verifies them (its tokens
+    are its last one and its drafts, and every one of them gets a logits row).
     """
     device = torch.device(device)
     num_seqs = len(scheduled)
@@ -112,10 +121,16 @@ def build_batch(
     sampled_ids = []
     starts, num_new = np.empty(num_seqs, dtype=np.int64), np.empty(num_seqs, dtype=np.int64)
     sampled = np.zeros(num_seqs, dtype=bool)
+    logits_rows = np.ones(num_seqs, dtype=np.int64)  # per row: 1, or 1 + the drafts it verifies
     for i, (request, n) in enumerate(scheduled):
-        _check_scheduled(request, n, block_size)
         start = request.num_computed_tokens
-        token_ids += request.token_ids(start, start + n)
+        # drafts verified beyond the known tokens (only those proposed: a row beyond them is refused below)
+        extra = min(max(0, start + n - request.num_tokens), len(drafts.get(request.request_id, ()))) if drafts else 0
+        _check_scheduled(request, n, block_size, extra)
+        token_ids += request.token_ids(start, start + n - extra)
+        if extra:
+            token_ids += drafts[request.request_id][:extra]
+            logits_rows[i] += extra
         starts[i], num_new[i] = start, n
         if start + n >= request.num_tokens:  # caught up with its known tokens: the next one is sampled now
             sampled[i] = True
@@ -126,7 +141,7 @@ def build_batch(
         "input_ids": num_tokens,
         "positions": num_tokens,
         "slot_mapping": num_tokens,
-        "logits_indices": len(sampled_ids),
+        "logits_indices": int(logits_rows[sampled].sum()),
         "seq_lens": num_seqs,
         "query_start_loc": num_seqs + 1,
         "block_tables": num_seqs * width,
@@ -147,7 +162,13 @@ def build_batch(
     block_ids = block_tables[seq_of_token, positions // block_size].astype(np.int64)
     buf["slot_mapping"][:] = block_ids * block_size + positions % block_size
     buf["seq_lens"][:] = starts + num_new
-    buf["logits_indices"][:] = query_start_loc[1:][sampled] - 1
+    if drafts:  # every verified position's logits, in order: the row's last 1 + drafts tokens
+        ends, counts = query_start_loc[1:][sampled], logits_rows[sampled]
+        buf["logits_indices"][:] = (
+            np.repeat(ends - counts, counts) + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        )
+    else:
+        buf["logits_indices"][:] = query_start_loc[1:][sampled] - 1
 
     on_device = host if device.type == "cpu" else host.to(device, non_blocking=True)
     t = {name: on_device[o : o + size] for (name, size), o in zip(sizes.items(), offsets)}
@@ -159,12 +180,13 @@ def build_batch(
         max_query_len=int(num_new.max()),
         logits_indices=t["logits_indices"],
     )
-    return Batch(t["input_ids"], t["positions"], attn, sampled_ids)
+    per_request = tuple(logits_rows[sampled].tolist()) if drafts else ()
+    return Batch(t["input_ids"], t["positions"], attn, sampled_ids, per_request)
 
 
-def _check_scheduled(request: Request, num_new: int, block_size: int) -> None:
+def _check_scheduled(request: Request, num_new: int, block_size: int, num_drafts: int = 0) -> None:
     stop = request.num_computed_tokens + num_new
-    if num_new < 1 or stop > request.num_tokens:
+    if num_new < 1 or stop > request.num_tokens + num_drafts:
         raise ValueError(
             f"request {request.request_id}: {num_new} new tokens after {request.num_computed_tokens} computed,"
             f" but it has {request.num_tokens} tokens"

@@ -74,6 +74,13 @@ class ModelSpec:
     weight_bits: int = 16  # bits of a quantised weight
     quant_group_size: int = 0  # weights sharing one scale (fp8 block 128x128: 16384); 0: per tensor/channel
     experts_only_quantized: bool = False  # mxfp4 (gpt-oss): attention, router, embeddings stay in bf16
+    # --- speculative decoding (0: absent) ---
+    # Multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers): loaded only when the engine speculates
+    # with method mtp, which runs them as the drafter (sim/draft_model.py).
+    num_nextn_predict_layers: int = 0
+    # An EAGLE-3 head's own LM head is over a reduced vocabulary of this many tokens (its config.json's
+    # draft_vocab_size, mapped onto the target's by its d2t table); 0: vocab_size.
+    draft_vocab_size: int = 0
 
     def __post_init__(self) -> None:
         # A spec read back from JSON (calibration profiles) has lists; keep the dataclass hashable.
@@ -283,6 +290,32 @@ class HardwareConfig:
 
 
 @dataclass(frozen=True)
+class SpeculativeConfig:
+    """Speculative decoding, as vLLM's --speculative-config (vllm/config/speculative.py): its field names, its
+    meanings. What the planner adds is said per field."""
+
+    method: str  # ngram | eagle | eagle3 | mtp | draft_model
+    num_speculative_tokens: int  # k: drafted tokens verified per decode step of each request
+    # The draft model (draft_model), the EAGLE head (eagle, eagle3): a catalog model, a path to its config.json or
+    # folder, or a mapping of its config fields. Not given for ngram (no model) nor mtp (the target's own layers).
+    model: ModelSpec | None = None
+    # As vLLM: 1 or the target's tensor_parallel_size (the default); the planner prices the latter only.
+    draft_tensor_parallel_size: int | None = None
+    prompt_lookup_max: int | None = None  # ngram: the longest n-gram looked up (vLLM's default: 5)
+    prompt_lookup_min: int | None = None  # ngram: the shortest (vLLM's default: prompt_lookup_max, or 5)
+    # How many drafts the target accepts (the planner's own key): per position i, the share of drafts whose first
+    # i + 1 tokens are all accepted (non-increasing, one per speculative token). Neither this nor the length given:
+    # the published default for the method and the model family (sim/acceptance.py), named in the summary.
+    synthetic_acceptance_rates: tuple[float, ...] | None = None
+    # Or vLLM's synthetic_acceptance_length: the mean acceptance length (1 + accepted drafts per step), spent on the
+    # earliest positions first
+    synthetic_acceptance_length: float | None = None
+    # The planner's own: the share of a request's decode steps that carry drafts (vllm:spec_decode_num_drafts over
+    # the decode steps). An n-gram lookup finds no match in the others; the model-based methods always draft (1).
+    draft_rate: float = 1.0
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """The engine's settings; those named as vLLM's flags mean what the flags mean."""
 
@@ -318,6 +351,7 @@ class EngineConfig:
     # `advance_step`; each row's token is still processed); a step that computes prompt tokens is a block of one.
     # 1: every step is scheduled.
     num_scheduler_steps: int = 1
+    speculative: SpeculativeConfig | None = None  # vLLM's --speculative-config; None: no speculative decoding
 
     def max_model_len_for(self, model: ModelSpec) -> int:
         """The longest request this engine serves `model`: max_model_len, else the model's own limit."""

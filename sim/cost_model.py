@@ -197,6 +197,11 @@ class CostModel:
         dtype_bytes = facts.dtype_bytes
         self.serial = facts.serial  # host and device work add up (no async scheduling)
         self.capture_size = facts.cudagraph_capture_size
+        # A decode row's query tokens: 1, or 1 + k verifying k drafts (speculative decoding). vLLM captures its full
+        # CUDA graphs for uniform batches of that many tokens per request (`uniform_decode_query_len`), and MLA's
+        # backends take rows of up to that many tokens as decodes (`reorder_batch_threshold`).
+        spec = facts.engine.speculative
+        self.decode_query_len = 1 if spec is None else 1 + spec.num_speculative_tokens
         self.launch_s = c.launch_overhead_per_layer_s * m.num_hidden_layers
         # The floor was fitted on layers of REFERENCE_KERNELS kernels; a layer that runs more (MLA, a router and
         # its sort, shared experts, fp8 activation quantisation) pays each one's fixed time too.
@@ -240,7 +245,7 @@ class CostModel:
             # vLLM's MLA: prefill attends with K/V expanded from the latent (QK over qk_nope + qk_rope, PV over
             # v_head_dim); decode absorbs kv_b into q and o and attends over the latent itself (QK over
             # kv_lora_rank + qk_rope, PV over kv_lora_rank), ~3.4x the flops per pair for DeepSeek-V3. A step
-            # made of single-token rows is priced as decode, any other as prefill.
+            # made of decode rows (one token, or 1 + k verifying drafts) is priced as decode, any other as prefill.
             prefill_dims = 2 * (m.qk_nope_head_dim + m.qk_rope_head_dim) + 2 * m.v_head_dim
             decode_dims = 2 * (m.kv_lora_rank + m.qk_rope_head_dim) + 2 * m.kv_lora_rank
             self.attention_flops_per_pair = prefill_dims * heads_per_layer * m.num_hidden_layers
@@ -373,10 +378,10 @@ class CostModel:
         lm_head = self._gemm(num_sampled * self.lm_head_flops_per_row, (num_sampled > 0) * self.lm_head_bytes)
         allreduce = num_tokens * self.allreduce_s_per_token + self.allreduce_fixed_s
         elementwise = num_tokens * self.elementwise_s_per_token
-        # A uniform decode batch (one token per row) up to the capture size replays a full CUDA graph
+        # A uniform decode batch (decode_query_len tokens per row) up to the capture size replays a full CUDA graph
         # (vLLM's default cudagraph_mode FULL_AND_PIECEWISE); other steps pay every launch (piecewise
         # graphs' savings on mixed steps are not modelled: conservative).
-        graphed = (num_tokens == num_seqs) & (num_seqs <= self.capture_size)
+        graphed = (num_tokens == num_seqs * self.decode_query_len) & (num_tokens <= self.capture_size)
         return (
             linear
             + lm_head
@@ -393,7 +398,9 @@ class CostModel:
         the two: no data on their ridge; GEMMs use `_gemm`)."""
         s_per_pair = self.attention_s_per_pair
         if self.mla_decode_extra_s_per_pair:
-            s_per_pair = s_per_pair + (num_tokens == num_seqs) * self.mla_decode_extra_s_per_pair
+            s_per_pair = (
+                s_per_pair + (num_tokens <= num_seqs * self.decode_query_len) * self.mla_decode_extra_s_per_pair
+            )
         context = sum_context_tokens
         if self.window:  # the sliding layers' share attends over the window only
             f = self.sliding_fraction
@@ -401,8 +408,9 @@ class CostModel:
             context = (1 - f) * context + f * _minimum(context, num_seqs * self.window)
         compute_s, memory_s = attention_pairs * s_per_pair, (context + num_tokens) * self.kv_s_per_token
         # A prefill chunk among other rows (more tokens than rows, more than one row): the varlen prefill kernel
-        # takes every row (mixed_step_attention_factor). Pure decode steps never get here with rows > tokens.
-        mixed = (num_tokens > num_seqs) & (num_seqs > 1)
+        # takes every row (mixed_step_attention_factor). Pure decode steps never get here with rows > tokens; nor
+        # do verify rows of up to decode_query_len tokens (vLLM's reorder_batch_threshold keeps them decodes).
+        mixed = (num_tokens > num_seqs * self.decode_query_len) & (num_seqs > 1)
         if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
             return np.maximum(compute_s, memory_s * np.where(mixed, self.mixed_factor, 1.0))
         return max(compute_s, memory_s * self.mixed_factor if mixed else memory_s)  # plain floats: 10x faster

@@ -15,6 +15,7 @@ import simpy
 
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
+from sim.draft_cost import DraftCost
 from sim.engine_facts import EngineFacts
 from sim.kv_groups import kv_pool_blocks
 from sim.memory import MemoryBreakdown, memory_breakdown
@@ -56,6 +57,7 @@ class Simulation:
         self.memory = memory_breakdown(facts)
         self.workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
         self.cost = CostModel(facts, coefficients)
+        self.drafting = DraftCost.of(facts, coefficients)  # speculative decoding's drafter; None without
         num_blocks = kv_pool_blocks(facts, self.memory)  # sliding-window groups: vLLM's pool of layer slots
         self.recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps, steps_sink)
         self.progress = progress
@@ -73,13 +75,16 @@ class Simulation:
         self.replicas = [
             Replica(
                 self.env,
-                build_scheduler(facts, num_blocks, self.recorder, index, fast_paths, count_blocks_lazily=fast_paths),
+                build_scheduler(
+                    facts, num_blocks, self.recorder, index, fast_paths, fast_paths, scenario.workload.seed
+                ),
                 self.cost,
                 self.recorder,
                 self.next_arrival_s,
                 self.on_finished,
                 fast_forward,
                 through_finishes=not closed_loop,
+                drafting=self.drafting,
             )
             for index in range(scenario.hardware.replicas)
         ]

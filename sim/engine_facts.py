@@ -11,9 +11,11 @@ placement in sim/weights.py, the KV page and vLLM's layer groups in sim/kv_sizin
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from sim.config import DTYPE_BYTES, HOST_DEVICES, EngineConfig, GpuSpec, HardwareConfig, ModelSpec, Scenario
+from sim.draft_model import draft_spec, fusion_params, shared_params
 from sim.kv_sizing import kv_bytes_per_token_per_layer, kv_cache_groups, sliding_window_blocks
 from sim.weights import (
     expert_parallel_size,
@@ -71,6 +73,11 @@ class EngineFacts:
     # vLLM's hybrid KV allocator serves this engine (sim/kv_groups.py): sliding-window layers, paged KV and the
     # continuous scheduler. The baselines (static scheduler, contiguous KV) keep every layer's whole context.
     hybrid_kv: bool
+    # --- speculative decoding (engine.speculative; sim/draft_model.py) ---
+    draft: EngineFacts | None = None  # the drafter's own facts, on the same GPUs; None: no drafter model
+    # The drafter's weights on one GPU that the target does not already hold (the embedding and LM head it shares
+    # are the target's tensors), its fusion projection included: what vLLM's profiling finds loaded beside them.
+    draft_weights_bytes: int = 0
 
     @property
     def gpu(self) -> GpuSpec:
@@ -96,6 +103,7 @@ class EngineFacts:
         replicated_params, replicated_bytes = replicated_weights(model, dtype_bytes)
         per_layer = kv_bytes_per_token_per_layer(model, tp, DTYPE_BYTES[engine.kv_dtype_for(dtype)])
         layers_per_group, groups, sliding_groups = kv_cache_groups(model)
+        draft, draft_bytes = cls._drafter(model, dtype, hardware, engine)
         return cls(
             model=model,
             dtype=dtype,
@@ -121,4 +129,22 @@ class EngineFacts:
             kv_bytes_per_token=layers_per_group * groups * per_layer,
             sliding_window_blocks=sliding_window_blocks(model, engine, max_model_len),
             hybrid_kv=bool(sliding_groups) and engine.kv_cache == "paged" and engine.scheduler == "continuous",
+            draft=draft,
+            draft_weights_bytes=draft_bytes,
         )
+
+    @classmethod
+    def _drafter(
+        cls, model: ModelSpec, dtype: str, hardware: HardwareConfig, engine: EngineConfig
+    ) -> tuple[EngineFacts | None, int]:
+        """The drafter's facts (its spec on the target's GPUs, sharded like the target, without speculation of its
+        own) and its stored weights per GPU; (None, 0) without a drafter model."""
+        spec = engine.speculative
+        draft_model = None if spec is None else draft_spec(model, spec)
+        if draft_model is None:
+            return None, 0
+        draft = cls.derive(draft_model, dtype, hardware, dataclasses.replace(engine, speculative=None))
+        tp, dtype_bytes = hardware.tensor_parallel_size, DTYPE_BYTES[dtype]
+        every_pass, first_pass = fusion_params(spec, model)
+        own = (every_pass + first_pass - shared_params(spec, draft_model)) * dtype_bytes / tp
+        return draft, int(draft.weights_bytes + own)

@@ -12,6 +12,8 @@ sliding-window layers, the layers are grouped as vLLM's hybrid allocator does: k
 block (block 0, never given to a request: sim/block_pool.py), as vLLM's "GPU KV cache size" does.
 The live engine is eager (it captures no graphs): its own profiling (gpu_engine/profiling.py) has no graph
 term, the same as this model with enforce_eager true.
+A speculative engine's drafter (EAGLE head, MTP layers, draft model) is loaded before the profiling and its attention
+layers join the KV cache config: its weights come out of the memory and its layers' KV joins every block.
 The weights and the KV page sizes are the engine's facts (sim/engine_facts.py, derived once from sim/weights.py
 and sim/kv_sizing.py); whether the breakdown leaves room for a request is sim/memory_fit.py's.
 """
@@ -68,6 +70,11 @@ class MemoryBreakdown:
     kv_cache_groups: int = 1
     sliding_groups: int = 0
     sliding_window_blocks: int = 0
+    # Speculative decoding's drafter (sim/draft_model.py): its weights beside the target's, and its layers' share of
+    # kv_bytes_per_token (vLLM registers the drafter's attention layers in the same KV cache config, so a block
+    # holds every layer of both). 0 without a drafter model, and left out of to_dict then.
+    draft_weights_bytes: int = 0
+    draft_kv_bytes_per_token: int = 0
 
     @property
     def num_usable_blocks(self) -> int:
@@ -92,7 +99,11 @@ class MemoryBreakdown:
         return self.num_gpu_blocks * self.kv_cache_groups / per_request
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"max_concurrency_at_max_len": self.max_concurrency_at_max_len}
+        out = asdict(self) | {"max_concurrency_at_max_len": self.max_concurrency_at_max_len}
+        for key in ("draft_weights_bytes", "draft_kv_bytes_per_token"):
+            if not out[key]:
+                del out[key]  # a summary without speculative decoding keeps the keys it always had
+        return out
 
 
 # vLLM's fused MoE processes at most this many tokens at once (VLLM_FUSED_MOE_CHUNK_SIZE, vllm/envs.py: 16 * 1024
@@ -176,9 +187,10 @@ def memory_breakdown(facts: EngineFacts) -> MemoryBreakdown:
     mlp, sampler = activation_bytes(facts)
     non_torch = non_torch_bytes(facts.tensor_parallel_size)
     graphs = cuda_graph_bytes(facts)
-    per_token, groups = facts.kv_bytes_per_token, facts.kv_cache_groups
+    draft_per_token = facts.draft.kv_bytes_per_token if facts.draft is not None else 0
+    per_token, groups = facts.kv_bytes_per_token + draft_per_token, facts.kv_cache_groups
     block = per_token * e.block_size
-    kv_cache = usable - weights - mlp - sampler - non_torch - graphs
+    kv_cache = usable - weights - facts.draft_weights_bytes - mlp - sampler - non_torch - graphs
     num_blocks = max(0, kv_cache) // block
     if e.num_gpu_blocks_override is not None:
         # vLLM's override sets the pool (kv_cache_config.num_blocks, `may_override_num_blocks`), whose blocks
@@ -203,4 +215,6 @@ def memory_breakdown(facts: EngineFacts) -> MemoryBreakdown:
         kv_cache_groups=groups,
         sliding_groups=facts.sliding_groups,
         sliding_window_blocks=facts.sliding_window_blocks,
+        draft_weights_bytes=facts.draft_weights_bytes,
+        draft_kv_bytes_per_token=draft_per_token,
     )

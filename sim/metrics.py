@@ -20,6 +20,7 @@ import numpy as np
 from sim.columns import Columns
 from sim.config import SloConfig
 from sim.request import Request
+from sim.speculation import SpecDecodeCounts
 from sim.statistics import BusyTotals, GapHistogram, percentile
 from sim.step_rows import StepRows, WindowRecord
 
@@ -89,6 +90,8 @@ class Recorder:
         self.num_steps = 0
         self.totals = BusyTotals(block_size)  # busy seconds, blocks and slots used over them, the peak blocks
         self.num_preemptions = 0
+        # Speculative decoding's counts (sim/speculation.py), shared by every replica's scheduler; None: off
+        self.spec: SpecDecodeCounts | None = None
 
     def step(
         self,
@@ -344,4 +347,6 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
     slo_result = slo_report(lat, rec.itl, slo, duration_s)
     summary["goodput"] = slo_result["goodput"]
     summary["slo"] = slo_result
+    if rec.spec is not None:
+        summary["spec_decode"] = rec.spec.to_dict()
     return summary

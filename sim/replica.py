@@ -26,6 +26,7 @@ import simpy
 
 from sim.cost_model import CostModel
 from sim.decode_windows import WindowStart
+from sim.draft_cost import DraftCost
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import ContinuousScheduler, Scheduler
@@ -65,11 +66,18 @@ class Replica:
         on_finished: Callable[[Request], None],
         fast_forward: bool = True,
         through_finishes: bool = False,
+        drafting: DraftCost | None = None,
     ) -> None:
         self.env, self.scheduler, self.cost, self.recorder = env, scheduler, cost, recorder
         # Multi-step blocks (engine.num_scheduler_steps > 1) are stepped: a window would cross their boundaries.
+        # Speculative decoding: each step also drafts (sim/draft_cost.py), and a decode row verifies 1 + k tokens, so
+        # no step is a decode window's (one token per row): every step is stepped.
+        self.drafting = drafting
         self.fast_forward = (
-            fast_forward and isinstance(scheduler, ContinuousScheduler) and scheduler.config.num_scheduler_steps == 1
+            fast_forward
+            and isinstance(scheduler, ContinuousScheduler)
+            and scheduler.config.num_scheduler_steps == 1
+            and drafting is None
         )
         # Windows may run through requests' last tokens (the batch shrinks) when a finish changes nothing else:
         # an open loop (this flag: no user sends a request on a reply's end), and, checked at each window,
@@ -174,9 +182,18 @@ class Replica:
         start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
         host = cost.host_s(out.num_seqs) if out.host_scheduled else cost.block_step_host_s(out.num_seqs)
         if priced is None:
+            # The LM head runs over every sampled row and every verified draft (the rejection sampler's logits)
             device = cost.device_s(
-                out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
-            )
+                out.num_tokens, out.num_seqs, out.num_sampled + out.num_draft_tokens, out.attention_pairs,
+                out.sum_context_tokens,
+            )  # fmt: skip
+            if self.drafting is not None:
+                # Drafting follows the forward in the step, on its critical path (the n-gram lookup on the host)
+                draft = self.drafting.step_s(out)
+                device += draft
+                counts = sched.speculation.counts
+                counts.draft_s += draft
+                counts.step_s += float(cost.combine(host, device, after_idle))
             duration, device = float(cost.combine(host, device, after_idle)), float(device)
         else:
             duration, device = priced

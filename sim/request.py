@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sim.acceptance import AcceptanceDraws
 
 
 class Status(Enum):
@@ -42,6 +46,9 @@ class Request:
     first_token_s: float | None = None
     last_token_s: float | None = None  # inter-token gaps go to the metrics as they happen, not kept here
     finished_s: float | None = None
+    # Speculative decoding: the request's seeded acceptance draws (sim/acceptance.py), from its first decode step
+    # to its finish; None otherwise.
+    spec_draws: AcceptanceDraws | None = None
 
     @property
     def num_tokens(self) -> int:

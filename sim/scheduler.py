@@ -37,6 +37,7 @@ from sim.metrics import Recorder
 from sim.request import Request, Status
 from sim.scheduler_base import Scheduler
 from sim.scheduler_output import SchedulerOutput
+from sim.speculation import Speculation
 from sim.static_scheduler import StaticScheduler
 
 __all__ = ["ContinuousScheduler", "Scheduler", "StaticScheduler", "build_scheduler"]
@@ -58,6 +59,7 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
         # A simulated request's decode blocks enter the prefix cache only on preemption (deferred registration),
         # and nothing does without a prefix cache: a decode filling a block then registers nothing.
         no_registration = not pool.enable_caching or kv.defer_private_blocks
+        spec = self.speculation  # speculative decoding: decode rows verify drafts (sim/speculation.py)
         decode_context = num_other_rows = 0  # the fast path's rows are added to out's aggregates in one go
         # Fast rows whose token starts a block: their blocks are drawn together, in row order (the ids one draw
         # per row would give), before anything else takes from the pool.
@@ -86,8 +88,10 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
                     budget -= 1
                     continue
             self._take_blocks(starting_block)
-            num_new = min(request.num_tokens - computed, budget)
-            if not self._allocate_or_preempt(request, num_new, out):
+            num_new, reserve = min(request.num_tokens - computed, budget), 0
+            if spec is not None and computed + 1 == request.num_tokens and computed >= num_prompt:
+                num_new, reserve = spec.plan(request, budget)  # its token and its drafts, and the lookahead slots
+            if not self._allocate_or_preempt(request, num_new, out, reserve):
                 break
             out.add(request, num_new)
             num_other_rows += 1
@@ -177,12 +181,15 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
         out.tokens_held -= self.kv.shared_tokens()  # a shared prefix block holds its tokens once, not per request
         return out
 
-    def _allocate_or_preempt(self, request: Request, num_new_tokens: int, out: SchedulerOutput) -> bool:
+    def _allocate_or_preempt(
+        self, request: Request, num_new_tokens: int, out: SchedulerOutput, reserve_tokens: int = 0
+    ) -> bool:
         """Find blocks for the request, preempting the most recently admitted requests while the pool is
         short; False when the request itself had to go. A finished request still held (hold_finished) is in
         vLLM's `running` where it was admitted: when it is the most recent, vLLM pops it first, which frees its
-        blocks and recomputes nothing (its output is processed as a finish)."""
-        while not self.kv.allocate_slots(request, num_new_tokens):
+        blocks and recomputes nothing (its output is processed as a finish). reserve_tokens: slots held up to that
+        many tokens (speculative decoding's lookahead)."""
+        while not self.kv.allocate_slots(request, num_new_tokens, reserve_tokens=reserve_tokens):
             held = self.finished_holding
             newest_held = max(held, key=lambda r: r.admission_order) if held else None
             if newest_held is not None and newest_held.admission_order > self.running[-1].admission_order:
@@ -215,7 +222,9 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
             num_new = min(num_new, budget)
             if self.config.scheduler_reserve_full_isl and not self.kv.full_sequence_fits(request, hits):
                 break  # vLLM's admission check: the whole sequence must fit the free blocks
-            if not self.kv.allocate_slots(request, num_new, hits):
+            # Speculative decoding holds lookahead slots for every scheduled request, new ones too (as vLLM)
+            reserve = 0 if self.speculation is None else self.speculation.reserve(request, num_new, len(hits))
+            if not self.kv.allocate_slots(request, num_new, hits, reserve):
                 break
             self._admit(request)
             out.add(request, num_new)
@@ -229,10 +238,12 @@ def build_scheduler(
     replica: int = 0,
     fast_paths: bool = True,
     count_blocks_lazily: bool = False,
+    seed: int | None = None,
 ) -> Scheduler:
     """The scheduler and KV manager an engine's settings ask for, over a pool of num_gpu_blocks (both modes).
     fast_paths=False is the tests' reference: every block registered in the prefix cache at allocation, every
-    row through allocate_slots and SchedulerOutput.add. count_blocks_lazily: the simulator's (`BlockPool`)."""
+    row through allocate_slots and SchedulerOutput.add. count_blocks_lazily: the simulator's (`BlockPool`).
+    seed: the workload's, which a speculative engine's acceptance draws descend from (required then)."""
     e = facts.engine
     contiguous = facts.max_model_len if e.kv_cache == "contiguous" else None
     groups = kv_groups(facts)  # sliding-window layers: vLLM's hybrid allocator (sim/kv_groups.py)
@@ -248,4 +259,12 @@ def build_scheduler(
     scheduler = policy(e, kv, recorder, replica)
     # The fast paths assume a request's blocks only grow; a sliding window frees blocks at every allocation.
     scheduler.fast_decode_rows = fast_paths and groups is None
+    if e.speculative is not None:
+        if seed is None:
+            raise ValueError("a speculative engine's scheduler needs the workload's seed (its acceptance draws)")
+        scheduler.speculation = Speculation(e.speculative, facts.model, seed, facts.max_model_len, e.block_size)
+        if recorder.spec is None:  # every replica's counts go to the one recorder
+            recorder.spec = scheduler.speculation.counts
+        scheduler.speculation.counts = recorder.spec
+        scheduler.fast_decode_rows = False  # a decode row is 1 + k tokens: the plain path plans it
     return scheduler

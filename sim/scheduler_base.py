@@ -12,6 +12,7 @@ from sim.kv_manager import KVCacheManager
 from sim.metrics import Recorder
 from sim.request import Request, Status
 from sim.scheduler_output import SchedulerOutput
+from sim.speculation import Speculation
 
 
 class Scheduler(ABC):
@@ -40,6 +41,7 @@ class Scheduler(ABC):
         # Multi-step scheduling (engine.num_scheduler_steps > 1, vLLM V0): steps of the current block still to run
         # after this one; none is admitted until they have.
         self.block_steps_left = 0
+        self.speculation: Speculation | None = None  # speculative decoding (sim/speculation.py); None: off
 
     def add_request(self, request: Request) -> None:
         self.waiting.append(request)
@@ -80,11 +82,18 @@ class Scheduler(ABC):
         for request, num_new_tokens in output.scheduled:
             computed = request.num_computed_tokens = request.num_computed_tokens + num_new_tokens
             num_output = request.num_output_tokens
-            if computed < request.num_prompt_tokens + num_output:
-                continue  # mid-prompt chunk: nothing sampled
-            if sampled is not None:
+            gained = 1
+            if computed != request.num_prompt_tokens + num_output:
+                if computed < request.num_prompt_tokens + num_output:
+                    continue  # mid-prompt chunk: nothing sampled
+                # drafts verified (sim/speculation.py): the rejected ones come off the computed tokens
+                num_drafts = computed - request.num_prompt_tokens - num_output
+                gained, accepted = self.speculation.verified(request, num_drafts)
+                if sampled is not None:  # the accepted drafts and the target's token after them (VerifiedTokens)
+                    request.output_token_ids += sampled[request.request_id].output(accepted, gained)
+            elif sampled is not None:
                 request.output_token_ids.append(sampled[request.request_id])
-            num_output = request.num_output_tokens = num_output + 1
+            num_output = request.num_output_tokens = num_output + gained
             last_s = request.last_token_s
             if last_s is None:
                 request.first_token_s = now_s
@@ -152,6 +161,7 @@ class Scheduler(ABC):
         """The reply is complete: the request's metrics are final (its KV may outlive it, in static)."""
         request.status = Status.FINISHED
         request.finished_s = now_s
+        request.spec_draws = None
         self.recorder.finished(request)
 
     def _admit(self, request: Request) -> None:

@@ -24,6 +24,7 @@ class SchedulerOutput:
     # False for the steps of a multi-step block after its first (engine.num_scheduler_steps): the host scheduled
     # and prepared them with the first, and they advance their inputs on the device (CostModel.block_step_host_s).
     host_scheduled: bool = True
+    num_draft_tokens: int = 0  # speculative decoding: drafted tokens verified (in num_tokens, beside their rows)
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         computed = request.num_computed_tokens
@@ -38,6 +39,11 @@ class SchedulerOutput:
             self.num_sampled += 1
         if num_new_tokens == 1 and computed >= request.num_prompt_tokens:
             self.num_decode_requests += 1
+        elif computed + 1 == request.num_tokens and computed >= request.num_prompt_tokens:
+            # A decode row that verifies drafts (speculative decoding, sim/speculation.py): its token and num_new - 1
+            # drafted ones, every one attending over the context before it (the pairs above)
+            self.num_decode_requests += 1
+            self.num_draft_tokens += num_new_tokens - 1
         else:
             self.num_prefill_tokens += num_new_tokens
 

@@ -32,6 +32,15 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
     "prefix-sharing": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
     # a batch's finished members stay as idle rows until its longest reply is done
     "static": lambda d: any(row["num_seqs"] > len(rows) for row, (rows, _, _) in zip(d.rows, d.log)),
+    # steps that verified drafts: more tokens than their prompt tokens and one per decoding row
+    "speculative-head": lambda d: any(
+        r["num_tokens"] > r["num_prefill_tokens"] + r["num_decode_requests"] for r in d.rows
+    ),
+    # ... and, n-gram drafting in only some steps, decode steps without drafts too
+    "speculative-ngram": lambda d: (
+        any(r["num_tokens"] > r["num_prefill_tokens"] + r["num_decode_requests"] for r in d.rows)
+        and any(0 < r["num_decode_requests"] == r["num_tokens"] for r in d.rows)
+    ),
 }
 
 

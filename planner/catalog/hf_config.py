@@ -257,6 +257,11 @@ def model_spec_from_hf_config(config: Mapping[str, Any], name: str, checkpoint: 
         published_params=published,
         checkpoint=checkpoint,
         post_norms=model_type == "gemma3_text",
+        # Speculative decoding: DeepSeek's MTP layers, an EAGLE-3 head's reduced LM head (sim/draft_model.py)
+        num_nextn_predict_layers=_positive_int(config, "num_nextn_predict_layers", name)
+        if config.get("num_nextn_predict_layers")
+        else 0,
+        draft_vocab_size=_positive_int(config, "draft_vocab_size", name) if config.get("draft_vocab_size") else 0,
         **extra,
     )
 

@@ -5,7 +5,8 @@ from the step before only by one token of context per request. Written one per r
 that takes longer to format than the run takes to simulate, and say nothing a reader can use. So `planner
 simulate --out` merges every maximal run of consecutive steps of one replica that are
 
-- pure decode: no prompt token computed and no preemption in the step, and
+- pure decode: no prompt token computed, no draft verified (speculative decoding: its contexts grow by what
+  each step accepted) and no preemption in the step, and
 - the same batch: equal replica, num_running, num_waiting, num_decode_requests, num_sampled, num_tokens and
   num_seqs (the MERGE_KEYS),
 
@@ -79,6 +80,7 @@ def _merge(rows: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarr
     order = np.lexsort((rows["start_s"], rows["replica"]))  # by replica, then by time within each
     rows = {name: column[order] for name, column in rows.items()}
     mergeable = (rows["num_prefill_tokens"] == 0) & (rows["num_preemptions"] == 0)
+    mergeable &= rows["num_tokens"] == rows["num_decode_requests"]  # no drafts verified
     continues = mergeable[1:] & mergeable[:-1]
     for key in MERGE_KEYS:
         continues &= rows[key][1:] == rows[key][:-1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from planner.errors import one_line
+from planner.outputs.speculative import spec_decode_line
 from sim.memory import GIB, MemoryBreakdown
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
@@ -29,6 +30,13 @@ def memory_lines(
         f"  total memory (driver)        {_gib(mem.total_bytes)}",
         f"  usable (x utilisation)       {_gib(mem.usable_bytes)}",
         f"  weights                      {_gib(mem.weights_bytes)}  ({mem.weights_bytes / 1e9:,.2f} GB)",
+        *(  # speculative decoding's drafter, loaded beside the model (its KV in every block: KV per token)
+            [
+                f"  drafter weights              {_gib(mem.draft_weights_bytes)}  (its layers' KV: {mem.draft_kv_bytes_per_token:,} B per token)"
+            ]
+            if mem.draft_weights_bytes
+            else []
+        ),
         (
             f"  activation peak              {_gib(mem.activation_bytes)}"
             f"  (MLP {_gib(mem.activation_mlp_bytes)} + sampler {_gib(mem.activation_sampler_bytes)})"
@@ -93,7 +101,9 @@ def summary_lines(s: dict) -> list[str]:
     lines += [
         "",
         (
-            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}, KV pool {_gib(mem['num_gpu_blocks'] * mem['block_bytes'])}"
+            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}"
+            + (f" + drafter {_gib(mem['draft_weights_bytes'])}" if mem.get("draft_weights_bytes") else "")
+            + f", KV pool {_gib(mem['num_gpu_blocks'] * mem['block_bytes'])}"
             f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens"
         ),
         (
@@ -101,6 +111,8 @@ def summary_lines(s: dict) -> list[str]:
             f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
         ),
     ]
+    if "spec_decode" in s:
+        lines.append(spec_decode_line(s["spec_decode"]))
     if "memory_predicted" in s:
         predicted = s["memory_predicted"]
         lines.append(
@@ -121,8 +133,13 @@ def summary_lines(s: dict) -> list[str]:
             "enable_prefix_caching"
         )
         lines.append(
-            f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once),"
-            f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
+            f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once"
+            + (
+                " per step, which speculative decoding shares among its accepted tokens),"
+                if "spec_decode" in s
+                else "),"
+            )
+            + f" TTFT >= {f['ttft_floor_ms']:.1f} ms at the mean prompt of {f['prompt_tokens']:,.0f} tokens"
             + (" computed whole (a prefix-cache hit skips its shared prefix)" if cached else "")
         )
     if "cost_model_provenance" in s:

@@ -10,6 +10,7 @@ from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
 from planner.scenario.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
+from planner.scenario.speculative import check_speculative
 from sim.config import Distribution, GpuSpec, Scenario, WorkloadConfig
 from sim.defaults import resolve_batch_limits
 from sim.memory_fit import tensor_parallel_sizes
@@ -99,6 +100,11 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
             "above 1 is vLLM V0's multi-step scheduling (0.6-0.7), which ran its host work in series with the GPU's"
             " and batched continuously: set engine.async_scheduling false (and scheduler continuous), or keep 1",
         )  # fmt: skip
+    if eng.num_scheduler_steps > 1 and eng.speculative is not None:  # vLLM V0 refused the pair too (EngineArgs)
+        fail(
+            "engine.num_scheduler_steps", eng.num_scheduler_steps,
+            "above 1 (multi-step scheduling) cannot run with engine.speculative; keep 1 or remove engine.speculative",
+        )  # fmt: skip
     eng = dataclasses.replace(eng, max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=seqs)
 
     # What each distribution and arrival process needs.
@@ -142,7 +148,9 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
         fail("workload.trace.arrival_column", None, "process trace needs the column of arrival times")
     if wl.trace is not None:
         _check_trace_columns(wl, ctx)
-    return dataclasses.replace(s, engine=eng)
+    s = dataclasses.replace(s, engine=eng)
+    check_speculative(s, ctx)  # engine.speculative against the model, the drafter and the engine
+    return s
 
 
 def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:

@@ -121,4 +121,9 @@ def scenario_to_dict(s: Scenario) -> dict:
     ]  # where the weights are downloaded from: no figure of the run (`planner size` prints it)
     out["max_model_len"] = s.max_model_len
     out["kv_dtype"] = s.kv_dtype
+    if s.engine.speculative is None:
+        # Without speculative decoding its keys say nothing of the run: a summary keeps the keys it always had
+        del out["engine"]["speculative"]
+        for key in ("num_nextn_predict_layers", "draft_vocab_size"):
+            del out["model"][key]
     return out

@@ -21,6 +21,7 @@ from sim.config import (
     Scenario,
     SharedPrefixConfig,
     SloConfig,
+    SpeculativeConfig,
     TraceConfig,
     WorkloadConfig,
 )
@@ -116,6 +117,15 @@ RULES: dict[tuple[type, str], Rule] = {
         lambda v: 2 <= v <= MAX_NUM_GPU_BLOCKS,
         f"must be in [2, {_num(MAX_NUM_GPU_BLOCKS)}] (block 0 is vLLM's null block, never given to a request)",
     ),
+    # engine.speculative (planner/scenario/speculative.py checks what involves the model and the drafter)
+    (SpeculativeConfig, "method"): one_of("ngram", "eagle", "eagle3", "mtp", "draft_model"),
+    # vLLM serves chains of a few drafts (EAGLE-3 accepts up to 7 in its paper): more than 16 is a typo
+    (SpeculativeConfig, "num_speculative_tokens"): in_range(1, 16),
+    (SpeculativeConfig, "draft_tensor_parallel_size"): in_range(1, 64),
+    (SpeculativeConfig, "prompt_lookup_max"): in_range(1, 1024, " tokens"),
+    (SpeculativeConfig, "prompt_lookup_min"): in_range(1, 1024, " tokens"),
+    (SpeculativeConfig, "synthetic_acceptance_length"): in_range(1, 17),
+    (SpeculativeConfig, "draft_rate"): above_to(0, 1),
     (WorkloadConfig, "num_requests"): in_range(1, MAX_NUM_REQUESTS),
     (WorkloadConfig, "seed"): in_range(0, 2**63 - 1),
     (WorkloadConfig, "too_long"): one_of("reject", "truncate"),

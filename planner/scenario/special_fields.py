@@ -12,7 +12,8 @@ from typing import Any
 from planner.errors import NO_SUCH_USER, NO_VALUE, ScenarioError, expand_user
 from planner.paths import shown, too_long
 from planner.scenario.rules import RULES, Ctx, did_you_mean
-from sim.config import GpuSpec, HardwareConfig, ModelSpec, Scenario, TraceConfig
+from planner.scenario.speculative import RATES_HELP, read_rates
+from sim.config import GpuSpec, HardwareConfig, ModelSpec, Scenario, SpeculativeConfig, TraceConfig
 
 
 def _catalog():
@@ -129,4 +130,6 @@ SPECIAL: dict[tuple[type, str], tuple[Callable[[Any, str, Ctx], Any], Callable[[
     (Scenario, "model"): (_resolve_model, _model_help),
     (HardwareConfig, "gpu"): (_resolve_gpu, _gpu_help),
     (TraceConfig, "path"): (_resolve_trace_path, lambda: TRACE_PATH_HELP),
+    (SpeculativeConfig, "model"): (_resolve_model, _model_help),  # the drafter, as the target is given
+    (SpeculativeConfig, "synthetic_acceptance_rates"): (read_rates, lambda: RATES_HELP),
 }

@@ -35,6 +35,7 @@ LABELS = {
     "max_model_len": "len",
     "scheduler": "sched",
     "kv_cache": "kv-layout",
+    "speculative": "spec",
 }
 
 
@@ -95,6 +96,8 @@ def candidate_label(gpu: str, tp: int, dtype: str, settings, base_dtype: str, sh
         parts.append(dtype)
     for name, value in settings:
         short = LABELS.get(name, name)
+        if name == "speculative":  # off, or the method and k (the rest is the scenario's, printed by the serve line)
+            value = "off" if value is None else f"{value.method} k={value.num_speculative_tokens}"
         parts.append(f"{short} {'on' if value is True else 'off' if value is False else value}")
     return ", ".join(parts)
 

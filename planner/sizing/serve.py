@@ -5,7 +5,9 @@ Flag names as vLLM's EngineArgs (`vllm serve --help`); booleans as its `--flag` 
 
 from __future__ import annotations
 
-from sim.config import Scenario
+import json
+
+from sim.config import Scenario, SpeculativeConfig
 
 
 def vllm_serve_command(s: Scenario) -> str:
@@ -55,4 +57,20 @@ def vllm_serve_command(s: Scenario) -> str:
         parts.append("--enable-expert-parallel")
     if s.model.model_type == "qwen":  # first-generation Qwen ships its modelling code in the repository
         parts.append("--trust-remote-code")
+    if e.speculative is not None:
+        parts.append(f"--speculative-config '{speculative_config_json(e.speculative)}'")
     return " ".join(parts)
+
+
+def speculative_config_json(spec: SpeculativeConfig) -> str:
+    """vLLM's --speculative-config for the simulated drafter: method, k and the drafter's checkpoint (an inline head
+    stands by its name: name it as its Hugging Face repository). The acceptance settings are the scenario's
+    description of the data, not a setting of the server: left out (vLLM verifies with its strict sampler)."""
+    config: dict = {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}
+    if spec.model is not None:
+        config["model"] = spec.model.checkpoint or spec.model.name
+    if spec.method == "ngram":
+        for key in ("prompt_lookup_max", "prompt_lookup_min"):
+            if getattr(spec, key) is not None:
+                config[key] = getattr(spec, key)
+    return json.dumps(config)

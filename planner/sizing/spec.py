@@ -27,7 +27,7 @@ from planner.scenario.rules import (
     in_range,
 )
 from planner.scenario.special_fields import SPECIAL
-from planner.scenario.validation import _convert_scalar, allowed_keys
+from planner.scenario.validation import _convert, _convert_scalar, allowed_keys
 from planner.sizing.question import Demand, Money, Probe, SearchSpec, SizingQuestion
 from planner.sizing.spec_checks import (
     check_num_candidates,
@@ -273,6 +273,12 @@ def _engine(raw: Any, scenario: Scenario, ctx: Ctx) -> dict[str, tuple]:
         if not values:
             raise ScenarioError(ctx.file, f"{where}.{name}", e[name], "is empty: give at least one value")
         hint = hints[name]
+        if name == "speculative":  # vLLM's --speculative-config mappings, or null: off (each read as the scenario's)
+            converted = (
+                _convert(EngineConfig, name, hint, v, f"{where}.{name}[{i}]", ctx) for i, v in enumerate(values)
+            )
+            sweep[name] = tuple(dict.fromkeys(converted))
+            continue
         if typing.get_origin(hint) is not None:  # `int | None`: a sweep takes the value itself
             hint = next(a for a in typing.get_args(hint) if a is not type(None))
         converted = (

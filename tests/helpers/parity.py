@@ -66,6 +66,23 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
     ],
     # request-level batches (the live engine's own command refuses it: run through its step loop, below)
     "static": ["engine.scheduler=static", "engine.num_gpu_blocks_override=256"],
+    # speculative decoding: verify rows of 1 + 3 tokens, drafts from a one-layer head (its KV in lookahead slots)
+    # or an n-gram lookup that drafts in half the steps, acceptance from the seeded draws of these rates
+    "speculative-head": [
+        "engine.num_gpu_blocks_override=256",
+        (
+            "engine.speculative={method: eagle, num_speculative_tokens: 3, synthetic_acceptance_rates: [0.7, 0.45,"
+            " 0.25], model: {name: head, model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers:"
+            " 1, num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 512, max_position_embeddings: 2048}}"
+        ),
+    ],
+    "speculative-ngram": [
+        "engine.num_gpu_blocks_override=256",
+        (
+            "engine.speculative={method: ngram, num_speculative_tokens: 3, synthetic_acceptance_rates: [0.8, 0.6,"
+            " 0.4], draft_rate: 0.5}"
+        ),
+    ],
 }
 
 

@@ -1,0 +1,166 @@
+"""Speculative decoding in the live engine: drafts proposed for the scheduler's verify rows, verified by one forward
+of the target over 1 + k tokens per row.
+
+The shared scheduler (sim/speculation.py) decides everything a step is made of: which decoding requests verify
+drafts and how many, and, from the scenario's seeded draws, how many of them the target accepts (random weights
+would accept none). The runner here supplies what only a real engine has: the drafted token ids and the cost of
+proposing them and of verifying them. Proposers, as vLLM's (vllm/v1/spec_decode/):
+
+- `NgramProposer` (method ngram): the context's last n tokens (prompt_lookup_max down to prompt_lookup_min) looked
+  up earlier in the context, the tokens after the latest match proposed (vLLM's NgramProposer). Random token ids
+  rarely repeat an n-gram: where the lookup finds fewer than k tokens, the context's last tokens fill the draft
+  (the scheduler's draw, not the lookup, says whether the step drafts).
+- `DraftModelProposer` (methods eagle, draft_model): the scenario's drafter built from its config with random
+  weights (an EAGLE head: one decoder layer and the LM head), its own KV cache in the request's blocks (vLLM
+  registers the drafter's layers in the same KV cache config; the scheduler's lookahead slots hold its drafts'
+  KV), run k times one after the other: a first pass over the tokens it has not seen yet, then one token per pass.
+  Where it simplifies: it is fed token ids, not the target's hidden states (an EAGLE head's fc input); the passes'
+  shapes and its KV are an EAGLE head's.
+
+Drafts are proposed when the verify row that needs them is executed (in vLLM, right after the previous step's
+forward): the same work between the same two target forwards, its time counted in the step that verifies them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from gpu_engine.model import build_model
+from gpu_engine.runner import ModelRunner, Scheduled, allocate_kv_caches, build_batch, sample
+from gpu_engine.weights import init_random_weights
+from sim.config import Scenario, SpeculativeConfig
+from sim.request import Request
+from sim.speculation import VerifiedTokens
+
+LIVE_METHODS = ("ngram", "eagle", "draft_model")
+
+
+def unsupported(scenario: Scenario) -> str | None:
+    """Why the live engine cannot run this scenario's speculative config; None: it can (or there is none)."""
+    spec = scenario.engine.speculative
+    if spec is None or spec.method in LIVE_METHODS:
+        return None
+    if spec.method == "eagle3":
+        return (
+            "engine.speculative method eagle3: the live engine's draft head proposes over the target's vocabulary"
+            " (no draft_vocab_size mapping); it runs methods ngram, eagle and draft_model"
+        )
+    return (
+        f"engine.speculative method {spec.method}: the live model has no MTP layers; it runs {', '.join(LIVE_METHODS)}"
+    )
+
+
+class NgramProposer:
+    def __init__(self, spec: SpeculativeConfig) -> None:
+        self.k = spec.num_speculative_tokens
+        self.max_n = spec.prompt_lookup_max or 5
+        self.min_n = spec.prompt_lookup_min or self.max_n
+
+    def propose(self, requests: list[Request]) -> dict[int, list[int]]:
+        return {r.request_id: self._lookup(r.token_ids(0, r.num_tokens)) for r in requests}
+
+    def _lookup(self, tokens: list[int]) -> list[int]:
+        for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
+            suffix = tokens[-n:]
+            for start in range(len(tokens) - n - 1, -1, -1):  # the latest earlier match
+                if tokens[start : start + n] == suffix:
+                    found = tokens[start + n : start + n + self.k]
+                    return (found + tokens[-self.k :])[: self.k]
+        return (tokens[-self.k :] * self.k)[: self.k]
+
+
+class _DraftView:
+    """What build_batch reads of a request, for the drafter's own pass: its tokens, including drafts so far, and
+    how many of them the drafter's KV holds."""
+
+    __slots__ = ("block_ids", "num_computed_tokens", "request_id", "tokens")
+
+    def __init__(self, request: Request, tokens: list[int], computed: int) -> None:
+        self.request_id, self.block_ids = request.request_id, request.block_ids
+        self.tokens, self.num_computed_tokens = tokens, computed
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.tokens)
+
+    def token_ids(self, start: int, stop: int) -> list[int]:
+        return self.tokens[start:stop]
+
+
+class DraftModelProposer:
+    """The drafter: its model and its KV cache (its layers' K/V in the same block ids as the target's)."""
+
+    def __init__(self, spec: SpeculativeConfig, runner: ModelRunner, seed: int) -> None:
+        self.k, self.runner = spec.num_speculative_tokens, runner
+        self.model = build_model(spec.model, runner.dtype, runner.device)
+        init_random_weights(self.model, seed + 1)
+        self.spec = spec.model
+        self.kv_caches = []
+        self.seen: dict[int, tuple[int, list[int]]] = {}  # request_id -> (tokens its KV holds, in these blocks)
+
+    def allocate(self, num_blocks: int) -> None:
+        self.kv_caches = allocate_kv_caches(self.spec, num_blocks, self.runner.block_size, self.runner.dtype,
+                                            self.runner.device)  # fmt: skip
+
+    @torch.inference_mode()
+    def propose(self, requests: list[Request]) -> dict[int, list[int]]:
+        tokens = {r.request_id: r.token_ids(0, r.num_tokens) for r in requests}
+        drafts: dict[int, list[int]] = {r.request_id: [] for r in requests}
+        for step in range(self.k):
+            views = []
+            for r in requests:
+                known = tokens[r.request_id] + drafts[r.request_id]
+                # the first pass catches up with every token not seen (a preempted request's blocks are new: afresh)
+                seen = len(known) - 1
+                if step == 0:  # what its KV holds of the request's current blocks (a preempted request's are new)
+                    held, blocks = self.seen.get(r.request_id, (0, None))
+                    seen = min(held, seen) if blocks is r.block_ids else 0
+                views.append(_DraftView(r, known, seen))
+            scheduled = [(v, v.num_tokens - v.num_computed_tokens) for v in views]
+            batch = build_batch(scheduled, self.runner.block_size, self.runner.device)
+            logits = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
+            for r, token in zip(requests, sample(logits, self.runner.sampling, self.runner.generator).tolist()):
+                drafts[r.request_id].append(token)
+        for r in requests:
+            self.seen[r.request_id] = (len(tokens[r.request_id]), r.block_ids)
+        return drafts
+
+
+class SpeculativeRunner:
+    """A ModelRunner whose verify rows carry drafts: execute() proposes the drafts its rows need, runs the target
+    over every row's tokens and returns, per verify row, the drafts and the target's token at each position."""
+
+    def __init__(self, runner: ModelRunner, spec: SpeculativeConfig, seed: int) -> None:
+        self.runner = runner
+        self.proposer = NgramProposer(spec) if spec.method == "ngram" else DraftModelProposer(spec, runner, seed)
+        self.draft_s = 0.0  # wall seconds spent proposing
+
+    def __getattr__(self, name: str):  # profiling, warm-up and the loop read the runner's own attributes
+        return getattr(self.runner, name)
+
+    def allocate(self, num_blocks: int) -> None:
+        self.runner.allocate(num_blocks)
+        if isinstance(self.proposer, DraftModelProposer):
+            self.proposer.allocate(num_blocks)
+
+    @torch.inference_mode()
+    def execute(self, scheduled: Scheduled) -> dict[int, int | VerifiedTokens]:
+        verifying = [r for r, n in scheduled if r.num_computed_tokens + n > r.num_tokens]
+        start = time.perf_counter()
+        drafts = self.proposer.propose(verifying) if verifying else {}
+        self.draft_s += time.perf_counter() - start
+        if not drafts:
+            return self.runner.execute(scheduled)
+        runner = self.runner
+        batch = build_batch(scheduled, runner.block_size, runner.device, runner.block_rows, drafts)
+        targets = runner.run(batch, runner.kv_caches).tolist()
+        out, row = {}, 0
+        for request_id, count in zip(batch.sampled_request_ids, batch.logits_per_request):
+            if request_id in drafts:
+                out[request_id] = VerifiedTokens(drafts[request_id][: count - 1], targets[row : row + count])
+            else:
+                out[request_id] = targets[row]
+            row += count
+        return out

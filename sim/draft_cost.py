@@ -1,0 +1,58 @@
+"""What drafting costs in a speculative engine's step, per method (the verification itself is the target's step
+with 1 + k query tokens per decoding row, which sim/cost_model.py prices with its own terms: weights read once,
+flops, attention and the KV writes over every query token, the LM head over every verified row).
+
+- eagle, eagle3, mtp, draft_model: the drafter (sim/draft_model.py: an EAGLE head, the target's MTP layers, a whole
+  draft model) is priced by the same cost model over its own facts (sim/engine_facts.py), pass by pass, as vLLM's
+  proposers run it after the target's forward (vllm/v1/spec_decode/eagle.py `propose`): a first pass over every
+  token the step scheduled (the drafter keeps its own KV of the prompt too, and takes the target's hidden states of
+  each token), whose sampled rows give the first drafts, then k - 1 passes of one token per drafting row, one after
+  the other (each draft depends on the previous one). A pass of the drafter pays its own launches and graphs as
+  any step does: vLLM captures CUDA graphs for the drafter's one-token passes too.
+- ngram: no model; the lookup runs on the host between the target's forward and the next step (vLLM's
+  NgramProposer, numba over each drafting request's whole context, vllm/v1/spec_decode/ngram_proposer.py), serial
+  with the device: seconds per context token scanned, `NGRAM_S_PER_CONTEXT_TOKEN`.
+
+Where the planner simplifies: the later passes attend over the rows' contexts after the step (a draft's own few
+tokens beyond them are not counted); the fusion projection that feeds the target's hidden states to an EAGLE head
+(fc: 2h or 3h -> h) is counted in its stored weights (the memory) but not priced (h x 3h multiply-adds per token,
+below 1% of a decoder layer's); EAGLE's tree drafts are not modelled (vLLM serves chains).
+"""
+
+from __future__ import annotations
+
+from sim.cost_model import CostCoefficients, CostModel
+from sim.engine_facts import EngineFacts
+from sim.scheduler_output import SchedulerOutput
+
+# vLLM's n-gram lookup is a KMP match of the context's last n tokens over the context, compiled by numba: ~1 ns per
+# token compared on a server core (a scan of 4k tokens takes a few microseconds). No public measurement isolates it;
+# the live engine measures our own lookup, and the uncertainty of this figure is its order of magnitude.
+NGRAM_S_PER_CONTEXT_TOKEN = 1e-9
+
+
+class DraftCost:
+    """One engine's drafting seconds per step."""
+
+    def __init__(self, facts: EngineFacts, coefficients: CostCoefficients | None = None) -> None:
+        spec = facts.engine.speculative
+        assert spec is not None, "DraftCost is for a speculative engine"
+        self.method, self.k = spec.method, spec.num_speculative_tokens
+        self.drafter = CostModel(facts.draft, coefficients) if facts.draft is not None else None
+
+    @classmethod
+    def of(cls, facts: EngineFacts, coefficients: CostCoefficients | None = None) -> DraftCost | None:
+        """The engine's drafting cost; None when it does not speculate."""
+        return None if facts.engine.speculative is None else cls(facts, coefficients)
+
+    def step_s(self, out: SchedulerOutput) -> float:
+        """Seconds the step spends drafting after its forward, on the device (a drafter) or the host (n-gram)."""
+        rows = out.num_sampled  # the rows that sampled a token draft the next step's tokens
+        if self.drafter is None:  # ngram: a lookup over each sampling row's context
+            return NGRAM_S_PER_CONTEXT_TOKEN * out.sum_context_tokens if rows else 0.0
+        d = self.drafter
+        first = d.device_s(out.num_tokens, out.num_seqs, rows, out.attention_pairs, out.sum_context_tokens)
+        if not rows or self.k == 1:
+            return first
+        # k - 1 more passes, one token per drafting row, each over the rows' contexts
+        return first + (self.k - 1) * d.device_s(rows, rows, rows, out.sum_context_tokens, out.sum_context_tokens)
