@@ -175,6 +175,12 @@ BAD = [
     ("prefix router with prefix caching off", lambda d: (d["fleet"].__setitem__("router", {"policy": "prefix"}),
                                                           d["engine"].__setitem__("enable_prefix_caching", False)),
      "enable_prefix_caching = false: the prefix router sends a request to the replica holding its longest"),
+    ("static scheduler in a decode pool",
+     lambda d: d["fleet"]["pools"]["decode"].__setitem__("engine", {"scheduler": "static"}),
+     "fleet.pools.decode.engine.scheduler = \"static\": a decode pool runs vLLM's continuous scheduler"),
+    ("pools of other max_model_len",
+     lambda d: d["fleet"]["pools"]["decode"].__setitem__("engine", {"max_model_len": 256}),
+     "fleet.pools.decode.engine.max_model_len = 256: must equal pool prefill's (512)"),
 ]  # fmt: skip
 
 

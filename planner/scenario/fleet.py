@@ -86,7 +86,7 @@ def validate_fleet(raw: dict, ctx: Ctx) -> Scenario:
     )
     fleet = FleetConfig(pools, router, transfer)
     _check_roles(fleet, ctx)
-    _check_router(fleet, ctx)
+    _check_router(fleet, {pool.name: pool.engine_raw for pool in parsed}, ctx)
     _check_transfer(fleet, ctx)
     first = base.pool_scenario(pools[0])
     return dataclasses.replace(first, fleet=fleet)
@@ -182,9 +182,23 @@ def _check_roles(fleet: FleetConfig, ctx: Ctx) -> None:
             "a fleet with a prefill and a decode pool routes every request through both; a mixed pool beside them"
             " is not modelled: simulate it as a fleet of its own",
         )  # fmt: skip
+    for pool in (*prefill, *decode):
+        if pool.engine.scheduler != "continuous":
+            raise ScenarioError(
+                ctx.file, f"fleet.pools.{pool.name}.engine.scheduler", pool.engine.scheduler,
+                f"a {pool.role} pool runs vLLM's continuous scheduler (its KV connector hooks); allowed: continuous",
+            )  # fmt: skip
+    first = fleet.pools[0]
+    for pool in fleet.pools[1:]:  # one workload for the fleet: its requests' lengths are clipped once
+        if pool.engine.max_model_len != first.engine.max_model_len:
+            raise ScenarioError(
+                ctx.file, f"fleet.pools.{pool.name}.engine.max_model_len", pool.engine.max_model_len,
+                f"must equal pool {first.name}'s ({first.engine.max_model_len}): every pool of a fleet may be sent"
+                " any request of the workload (a prefill pool's KV is held whole by the decode pool)",
+            )  # fmt: skip
     if prefill:
         p, d = prefill[0], decode[0]
-        for key in ("kv_cache_dtype", "max_model_len"):  # NIXL's compatibility hash; what one sends the other holds
+        for key in ("kv_cache_dtype", "block_size"):  # NIXL's compatibility check: what one sends the other holds
             if getattr(p.engine, key) != getattr(d.engine, key):
                 raise ScenarioError(
                     ctx.file, f"fleet.pools.{d.name}.engine.{key}", getattr(d.engine, key),
@@ -193,7 +207,8 @@ def _check_roles(fleet: FleetConfig, ctx: Ctx) -> None:
                 )  # fmt: skip
 
 
-def _check_router(fleet: FleetConfig, ctx: Ctx) -> None:
+def _check_router(fleet: FleetConfig, pool_engine_keys: dict[str, dict], ctx: Ctx) -> None:
+    """pool_engine_keys: the engine keys each pool sets itself (a message names the key the user wrote)."""
     r = fleet.router
     length_keys = {"threshold_tokens": r.threshold_tokens, "short_pool": r.short_pool, "long_pool": r.long_pool}
     if r.policy != "length":
@@ -236,8 +251,10 @@ def _check_router(fleet: FleetConfig, ctx: Ctx) -> None:
         # the pools a request first meets: the prefill pool, or every mixed pool
         for pool in fleet.with_role("prefill") or fleet.pools:
             if not pool.engine.enable_prefix_caching:
+                own = "enable_prefix_caching" in pool_engine_keys[pool.name]
+                key = f"fleet.pools.{pool.name}.engine" if own else "engine"
                 raise ScenarioError(
-                    ctx.file, f"fleet.pools.{pool.name}.engine.enable_prefix_caching", False,
+                    ctx.file, f"{key}.enable_prefix_caching", False,
                     "the prefix router sends a request to the replica holding its longest cached prefix: with prefix"
                     " caching off no replica holds one; turn it on, or use round_robin or least_outstanding",
                 )  # fmt: skip
