@@ -1,5 +1,6 @@
-"""`planner simulate` of a fleet (a scenario with `fleet:`): every pool's cost model, the run, the summary with
-its `fleet` section, and --out's summary.json, requests.csv and steps.csv (a `pool` column; no plots yet)."""
+"""`planner simulate` and `planner run` of a fleet (a scenario with `fleet:`): every pool's cost model, the run
+(simulated, or the live prefill/decode pair), the summary with its `fleet` section, and --out's summary.json,
+requests.csv and steps.csv (a `pool` column; no plots yet)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,25 @@ def simulate_fleet_command(args, scenario) -> int:
         provenance[pool.name] = prov.to_dict()
     check_out(args)
     summary, result = run_fleet(scenario, coefficients, provenance, record_steps=args.out is not None)
+    return _emit(args, summary, result)
+
+
+def run_pair_command(args, scenario, sampling) -> int:
+    """`planner run` of a fleet: the live prefill/decode pair, its summary a fleet's (mode measured)."""
+    from gpu_engine.engine import EngineError
+    from gpu_engine.pd_pair import run_pd_pair
+
+    progress = ProgressBar(f"running on {args.device}", "requests", delay_s=2.0)
+    try:
+        result = run_pd_pair(scenario, args.device, progress, sampling)
+    except EngineError as e:
+        raise PlannerError(str(e)) from e
+    finally:
+        progress.close()
+    return _emit(args, fleet_summary("measured", result, {}), result)
+
+
+def _emit(args, summary: dict, result) -> int:
     if args.out:
         written = write_fleet_outputs(args.out, summary, result)
     if args.json:
@@ -38,16 +58,22 @@ def simulate_fleet_command(args, scenario) -> int:
 
 def run_fleet(scenario, coefficients: dict, provenance: dict, record_steps: bool = False):
     """(summary, FleetResult) of a fleet scenario's simulation."""
-    from planner.outputs.fleet_summary import fleet_section
-    from planner.outputs.results import build_summary
     from sim.fleet import simulate_fleet
 
     progress = ProgressBar("simulating", "requests", delay_s=2.0)
     result = simulate_fleet(scenario, coefficients, record_steps=record_steps, progress=progress)
     progress.close()
-    wl = result.workload
+    return fleet_summary("simulated", result, provenance), result
+
+
+def fleet_summary(mode: str, result, provenance: dict) -> dict:
+    """A fleet run's summary: the client's figures, then the `fleet` section (planner/outputs/fleet_summary.py)."""
+    from planner.outputs.fleet_summary import fleet_section
+    from planner.outputs.results import _finite, build_summary
+
+    scenario, wl = result.scenario, result.workload
     memory = {p.config.name: p.memory.to_dict() for p in result.pools}
-    summary = build_summary("simulated", scenario, result.recorder, memory, wl.num_rejected, wl.num_truncated, {})
+    summary = build_summary(mode, scenario, result.recorder, memory, wl.num_rejected, wl.num_truncated, {})
     # the client's recorder holds no steps: a fleet's are its pools' (in `fleet.pools`)
     for key in ("busy_s", "kv_cache_utilization", "kv_slot_utilization"):
         del summary[key]
@@ -55,9 +81,7 @@ def run_fleet(scenario, coefficients: dict, provenance: dict, record_steps: bool
     summary["num_preemptions"] = sum(p.recorder.num_preemptions for p in result.pools)
     fleet = fleet_section(result, provenance, summary["duration_s"])
     summary = {**summary, "fleet": fleet, "scenario": summary.pop("scenario")}  # the scenario stays last
-    from planner.outputs.results import _finite
-
-    return _finite(summary), result
+    return _finite(summary)
 
 
 def write_fleet_outputs(out_dir, summary: dict, result) -> list:

@@ -79,7 +79,7 @@ def _limited_by(busy_share: float, stats: dict) -> str:
 def fleet_lines(s: dict) -> list[str]:
     """The terminal's lines for a fleet: a line per pool (what it did, what limited it), the KV pulls."""
     f = s["fleet"]
-    lines = [f"Fleet: {f['topology']} = {f['num_gpus']:,} GPUs, router {f['router']}"]
+    lines = [f"Fleet: {f['topology']} = {f['num_gpus']:,} devices, router {f['router']}"]
     for name, p in f["pools"].items():
         kv = p["kv_cache_utilization"]
         ttft = "" if p["role"] == "decode" else f", TTFT p99 {_ms(p['p99_ttft_ms'])} ms"
@@ -93,11 +93,15 @@ def fleet_lines(s: dict) -> list[str]:
     if t is not None:
         lines.append(
             f"KV transfer ({t['connector']} over {t['link']}, {t['bandwidth_gbit_per_s']:g} Gb/s per GPU):"
-            f" {t['num_transfers']:,} pulls, {t['bytes_moved'] / 1e9:,.1f} GB, p50 {_ms(t['median_transfer_ms'])} ms,"
+            f" {t['num_transfers']:,} pulls, {_bytes(t['bytes_moved'])}, p50 {_ms(t['median_transfer_ms'])} ms,"
             f" p99 {_ms(t['p99_transfer_ms'])} ms"
         )
     lines.append(f"Bottleneck: pool {f['bottleneck_pool']}")
     return lines
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 1e9 else f"{n / 1e6:,.1f} MB"
 
 
 def _ms(value: float | None) -> str:
