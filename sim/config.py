@@ -394,11 +394,13 @@ POOL_ROLES = ("mixed", "prefill", "decode")
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """One pool of a fleet: `hardware.replicas` identical engines on their own GPUs, with their own settings."""
+    """One pool of a fleet, under its name (fleet.pools.NAME): `hardware.replicas` identical engines on their own
+    GPUs, with their own settings. `model`, if given, must be the scenario's."""
 
     name: str  # the pool's key under fleet.pools
     hardware: HardwareConfig  # the pool's gpu, tensor_parallel_size, replicas and expert_parallel
-    engine: EngineConfig  # the scenario's engine with the pool's own engine keys over it
+    # the keys the pool sets over the scenario's `engine` (the rest are the scenario's)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     # mixed: whole requests, as a one-pool scenario's replicas; prefill: prompts only, their KV then pulled by a
     # decode pool; decode: the replies of prompts a prefill pool computed
     role: str = "mixed"
