@@ -144,10 +144,43 @@ def _parser(argv: list[str]) -> argparse.ArgumentParser:
     return parser
 
 
+# Every command's path arguments: argparse's dest -> (how a message names it, a folder the command opens files in).
+# Checked before any command runs (planner.paths), so a path no file system can take is one message naming the
+# argument, whatever the command.
+PATH_ARGUMENTS = {
+    "scenario": ("the scenario file", False),
+    "files": ("the scenario file", False),
+    "scenarios": ("the scenario file", False),
+    "out": ("--out", True),  # calibrate's is the profile file (the names beside it are checked there)
+    "calibration": ("--calibration", False),
+    "from_runs": ("--from", True),
+    "model_path": ("--model-path", True),
+    "a": ("the first run", True),  # a run's folder, or its summary.json
+    "b": ("the second run", True),
+}
+
+
+def _check_path_arguments(args: argparse.Namespace) -> None:
+    from planner.paths import shown, too_long
+
+    for dest, (label, folder) in PATH_ARGUMENTS.items():
+        values = getattr(args, dest, None)
+        for value in values if isinstance(values, list) else [values]:
+            if value is None or (dest == "calibration" and value == "auto"):
+                continue
+            is_file = (dest == "out" and args.command == "calibrate") or str(value).endswith(".json")
+            reason = too_long(value, folder=folder and not is_file)
+            if reason is not None:
+                if dest == "scenario" and args.command == "size":
+                    label = "the sizing file"
+                raise PlannerError(f"{label} {shown(str(value))}: {reason}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser(argv).parse_args(argv)
     try:
+        _check_path_arguments(args)
         module, function, _help, _arguments = COMMANDS[args.command]
         return getattr(import_module(module), function)(args)
     except (PlannerError, WorkloadError) as e:  # WorkloadError: a trace file that cannot supply the requests

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from helpers import ROOT, cuda_available, needs_torch
 
 from planner.calibration.profile_loader import load_profile
 from planner.cli import main
@@ -15,9 +15,8 @@ from planner.errors import PlannerError
 from sim.engine_facts import EngineFacts
 from sim.metrics import STEP_COLUMNS
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
+@needs_torch
 def test_calibrate_on_the_cpu_end_to_end(tmp_path, capsys):
     out = tmp_path / "tiny.yaml"
     args = ["calibrate", "--device", "cpu", "--budget-s", "4", "--held-out-requests", "6", "--out", str(out)]
@@ -44,16 +43,9 @@ def test_calibrate_on_the_cpu_end_to_end(tmp_path, capsys):
     assert (report / "step_scatter.png").stat().st_size > 10_000
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("run") / "cpu_tiny"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # two threads on a busy CI box stall whole steps (see planner.calibration.command)
-    try:
-        assert main(["run", "scenarios/cpu_tiny.yaml", "--device", "cpu", "--out", str(folder), "--json"]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    return folder
+@pytest.fixture
+def run_dir(cpu_tiny_run):
+    return cpu_tiny_run.folder
 
 
 def test_from_fits_a_run_folder(run_dir, tmp_path, capsys):
@@ -104,9 +96,17 @@ def test_from_needs_no_torch(run_dir, tmp_path):
         (["--device", "cpu", "--budget-s", "inf"], ["--budget-s inf", "finite positive number of seconds"]),
         (["--device", "cpu", "--budget-s", "nan"], ["--budget-s nan", "finite positive number of seconds"]),
         (["--device", "cpu", "--held-out-requests", "1"], ["--held-out-requests", "1", "at least 4"]),
-        (["--device", "cpu", "nonexistent.yaml"], ["nonexistent.yaml", "no such scenario file"]),
-        (["--device", "cpu", "--model", "no-such-model"], ["no-such-model"]),
-        (["--device", "cpu", "--model", "tiny-llama", "scenarios/cpu_tiny.yaml"], ["--model", "scenario"]),
+        pytest.param(
+            ["--device", "cpu", "nonexistent.yaml"], ["nonexistent.yaml", "no such scenario file"], marks=needs_torch
+        ),  # refused after torch is found
+        pytest.param(
+            ["--device", "cpu", "--model", "no-such-model"], ["no-such-model"], marks=needs_torch
+        ),  # refused after torch is found
+        pytest.param(
+            ["--device", "cpu", "--model", "tiny-llama", "scenarios/cpu_tiny.yaml"],
+            ["--model", "scenario"],
+            marks=needs_torch,
+        ),  # refused after torch is found
         (["--device", "cpu", "--out", "x.yaml", "scenarios/cpu_tiny.yaml", "scenarios/cpu_tiny.yaml"], ["--out", "2"]),
         (["--device", "cpu", "scenarios/cpu_tiny.yaml", "./scenarios/cpu_tiny.yaml"], ["cpu_tiny.yaml: given twice"]),
         (["--from", "/nonexistent/run"], ["/nonexistent/run"]),
@@ -140,6 +140,7 @@ def no_sweep(monkeypatch) -> list:
         ("name_too_long", "File name too long"),
     ],
 )
+@needs_torch
 def test_out_is_checked_before_the_sweep(tmp_path, monkeypatch, capsys, case, words):
     (tmp_path / "f.yaml").write_text("")
     (tmp_path / "q.rows.csv").mkdir()
@@ -180,6 +181,7 @@ def test_a_model_name_becomes_a_file_name_in_the_profile_folder(model, name):
     assert file_name(model) == name
 
 
+@needs_torch
 def test_a_model_named_like_a_path_stays_in_the_profile_folder(tmp_path, monkeypatch):
     import json
 
@@ -198,7 +200,8 @@ def test_a_model_named_like_a_path_stays_in_the_profile_folder(tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "escape.yaml"]  # nothing written outside it
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no GPU is visible")
+@needs_torch
+@pytest.mark.skipif(cuda_available(), reason="checks the refusal where no GPU is visible")
 def test_gpu_without_a_gpu_is_refused():
     result = cli("calibrate", "--gpu")
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -224,7 +227,7 @@ def test_without_torch_calibrate_says_to_install_the_engine_extra():
     ],
 )
 def test_the_cuda_device_is_found_in_the_gpu_catalog(monkeypatch, device_name, total_gib, entry):
-    import torch
+    torch = pytest.importorskip("torch")
 
     from planner.calibration import defaults
 
@@ -243,6 +246,7 @@ def test_a_profile_names_the_device_measured_not_the_scenarios_gpu():
         measured_gpu("h100-sxm", "cuda", "NVIDIA B200", 180 * 2**30, "run")
 
 
+@needs_torch
 def test_a_run_on_the_cpu_gives_a_cpu_profile_whatever_gpu_its_scenario_names(tmp_path, capsys):
     # A tiny model "on an a10" run on this CPU once gave an a10 profile, and `calibration: auto` then priced every
     # A10 simulation from the CPU (TPOT 2,698 ms where the shipped calibration gives 33 ms).

@@ -12,6 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import needs_torch
+from helpers.calibration import FITTED, TRUTH, synthetic_rows
+from helpers.scenarios import make_scenario
 
 from planner.calibration.fitting import fit_from_runs, fit_steps, predict_rows
 from planner.calibration.profile import ProfileError, default_profile_dir, profile_from_fit, save_profile
@@ -20,61 +23,8 @@ from planner.calibration.provenance import residual_spread
 from planner.calibration.resolve import resolve_cost_model
 from planner.cli import main
 from planner.errors import PlannerError
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
-from tests.sim_helpers import make_scenario
-
-TRUTH = CostCoefficients(
-    flops_efficiency=0.45,
-    bandwidth_efficiency=0.7,
-    step_overhead_s=4e-4,
-    per_row_overhead_s=12e-6,
-    launch_overhead_per_layer_s=25e-6,
-    per_row_layer_overhead_s=2e-6,
-)
-FITTED = (
-    "flops_efficiency",
-    "bandwidth_efficiency",
-    "launch_overhead_per_layer_s",
-    "per_row_layer_overhead_s",
-    "step_overhead_s",
-    "per_row_overhead_s",
-)
-
-
-def synthetic_rows(scenario, coefficients: CostCoefficients, noise: float, seed: int = 0) -> dict[str, np.ndarray]:
-    """A sweep-like grid (decode batch x context, prefill chunk x cached context, mixed) priced by the serial
-    cost model, each side with multiplicative noise."""
-    rows = []
-    for batch in (1, 4, 16, 64, 128):
-        for context in (128, 1024, 4096):
-            rows.append((0, batch, batch, batch * context, batch * context))  # decode
-    for chunk in (64, 256, 1024, 2048):
-        for cached in (0, 1024):
-            rows.append((chunk, 0, 1, chunk * cached + chunk * (chunk + 1) // 2, chunk + cached))  # prefill
-            rows.append(
-                (chunk, 32, 33, chunk * cached + chunk * (chunk + 1) // 2 + 32 * 512, chunk + cached + 32 * 512)
-            )
-    prefill, decode, sampled, pairs, context = (np.array(c, dtype=np.float64) for c in zip(*rows))
-    data = {
-        "num_prefill_tokens": prefill,
-        "num_decode_requests": decode,
-        "num_sampled": sampled,
-        "attention_pairs": pairs,
-        "sum_context_tokens": context,
-        "num_tokens": prefill + decode,
-        "num_seqs": decode + (prefill > 0),
-    }
-    model = CostModel(
-        EngineFacts.of(dataclasses.replace(scenario, engine=dataclasses.replace(scenario.engine, enforce_eager=True))),
-        coefficients,
-    )
-    rng = np.random.default_rng(seed)
-    host = model.host_s(data["num_seqs"]) * (1 + noise * rng.standard_normal(len(prefill)))
-    device = model.device_s(data["num_tokens"], data["num_seqs"], sampled, pairs, context)
-    device = device * (1 + noise * rng.standard_normal(len(prefill)))
-    return data | {"host_s": host, "device_s": device, "duration_s": host + device}
-
 
 # ---------------------------------------------------------------------------------------------------------
 # The cost model's form
@@ -285,11 +235,8 @@ def test_the_residual_spread_scales_every_step_of_a_run_by_one_factor():
 # calibrate --from a real `planner run` folder
 
 
-def test_fit_from_a_live_cpu_run_folder(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    small = ["--set", "workload.num_requests=16"]
-    assert main(["run", "scenarios/cpu_tiny.yaml", "--device", "cpu", *small, "--out", str(run_dir), "--json"]) == 0
-    capsys.readouterr()
+def test_fit_from_a_live_cpu_run_folder(cpu_tiny_run, tmp_path, capsys):
+    run_dir = cpu_tiny_run.folder
     steps = np.genfromtxt(run_dir / "steps.csv", delimiter=",", names=True)
     assert np.all(steps["device_s"] > 0) and np.all(steps["host_s"] > 0)
     assert np.allclose(steps["duration_s"], steps["host_s"] + steps["device_s"], atol=2e-6)
@@ -298,9 +245,10 @@ def test_fit_from_a_live_cpu_run_folder(tmp_path, capsys):
     assert set(profile.coefficients) == set(FITTED)
     assert profile.fit["rows"] == len(steps)
     path = save_profile(profile, tmp_path / "tiny.yaml")
-    assert main(["simulate", "scenarios/cpu_tiny.yaml", *small, "--calibration", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--calibration", str(path)]) == 0
     assert f"Cost model: calibrated ({profile.id}, " in capsys.readouterr().out
-    assert main(["simulate", "scenarios/cpu_tiny.yaml", *small, "--out", str(tmp_path / "sim")]) == 0
+    assert main(["simulate", "scenarios/cpu_tiny.yaml", "--out", str(tmp_path / "sim")]) == 0
     with pytest.raises(PlannerError, match="mode is 'simulated'"):
         fit_from_runs([tmp_path / "sim"])
 
@@ -367,6 +315,7 @@ def test_an_inline_gpu_under_a_catalog_name_with_other_figures_is_not_that_gpus_
     assert resolve_cost_model(priced)[1].label.startswith("calibrated (public profile")
 
 
+@needs_torch  # this_device asks torch about the device
 def test_a_profile_measured_on_an_inline_gpu_under_a_catalog_name_is_written_under_its_own():
     # Written as "cpu", it was refused for its own scenario and taken by the catalog CPU's under `auto`.
     from planner.calibration.profile import this_device

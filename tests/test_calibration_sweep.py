@@ -5,13 +5,17 @@ import itertools
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 from gpu_engine import reference_step, sweep, sweep_grid, sweep_timing
 from gpu_engine.runner import ModelRunner
 from planner.scenario.load import load_scenario
 from sim.kv_manager import KVCacheManager
 from sim.metrics import STEP_COLUMNS
+
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_calibration_sweep")
 
 
 def test_grid_stays_within_the_limits_and_covers_every_class():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import ROOT
 
 from planner.catalog import (
     CatalogError,
@@ -28,7 +29,6 @@ from planner.catalog import (
 from planner.scenario.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec, ModelSpec
 
-ROOT = Path(__file__).resolve().parents[1]
 MODELS = load_model_catalog()
 GPUS = load_gpu_catalog()
 

@@ -3,21 +3,12 @@ refused before any work, naming the option, the bad value and what is allowed, w
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers import ROOT, error_of
 
 from planner.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
 CPU_TINY = str(ROOT / "scenarios" / "cpu_tiny.yaml")
-
-
-def error_of(argv: list[str], capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("planner: error: ") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 @pytest.fixture

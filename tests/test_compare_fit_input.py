@@ -6,17 +6,12 @@ import json
 import shutil
 
 import pytest
-import torch
+from helpers import error_of
 
 from planner.cli import main
 
-
-def error_of(argv: list[str], capsys) -> str:
-    capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("planner: error: ") and "\n" not in err and "Traceback" not in err
-    return err
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_compare_fit_input")
 
 
 @pytest.fixture(scope="module")
@@ -105,17 +100,9 @@ def test_compare_prints_a_mode_of_control_characters_on_one_line(simulated, tmp_
 # --- calibrate --from ---
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("run") / "cpu_tiny"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as tests/test_calibrate_cli.py's: two threads on a busy CI box stall whole steps
-    try:
-        argv = ["run", "scenarios/cpu_tiny.yaml", "--device", "cpu", "--set", "workload.num_requests=16"]
-        assert main([*argv, "--out", str(folder), "--json"]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    return folder
+@pytest.fixture
+def run_dir(cpu_tiny_run):
+    return cpu_tiny_run.folder
 
 
 def edited_run(run_dir, tmp_path, steps=None, scenario=None):

@@ -3,10 +3,9 @@ streamed merge against merging the whole table, totals kept, and the CLI's two f
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers import ROOT
 
 from planner.cli import main
 from planner.outputs.decode_runs import NUM_STEPS, DecodeRunMerger
@@ -14,7 +13,6 @@ from planner.scenario.load import load_scenario
 from sim.driver import simulate
 from sim.metrics import STEP_COLUMNS
 
-ROOT = Path(__file__).resolve().parent.parent
 A10 = str(ROOT / "scenarios" / "a10_qwen7b.yaml")
 FLOATS = ("start_s", "duration_s", "host_s", "device_s")
 

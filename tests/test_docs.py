@@ -10,13 +10,13 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-REPO = Path(__file__).resolve().parent.parent
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("make_docs", REPO / "docs" / "make_docs.py")
+    spec = importlib.util.spec_from_file_location("make_docs", ROOT / "docs" / "make_docs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -42,14 +42,14 @@ def test_the_scenario_reference_is_generated_from_the_code():
 @pytest.mark.parametrize(
     ("page", "body", "commands"),
     BLOCKS,
-    ids=[f"{page.relative_to(REPO)}: {commands[-1]}" for page, _, commands in BLOCKS],
+    ids=[f"{page.relative_to(ROOT)}: {commands[-1]}" for page, _, commands in BLOCKS],
 )
 def test_each_output_block_is_what_its_commands_print(page, body, commands):
     assert body == printed(commands), STALE
 
 
 def test_the_accuracy_table_summarises_the_fidelity_pages():
-    readme = REPO / "README.md"
+    readme = ROOT / "README.md"
     text = readme.read_text(encoding="utf-8")
     assert gen.ACCURACY_TABLE.search(text), "README.md has no accuracy table"
     assert gen.refresh_accuracy(text, gen.accuracy_rows(), "docs/") == text, STALE
@@ -96,17 +96,17 @@ def test_the_code_constants_the_pages_quote_are_the_codes():
     stale = [
         f"docs/{page}: {constant} is no longer {said!r}"
         for page, said, constant in _code_constants()
-        if said not in (REPO / "docs" / page).read_text(encoding="utf-8")
+        if said not in (ROOT / "docs" / page).read_text(encoding="utf-8")
     ]
     assert not stale, stale
 
 
 def test_the_readme_stays_short_and_leads_with_the_two_commands():
-    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 260, f"README.md has {len(lines)} lines: move detail to docs/"
     head = "\n".join(lines[:40])
     assert "pip install -e . && planner simulate scenarios/a10_qwen7b.yaml" in head
-    assert "pip install -e '.[engine,dev]'" in head
+    assert "pip install -e '.[engine,dev,ray]' && pytest -n auto --dist loadgroup" in head
 
 
 def _anchors(text: str) -> set[str]:
@@ -151,9 +151,9 @@ def _broken_links(page: Path) -> list[str]:
     return broken
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(REPO)) for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_every_relative_link_and_anchor_resolves(page):
-    assert not _broken_links(page), f"{page.relative_to(REPO)}: {_broken_links(page)}"
+    assert not _broken_links(page), f"{page.relative_to(ROOT)}: {_broken_links(page)}"
 
 
 def test_the_docs_tell_no_history():
@@ -161,11 +161,11 @@ def test_the_docs_tell_no_history():
     generators included) describes the product as it is."""
     pattern = re.compile(r"this round|issue [0-9]+|blocked on")
     files = [
-        REPO / "README.md",
-        *sorted(p for p in (REPO / "docs").rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+        ROOT / "README.md",
+        *sorted(p for p in (ROOT / "docs").rglob("*") if p.is_file() and "__pycache__" not in p.parts),
     ]
     hits = [
-        f"{file.relative_to(REPO)}:{n}: {line.strip()}"
+        f"{file.relative_to(ROOT)}:{n}: {line.strip()}"
         for file in files
         for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1)
         if pattern.search(line)

@@ -11,10 +11,17 @@ import pytest
 
 # kernels.bench (whose copy-bandwidth measurement the bench reuses) imports triton: Linux x86-64 only.
 pytest.importorskip("triton")
+pytest.importorskip("torch")
+from helpers.engine import transformers
+
+transformers(module_level=True)  # the static baseline is transformers' generate()
 
 from gpu_engine.bench import MEMORY_ROWS, main
 from gpu_engine.engine import EngineError
 from planner.calibration.device_gpu import catalog_gpu_of_device, load_gpu_catalog
+
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_engine_bench")
 
 NUM_REQUESTS = 6
 

@@ -7,8 +7,10 @@ compiles after warm-up.
 """
 
 import pytest
-import torch
-from test_engine_runner import TINY, prompts, serve
+
+torch = pytest.importorskip("torch")
+
+from helpers.engine import SHARP, TINY, prompts, serve
 
 from gpu_engine.runner import ModelRunner
 from planner.catalog import model_spec_from_hf_config
@@ -18,7 +20,7 @@ SIZES = (1, 2, 4)  # smaller than the batch of 4 prompts at times: some decode s
 
 
 def tiny_runner(device: str, **kwargs) -> ModelRunner:
-    spec = model_spec_from_hf_config({"model_type": "llama", **TINY}, "tiny-llama")
+    spec = model_spec_from_hf_config({"model_type": "llama", **TINY, **SHARP}, "tiny-llama")
     return ModelRunner(spec, "float32", device, 40, BLOCK_SIZE, seed=5, **kwargs)
 
 

@@ -2,7 +2,8 @@
 benchmarks' JSON figures (the same keys kernels.bench and gpu_engine.bench write, checked by their tests)."""
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 pytest.importorskip("triton")
 from gpu_engine.gpu_check import main, targets

@@ -5,17 +5,16 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 pytest.importorskip("triton")
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_host_bench_prints_each_kernel_and_a_layer():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-m", "gpu_engine.host_bench", "--repeats", "2"], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "-m", "gpu_engine.host_bench", "--repeats", "2"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert out.returncode == 0, out.stderr
     for kernel in ("paged_attention", "store_kv", "rms_norm + residual", "rotary", "silu_and_mul"):
@@ -26,6 +25,6 @@ def test_host_bench_prints_each_kernel_and_a_layer():
 
 def test_host_bench_refuses_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-m", "gpu_engine.host_bench"], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "-m", "gpu_engine.host_bench"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert out.returncode == 2 and "TRITON_INTERPRET" in out.stderr

@@ -5,16 +5,13 @@ a GPU, through Triton's interpreter)."""
 
 from __future__ import annotations
 
-import collections
-import dataclasses
-import os
-
 import pytest
-import torch
-from sim_helpers import make_scenario
-from test_engine_runner import TINY, hf_greedy, tiny_hf
 
-import gpu_engine.attention
+torch = pytest.importorskip("torch")
+
+from helpers.engine import TINY, count_triton_calls, hf_greedy, sharp_tiny_hf
+from helpers.scenarios import make_scenario
+
 from gpu_engine.engine import drain
 from gpu_engine.runner import ModelRunner, SamplingParams
 from sim.engine_facts import EngineFacts
@@ -25,30 +22,6 @@ from sim.scheduler import build_scheduler
 MAX_NEW_TOKENS = 9  # hf_greedy's length
 PROMPT_LENGTHS = [5, 13, 1, 22, 40, 7, 31, 18]
 BLOCK_SIZE = 4
-
-
-def count_triton_calls(monkeypatch) -> tuple[str, collections.Counter]:
-    """Route every kernel of the forward through Triton and count the calls. With a CUDA device the runner
-    runs there (the real path); without one, on CPU tensors through Triton's interpreter, so the kernels'
-    wiring into the engine is checked on any machine. Returns (device, call counts)."""
-    pytest.importorskip("triton")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("without CUDA the Triton path needs TRITON_INTERPRET=1 (tests/conftest.py sets it)")
-    ops = gpu_engine.attention.triton_ops()
-    calls = collections.Counter()
-
-    def counted(name):
-        def call(*args, **kwargs):
-            calls[name] += 1
-            return getattr(ops, name)(*args, **kwargs)
-
-        return call
-
-    kernels = [f.name for f in dataclasses.fields(ops) if f.name != "unchecked"]
-    counted_ops = gpu_engine.attention.KernelOps(**{name: counted(name) for name in kernels})  # every layer checks
-    monkeypatch.setattr(gpu_engine.attention, "_triton_ops", lambda device_type: counted_ops)
-    return device, calls
 
 
 @pytest.mark.parametrize(
@@ -63,7 +36,7 @@ def count_triton_calls(monkeypatch) -> tuple[str, collections.Counter]:
 )
 def test_scheduler_driven_generation_matches_transformers(tmp_path, monkeypatch, model_type, prefix_caching, backend):
     device, triton_calls = count_triton_calls(monkeypatch) if backend == "triton" else ("cpu", None)
-    hf, spec = tiny_hf(model_type, tmp_path)
+    hf, spec = sharp_tiny_hf(model_type, tmp_path)
     g = torch.Generator().manual_seed(3)
     shared = torch.randint(0, TINY["vocab_size"], (12,), generator=g).tolist()
     # Two requests share a 12-token prefix, so prefix caching has something to hit.

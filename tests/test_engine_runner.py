@@ -1,86 +1,25 @@
 """ModelRunner.execute over many steps: chunked prefill and decode mixed in one batch, blocks reused after a
 preemption, and the tokens equal transformers' greedy generate() of each prompt alone. Plus sampling and profiling.
 
-The loop below is a stand-in scheduler (a free list of block ids, a fixed chunk size); it mutates the
-requests exactly as the real scheduler's update does, which the runner never does itself.
+The steps come from tests/helpers/engine.py's `serve`, a stand-in scheduler (a free list of block ids, a fixed
+chunk size) that mutates the requests exactly as the real scheduler's update does, which the runner never does.
 """
 
-from math import ceil
-
 import pytest
-import test_engine_model
-import torch
+
+torch = pytest.importorskip("torch")
+
+from helpers.engine import BLOCK_SIZE, SHARP, TINY, hf_greedy, prompts, serve, sharp_tiny_hf
 
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.runner import BlockTableRows, ModelRunner, SamplingParams, build_batch, kv_block_bytes
 from planner.catalog import model_spec_from_hf_config
-from sim.request import Request, Status
-
-# A larger init than HF's 0.02, so the context (and a wrong slot) changes the argmax.
-TINY = test_engine_model.TINY | {"initializer_range": 0.2}
-BLOCK_SIZE = 4
-PROMPT_LENGTHS = [5, 13, 1, 22]
-MAX_NEW_TOKENS = 9
-
-
-def tiny_hf(model_type: str, path, **overrides):
-    return test_engine_model.tiny_hf(model_type, path, **({"initializer_range": 0.2} | overrides))
-
-
-def prompts(vocab_size: int) -> list[list[int]]:
-    g = torch.Generator().manual_seed(7)
-    return [torch.randint(0, vocab_size, (n,), generator=g).tolist() for n in PROMPT_LENGTHS]
-
-
-def hf_greedy(hf, prompt: list[int]) -> list[int]:
-    out = hf.generate(
-        torch.tensor([prompt]),
-        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-        do_sample=False,
-        max_new_tokens=MAX_NEW_TOKENS,
-        eos_token_id=None,  # forced output length, as the engine (EOS ignored)
-        pad_token_id=0,
-    )
-    return out[0, len(prompt) :].tolist()
-
-
-def serve(runner: ModelRunner, prompts: list[list[int]], chunk: int, preempt: tuple[int, int] | None = None):
-    """Request i joins at step i; prefill in chunks of `chunk`; preempt=(request_id, step) evicts one."""
-    requests = [Request(i, 0.0, len(p), MAX_NEW_TOKENS, prompt_token_ids=p) for i, p in enumerate(prompts)]
-    free = list(range(runner.num_blocks))
-    step = 0
-    while not all(r.is_finished for r in requests):
-        running = [r for r in requests[: step + 1] if not r.is_finished]
-        if preempt is not None and step == preempt[1]:
-            victim = requests[preempt[0]]
-            assert 0 < victim.num_output_tokens < MAX_NEW_TOKENS, "preempt while it decodes"
-            free[:0] = victim.block_ids  # reused first: other requests overwrite its old slots
-            victim.block_ids, victim.num_computed_tokens = [], 0
-            running.remove(victim)  # back to waiting for this step
-        scheduled = []
-        for r in running:
-            n = min(chunk, r.num_tokens - r.num_computed_tokens)
-            r.block_ids += [
-                free.pop(0) for _ in range(ceil((r.num_computed_tokens + n) / BLOCK_SIZE) - len(r.block_ids))
-            ]
-            scheduled.append((r, n))
-        sampled = runner.execute(scheduled)
-        assert sampled.keys() == {r.request_id for r, n in scheduled if r.num_computed_tokens + n == r.num_tokens}
-        for r, n in scheduled:
-            r.num_computed_tokens += n
-            if r.request_id in sampled:
-                r.output_token_ids.append(sampled[r.request_id])
-                r.num_output_tokens += 1
-            if r.num_output_tokens == MAX_NEW_TOKENS:
-                r.status = Status.FINISHED
-                free[:0] = r.block_ids
-        step += 1
-    return [r.output_token_ids for r in requests]
+from sim.request import Request
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2"])
 def test_greedy_tokens_equal_transformers_generate(model_type, tmp_path):
-    hf, spec = tiny_hf(model_type, tmp_path, tie_word_embeddings=model_type == "qwen2")
+    hf, spec = sharp_tiny_hf(model_type, tmp_path, tie_word_embeddings=model_type == "qwen2")
     runner = ModelRunner(spec, "float32", "cpu", num_blocks=40, block_size=BLOCK_SIZE, weights_path=str(tmp_path))
     batch_prompts = prompts(spec.vocab_size)
     expected = [hf_greedy(hf, p) for p in batch_prompts]
@@ -92,7 +31,7 @@ def test_greedy_tokens_equal_transformers_generate(model_type, tmp_path):
 
 
 def test_seeded_sampling_repeats_and_top_p_near_zero_is_greedy():
-    spec = model_spec_from_hf_config({"model_type": "llama", **TINY}, "tiny-llama")
+    spec = model_spec_from_hf_config({"model_type": "llama", **TINY, **SHARP}, "tiny-llama")
     batch_prompts = prompts(spec.vocab_size)
 
     def run(seed, sampling):
@@ -108,7 +47,7 @@ def test_seeded_sampling_repeats_and_top_p_near_zero_is_greedy():
 
 
 def test_a_prefill_chunk_short_of_the_end_samples_nothing_and_blocks_must_cover_the_step():
-    spec = model_spec_from_hf_config({"model_type": "llama", **TINY}, "tiny-llama")
+    spec = model_spec_from_hf_config({"model_type": "llama", **TINY, **SHARP}, "tiny-llama")
     runner = ModelRunner(spec, "float32", "cpu", 8, BLOCK_SIZE, sampling=SamplingParams(temperature=1.0))
     request = Request(0, 0.0, 9, 1, prompt_token_ids=list(range(9)))
     request.block_ids = [0, 1]
@@ -119,7 +58,7 @@ def test_a_prefill_chunk_short_of_the_end_samples_nothing_and_blocks_must_cover_
 
 
 def test_profile_on_cpu_uses_the_given_total_and_measured_activations():
-    spec = model_spec_from_hf_config({"model_type": "llama", **TINY}, "tiny-llama")
+    spec = model_spec_from_hf_config({"model_type": "llama", **TINY, **SHARP}, "tiny-llama")
     runner = ModelRunner(spec, "float32", "cpu", num_blocks=None, block_size=16)
     total = 64 << 20
     small = profile_num_blocks(runner, 64, 8, 0.5, total_memory_bytes=total)
@@ -143,7 +82,7 @@ def test_profile_on_cpu_uses_the_given_total_and_measured_activations():
 
 
 def test_profile_on_cpu_needs_a_total():
-    spec = model_spec_from_hf_config({"model_type": "llama", **TINY}, "tiny-llama")
+    spec = model_spec_from_hf_config({"model_type": "llama", **TINY, **SHARP}, "tiny-llama")
     runner = ModelRunner(spec, "float32", "cpu", num_blocks=None, block_size=16)
     with pytest.raises(ValueError, match="total_memory_bytes"):
         profile_num_blocks(runner, 64, 8, 0.9)

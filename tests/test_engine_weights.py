@@ -1,11 +1,19 @@
-"""load_weights: HF names for each family, sharded checkpoints, and a clear error for a directory that does not fit."""
+"""load_weights: HF names for each family, sharded checkpoints, and a clear error for a directory that does not fit,
+a malformed checkpoint index or a FIFO for a tensor file."""
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
+
 import torch.nn.functional as F
+from helpers import ROOT
+from helpers.engine import LLAMA, QWEN, load_one_layer
 from safetensors.torch import load_file, save_file
 
 from gpu_engine.model import build_model
@@ -13,21 +21,6 @@ from gpu_engine.runner import allocate_kv_caches, build_batch
 from gpu_engine.weights import WeightLoadError, init_random_weights, load_weights
 from sim.config import ModelSpec
 from sim.request import Request
-
-LLAMA = ModelSpec(
-    name="tiny-llama",
-    model_type="llama",
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=16,
-    vocab_size=512,
-    max_position_embeddings=256,
-)
-# Qwen-7B's layout at tiny size: no GQA, bias on c_attn, untied lm_head
-QWEN = dataclasses.replace(LLAMA, name="tiny-qwen", model_type="qwen", num_key_value_heads=4, attention_bias=True)
 
 
 def random_model(spec: ModelSpec, seed: int = 0):
@@ -259,3 +252,47 @@ def test_unreadable_file(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"not a checkpoint")
     with pytest.raises(WeightLoadError, match="not a readable safetensors file"):
         load_weights(build_model(LLAMA, torch.float32, "cpu"), tmp_path)
+
+
+INDEX = "model.safetensors.index.json"
+
+
+@pytest.mark.parametrize(
+    "index, words",
+    [
+        ("[1,2]", "found [1, 2]"),
+        ('{"weight_map": [1,2]}', 'found {"weight_map": [1, 2]}'),
+        ('{"weight_map": {"a": 5}}', 'weight_map maps "a" to 5'),
+        ('{"weight_map": {"a": "../x.safetensors"}}', 'weight_map maps "a" to "../x.safetensors"'),
+        ('{"weight_map": {"a": "/tmp/x.safetensors"}}', 'weight_map maps "a" to "/tmp/x.safetensors"'),
+        ("[" * 100_000, "not JSON"),
+        (None, "not a regular file"),  # a folder of that name
+    ],
+)
+def test_a_malformed_index_is_one_clear_error(tmp_path, index, words):
+    if index is None:
+        (tmp_path / INDEX).mkdir()
+    else:
+        (tmp_path / INDEX).write_text(index)
+    with pytest.raises(WeightLoadError) as err:
+        load_one_layer(tmp_path)
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / INDEX}: ") and words in message
+    assert "weight_map maps tensor names to .safetensors file names in its folder" in message
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_fifo_for_a_tensor_file_is_refused_before_opening(tmp_path, indexed):
+    fifo = tmp_path / ("x.safetensors" if indexed else "model.safetensors")
+    os.mkfifo(fifo)
+    if indexed:
+        (tmp_path / INDEX).write_text(json.dumps({"weight_map": {"a": "x.safetensors"}}))
+    # in a process of its own: opening the FIFO blocks without releasing the GIL, so no thread could time it out
+    code = f"from helpers.engine import load_one_layer\nload_one_layer({str(tmp_path)!r})"
+    try:
+        child = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", capture_output=True, text=True,
+                               timeout=30, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"load_weights blocked on the FIFO {fifo}")
+    assert f"WeightLoadError: {fifo}: not a regular file" in child.stderr

@@ -4,10 +4,10 @@ blocks that leave the window, every group draws from one pool, prefix hits as vL
 from __future__ import annotations
 
 import pytest
+from helpers.runs import assert_same_run
+from helpers.scenarios import make_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sim_helpers import make_scenario
-from test_simulator import assert_same_run
 
 from sim.block_pool import NULL_BLOCK_ID
 from sim.driver import simulate

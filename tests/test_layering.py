@@ -58,9 +58,10 @@ def test_cli_import_leaves_numpy_and_the_simulator_to_the_commands():
 
 # planner/'s own layers, bottom up: what a lower package may import of planner (sim/ it always may).
 PLANNER_LAYERS = {
-    "scenario": {"errors", "scenario", "catalog"},  # reading and checking a scenario; the catalogs it names
-    "catalog": {"errors", "scenario", "catalog"},
-    "outputs": {"errors", "scenario", "catalog", "outputs"},  # a run's files, plots and terminal text
+    # errors and paths (what the file system takes) are leaves: they import nothing of planner's
+    "scenario": {"errors", "paths", "scenario", "catalog"},  # reading and checking a scenario; the catalogs it names
+    "catalog": {"errors", "paths", "scenario", "catalog"},
+    "outputs": {"errors", "paths", "scenario", "catalog", "outputs"},  # a run's files, plots and terminal text
 }
 
 

@@ -1,16 +1,17 @@
 """The live engine's mixture-of-experts layer (torch path, CPU): greedy tokens of tiny random Qwen3-MoE and
 Mixtral models, loaded from their HF checkpoints, equal transformers' generate() of each prompt alone, under
-chunked prefill, staggered arrivals and a preemption (tests/test_engine_runner.py's `serve`)."""
+chunked prefill, staggered arrivals and a preemption (tests/helpers/engine.py's `serve`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-import torch
-import transformers
-from test_engine_parity import count_triton_calls
-from test_engine_runner import BLOCK_SIZE, hf_greedy, prompts, serve
+
+torch = pytest.importorskip("torch")
+
+from helpers.engine import BLOCK_SIZE, count_triton_calls, hf_classes, hf_greedy, prompts, serve
+from helpers.scenarios import make_scenario
 
 from gpu_engine.runner import ModelRunner
 from planner.catalog import model_spec_from_hf_config
@@ -20,12 +21,11 @@ TINY_MOE = {
     "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
     "vocab_size": 512, "max_position_embeddings": 256, "initializer_range": 0.2, "num_experts_per_tok": 2,
 }  # fmt: skip
-CASES = {
+CASES = {  # name -> (model_type, config overrides)
     # norm_topk_prob false: transformers' default for Qwen3-MoE (the top-k weights are not renormalised);
     # decoder_sparse_step 2: layer 0 is a dense MLP, layer 1 has experts
     "qwen3_moe": (
-        transformers.Qwen3MoeConfig,
-        transformers.Qwen3MoeForCausalLM,
+        "qwen3_moe",
         {
             "head_dim": 16,
             "intermediate_size": 96,
@@ -36,8 +36,7 @@ CASES = {
         },
     ),
     "qwen3_moe-renormalised": (
-        transformers.Qwen3MoeConfig,
-        transformers.Qwen3MoeForCausalLM,
+        "qwen3_moe",
         {
             "head_dim": 16,
             "intermediate_size": 96,
@@ -47,16 +46,21 @@ CASES = {
         },
     ),
     "mixtral": (
-        transformers.MixtralConfig,
-        transformers.MixtralForCausalLM,
+        "mixtral",
         {"intermediate_size": 32, "num_local_experts": 4, "sliding_window": None},
     ),
 }
 
 
+def _case(cases: dict, name: str):
+    """(config class, model class, overrides) of a case: transformers' classes looked up when a test runs."""
+    model_type, overrides = cases[name]
+    return (*hf_classes(model_type), overrides)
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_moe_greedy_tokens_equal_transformers_generate(case, tmp_path):
-    config_cls, model_cls, overrides = CASES[case]
+    config_cls, model_cls, overrides = _case(CASES, case)
     config = config_cls(**TINY_MOE | overrides)
     torch.manual_seed(0)
     hf = model_cls(config).eval()
@@ -75,7 +79,7 @@ def test_moe_greedy_tokens_equal_transformers_generate(case, tmp_path):
 
 def test_routing_sends_tokens_to_different_experts(tmp_path):
     """The tiny model really routes: its tokens' top-k sets differ (else parity would not test routing)."""
-    config_cls, model_cls, overrides = CASES["mixtral"]
+    config_cls, model_cls, overrides = _case(CASES, "mixtral")
     config = config_cls(**TINY_MOE | overrides)
     torch.manual_seed(0)
     hf = model_cls(config).eval()
@@ -87,13 +91,11 @@ def test_routing_sends_tokens_to_different_experts(tmp_path):
 SLIDING = {
     # a 4-token window, shorter than most prompts: the mask matters from the fifth token on
     "mistral-window": (
-        transformers.MistralConfig,
-        transformers.MistralForCausalLM,
+        "mistral",
         {"intermediate_size": 96, "sliding_window": 4},
     ),
     "mixtral-window": (
-        transformers.MixtralConfig,
-        transformers.MixtralForCausalLM,
+        "mixtral",
         {"intermediate_size": 32, "num_local_experts": 4, "sliding_window": 4},
     ),
 }
@@ -101,7 +103,7 @@ SLIDING = {
 
 @pytest.mark.parametrize("case", SLIDING)
 def test_sliding_window_greedy_tokens_equal_transformers_generate(case, tmp_path):
-    config_cls, model_cls, overrides = SLIDING[case]
+    config_cls, model_cls, overrides = _case(SLIDING, case)
     config = config_cls(**TINY_MOE | overrides)
     torch.manual_seed(0)
     hf = model_cls(config).eval()
@@ -122,7 +124,7 @@ def test_sliding_window_greedy_tokens_equal_transformers_generate(case, tmp_path
 def test_moe_on_the_triton_kernels(tmp_path, monkeypatch):
     """The MoE layer between the Triton kernels (on CUDA, or Triton's interpreter on CPU): the same tokens."""
     device, calls = count_triton_calls(monkeypatch)
-    config_cls, model_cls, overrides = CASES["mixtral"]
+    config_cls, model_cls, overrides = _case(CASES, "mixtral")
     config = config_cls(**TINY_MOE | overrides)
     torch.manual_seed(0)
     hf = model_cls(config).eval()
@@ -143,8 +145,6 @@ def test_moe_on_the_triton_kernels(tmp_path, monkeypatch):
     ],
 )
 def test_live_engine_refuses_models_it_does_not_implement(model, device, message):
-    from sim_helpers import make_scenario
-
     from gpu_engine.engine import EngineError, run_scenario
 
     scenario = make_scenario(model=model, hardware={"gpu": "h200"})
@@ -153,7 +153,7 @@ def test_live_engine_refuses_models_it_does_not_implement(model, device, message
 
 
 def _sliding_model(tmp_path, case: str = "mistral-window"):
-    config_cls, model_cls, overrides = SLIDING[case]
+    config_cls, model_cls, overrides = _case(SLIDING, case)
     config = config_cls(**TINY_MOE | overrides)
     torch.manual_seed(0)
     hf = model_cls(config).eval()
@@ -176,8 +176,6 @@ def test_sliding_window_on_the_hybrid_allocator(tmp_path, monkeypatch, prefix_ca
     """sim/'s scheduler frees the blocks that leave the window (the null block takes their place in the block
     table, as vLLM's SlidingWindowManager does), prefix hits skip them, a small pool preempts: the tokens
     still equal transformers' generate()."""
-    from sim_helpers import make_scenario
-
     from gpu_engine.engine import drain
     from sim.kv_groups import HybridKVCacheManager
     from sim.metrics import Recorder

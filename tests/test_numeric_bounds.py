@@ -4,33 +4,33 @@ the file or variable, the field, the value and what is allowed, exit 2, no trace
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import error_of
+from helpers.scenarios import make_scenario
 
 import planner.calibration.resolve
 import planner.scenario.yaml_loader
 from planner.calibration.profile_loader import load_profile
 from planner.calibration.provenance import SPEC_SHEET
-from planner.calibration.shipped import PROFILE_DIR, default_profile_dir
-from planner.cli import main
+from planner.calibration.shipped import (
+    PROFILE_DIR,
+    PROFILED_GPUS,
+    TENSOR_PARALLEL_SIZES,
+    default_profile_dir,
+    profile_path,
+)
 from planner.errors import show_value
 from planner.scenario.rules import is_percentile_key
 from sim.cost_model import CostCoefficients, CostModel
 from sim.engine_facts import EngineFacts
 from sim.errors import StepTimeError, WorkloadError
-from tests.sim_helpers import make_scenario
 
 A10 = str(Path(__file__).resolve().parent.parent / "scenarios" / "a10_qwen7b.yaml")
 ON_A40 = ["--set", "hardware.gpu=a40", "--set", "dtype=float16", "--set", "workload.num_requests=5"]
-
-
-def error_of(argv: list[str], capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("planner: error: ") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 def a40_profile(tmp_path: Path, section: str, key: str, value) -> Path:
@@ -75,8 +75,12 @@ def test_a_profile_coefficient_outside_any_real_range_is_refused(tmp_path, capsy
 
 
 def test_every_shipped_profile_is_within_the_bounds():
+    # one profile per (GPU, tensor parallel) pair the public operator data measured, and no other
+    with open(PROFILE_DIR / "vidur" / "operators.csv") as f:
+        measured = {(row["gpu"], int(row["tensor_parallel_size"])) for row in csv.DictReader(f)}
     paths = sorted(PROFILE_DIR.glob("*.yaml"))
-    assert len(paths) == 12
+    assert {path.name for path in paths} == {profile_path(gpu, tp).name for gpu, tp in measured}
+    assert measured == {(gpu, tp) for gpu in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES}
     for path in paths:
         load_profile(path)
 
@@ -148,7 +152,8 @@ def test_a_profile_folder_that_is_a_file_is_refused(tmp_path, monkeypatch, capsy
     path.write_text("")
     monkeypatch.setenv("PLANNER_PROFILE_DIR", str(path))
     err = error_of(["simulate", A10, "--set", "workload.num_requests=5"], capsys)
-    assert f'environment variable PLANNER_PROFILE_DIR = "{path}": {path} is not a folder' in err
+    # the variable's value as messages show a value (cut at 80 characters: a pytest-xdist worker's tmp_path is long)
+    assert f"environment variable PLANNER_PROFILE_DIR = {show_value(str(path))}: {path} is not a folder" in err
     assert "expected the folder of your calibration profiles" in err
     monkeypatch.setenv("PLANNER_PROFILE_DIR", str(tmp_path / "not yet"))  # nothing saved yet: fine
     assert default_profile_dir() == tmp_path / "not yet"

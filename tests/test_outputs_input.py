@@ -1,23 +1,15 @@
-"""Bad input around a run's files: a malformed checkpoint index, a FIFO for a tensor file, an --out folder
-another process is writing, and --intervals runs that rejected every request."""
+"""Bad input around a run's files: an --out folder another process is writing, and --intervals runs that rejected
+every request (a malformed checkpoint index and a FIFO for a tensor file: tests/test_engine_weights.py)."""
 
-import dataclasses
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-import torch
 
-from gpu_engine.model import build_model
-from gpu_engine.weights import WeightLoadError, load_weights
 from planner.cli import main
 from planner.outputs.out_lock import LOCK_NAME
-from tests.test_engine_weights import LLAMA
 
-TINY = dataclasses.replace(LLAMA, num_hidden_layers=1)  # one layer: the weights tests' model, smaller
-INDEX = "model.safetensors.index.json"
 # 3 of workload seeds 3..7 draw both requests' prompts beyond max_model_len 4096: every request is rejected
 REJECTING = [
     "simulate",
@@ -29,50 +21,6 @@ REJECTING = [
     "--set",
     "workload.prompt_tokens={dist: uniform, low: 3500, high: 5000}",
 ]
-
-
-def load(path):
-    load_weights(build_model(TINY, torch.float32, "cpu"), path)
-
-
-@pytest.mark.parametrize(
-    "index, words",
-    [
-        ("[1,2]", "found [1, 2]"),
-        ('{"weight_map": [1,2]}', 'found {"weight_map": [1, 2]}'),
-        ('{"weight_map": {"a": 5}}', 'weight_map maps "a" to 5'),
-        ('{"weight_map": {"a": "../x.safetensors"}}', 'weight_map maps "a" to "../x.safetensors"'),
-        ('{"weight_map": {"a": "/tmp/x.safetensors"}}', 'weight_map maps "a" to "/tmp/x.safetensors"'),
-        ("[" * 100_000, "not JSON"),
-        (None, "not a regular file"),  # a folder of that name
-    ],
-)
-def test_a_malformed_index_is_one_clear_error(tmp_path, index, words):
-    if index is None:
-        (tmp_path / INDEX).mkdir()
-    else:
-        (tmp_path / INDEX).write_text(index)
-    with pytest.raises(WeightLoadError) as err:
-        load(tmp_path)
-    message = str(err.value)
-    assert message.startswith(f"{tmp_path / INDEX}: ") and words in message
-    assert "weight_map maps tensor names to .safetensors file names in its folder" in message
-
-
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
-@pytest.mark.parametrize("indexed", [False, True])
-def test_a_fifo_for_a_tensor_file_is_refused_before_opening(tmp_path, indexed):
-    fifo = tmp_path / ("x.safetensors" if indexed else "model.safetensors")
-    os.mkfifo(fifo)
-    if indexed:
-        (tmp_path / INDEX).write_text(json.dumps({"weight_map": {"a": "x.safetensors"}}))
-    # in a process of its own: opening the FIFO blocks without releasing the GIL, so no thread could time it out
-    code = f"from tests.test_outputs_input import load\nload({str(tmp_path)!r})"
-    try:
-        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"load_weights blocked on the FIFO {fifo}")
-    assert f"WeightLoadError: {fifo}: not a regular file" in child.stderr
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="no flock on Windows: --out is not locked there")

@@ -5,15 +5,17 @@ A dependency's release that breaks us should fail here, in one named test, rathe
 spread over the files that happen to import it first."""
 
 import importlib.metadata
+import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
 OUR_IMPORT_NAMES = sorted({name.split(".")[0] for name in SETUPTOOLS["packages"]})
@@ -48,7 +50,8 @@ def test_no_dependency_owns_one_of_our_import_names():
     """Each of our top-level import names, and each top-level folder of the checkout that is a regular
     package (a root on sys.path makes it importable), is owned by no installed distribution but ours."""
     checkout_packages = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
-    ours = set(OUR_IMPORT_NAMES) | checkout_packages
+    # and the tests' own helpers package, which tests/ on sys.path makes importable as `helpers`
+    ours = set(OUR_IMPORT_NAMES) | checkout_packages | {"helpers"}
     owners: dict[str, set[str]] = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
@@ -70,8 +73,9 @@ def test_transformers_models_and_every_kernel_module_import_in_one_process_run_f
     """transformers imports Hugging Face's `kernels` whenever a model class is touched; run from the
     checkout's root (sys.path[0] = the root, as `python -m ...` there does), that must still be theirs while
     every module of our kernels folder imports too."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    for name in ("torch", "transformers"):  # not installed: skip; installed and broken: fail, below
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed (the engine extra)")
     modules = sorted(f"planner_kernels.{p.stem}" for p in (ROOT / "kernels").glob("*.py"))
     code = (
         "import importlib, sys, transformers\n"
@@ -90,3 +94,61 @@ def test_transformers_models_and_every_kernel_module_import_in_one_process_run_f
         return  # an older transformers without Hugging Face's kernels: nothing of theirs to shadow
     hf_kernels = Path(done.stdout.strip().splitlines()[-1])
     assert hf_kernels.parent != ROOT / "kernels", f"`import kernels` found the checkout's folder: {hf_kernels}"
+
+
+# Each dependency pyproject.toml names (the engine, dev and ray extras too) -> the module it is imported as
+# (ruff is a program: run, not imported).
+IMPORT_NAMES = {
+    "numpy": "numpy", "pyyaml": "yaml", "simpy": "simpy", "matplotlib": "matplotlib", "scipy": "scipy",
+    "torch": "torch", "transformers": "transformers", "safetensors": "safetensors", "triton": "triton",
+    "pytest": "pytest", "pytest-xdist": "xdist", "hypothesis": "hypothesis", "ruff": None, "ray": "ray",
+}  # fmt: skip
+CONSTRAINTS = ROOT / ".ci" / "constraints.txt"
+
+
+def requirements() -> list:
+    from packaging.requirements import Requirement
+
+    project = PYPROJECT["project"]
+    extras = [r for group in ("engine", "dev", "ray") for r in project["optional-dependencies"][group]]
+    return [Requirement(text) for text in [*project["dependencies"], *extras]]
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_dependency_imports_in_a_fresh_process():
+    """The one place a dependency's release that breaks its own import (or ours, as transformers 5.25's
+    `kernels` did) shows: named, with its version and the error. The engine's tests that need it skip saying so."""
+    installed = []
+    for req in requirements():
+        module = IMPORT_NAMES[normalized(req.name)]
+        if module is not None and importlib.util.find_spec(module) is not None:
+            installed.append((req.name, module))
+    assert installed
+    failures = []
+    for name, module in installed:  # one process each: a broken one takes no other with it
+        code = f"import {module}"
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            version = importlib.metadata.version(name)
+            failures.append(f"{name} {version}: {done.stderr.strip().splitlines()[-1]}")
+    assert not failures, "dependencies that do not import: " + "; ".join(failures)
+
+
+def test_the_constraints_file_pins_every_dependency_at_a_version_pyproject_allows():
+    """.ci/constraints.txt: the exact versions of the last green run, for reproducing it (README, Tests). Every
+    dependency pyproject.toml names is pinned there, each pin within pyproject.toml's bounds."""
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version and " " not in version, f"{CONSTRAINTS.name}: {line!r} is no name==version pin"
+            pins[normalized(name)] = version
+    for req in requirements():
+        name = normalized(req.name)
+        assert name in pins, f"{req.name} is not pinned in {CONSTRAINTS.name}"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req.name}=={pins[name]} is outside {req}"
+    assert set(IMPORT_NAMES) == {normalized(r.name) for r in requirements()}

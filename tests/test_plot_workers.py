@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from planner.outputs.plots import CDF_POINTS, PLOT_NAMES
 from planner.outputs.plots.draw import write_plots
@@ -23,7 +24,9 @@ from planner.outputs.plots.workers import (
 from planner.scenario.load import load_scenario
 from sim.driver import simulate
 
-ROOT = Path(__file__).resolve().parent.parent
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_plot_workers")
+
 A10 = ROOT / "scenarios" / "a10_qwen7b.yaml"
 
 
@@ -63,7 +66,12 @@ def test_workers_never_given_a_run_exit():
     workers = PlotWorkers([("kv_cache.png",)])
     processes = [process for _, process in workers.workers]
     workers.close()
-    assert all(process.exitcode is not None for process in processes)
+    # close() waits 5 s for each, then terminates it without waiting: on a loaded machine (a spawned process
+    # still importing matplotlib at a lower priority) its exit code comes a moment later
+    for process in processes:
+        process.join(timeout=60)
+    assert processes and all(process.exitcode is not None for process in processes)
+    assert workers.workers == [] and workers.run_file is None
 
 
 def test_only_long_runs_with_plots_and_a_spare_cpu_get_workers(tmp_path, monkeypatch):

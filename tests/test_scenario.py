@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from scenario_helpers import INLINE_MODEL, MINIMAL, RATE, error_of, write
+from helpers.scenario_files import INLINE_MODEL, MINIMAL, RATE, load_error, write
 
 from planner.errors import PlannerError, ScenarioError
 from planner.scenario.load import load_scenario, scenario_to_dict, validate_mapping
@@ -194,7 +194,7 @@ def test_full_example_file(tmp_path):
 )
 def test_errors_name_file_key_value_and_allowed(tmp_path, override, expected):
     path = write(tmp_path, MINIMAL)
-    message = error_of(path, (override,))
+    message = load_error(path, (override,))
     assert re.search(expected, message), message
     assert message.startswith(str(path)) and "\n" not in message
 
@@ -209,7 +209,7 @@ def test_errors_are_scenario_errors_with_parts(tmp_path):
 
 def test_error_in_the_file_itself(tmp_path):
     path = write(tmp_path, MINIMAL + "engine:\n  max_num_seq: 128\n", "x.yaml")
-    assert error_of(path).startswith(f"{path}: engine.max_num_seq: unknown key (did you mean max_num_seqs?)")
+    assert load_error(path).startswith(f"{path}: engine.max_num_seq: unknown key (did you mean max_num_seqs?)")
 
 
 def test_chunked_prefill_off_token_budget(tmp_path):
@@ -217,7 +217,7 @@ def test_chunked_prefill_off_token_budget(tmp_path):
     # Not given: vLLM's default without chunked prefill, max(max_model_len, 2048).
     assert load_scenario(path).engine.max_num_batched_tokens == 8192
     assert load_scenario(path, ("engine.max_model_len=1024",)).engine.max_num_batched_tokens == 2048
-    message = error_of(path, ("engine.max_num_batched_tokens=4096",))
+    message = load_error(path, ("engine.max_num_batched_tokens=4096",))
     assert "engine.max_num_batched_tokens = 4096: is smaller than max_model_len (8192)" in message
     assert "raise max_num_batched_tokens, lower max_model_len or enable chunked prefill" in message
     assert load_scenario(path, ("engine.max_num_batched_tokens=4096", "engine.max_model_len=4096"))
@@ -229,7 +229,7 @@ def test_tensor_parallel_kv_heads_follow_vllm(tmp_path):
     path = write(tmp_path, f"model: {json.dumps(INLINE_MODEL)}\nhardware: {{gpu: a10}}\n" + RATE)
     for tp in (1, 2, 4, 12):
         assert load_scenario(path, (f"hardware.tensor_parallel_size={tp}",)).hardware.tensor_parallel_size == tp
-    message = error_of(path, ("hardware.tensor_parallel_size=6",))
+    message = load_error(path, ("hardware.tensor_parallel_size=6",))
     assert "hardware.tensor_parallel_size = 6: must divide" in message and "num_key_value_heads (4)" in message
 
 
@@ -255,7 +255,7 @@ def test_tensor_parallel_kv_heads_follow_vllm(tmp_path):
 )
 def test_file_level_errors(tmp_path, text, expected):
     path = write(tmp_path, text)
-    message = error_of(path)
+    message = load_error(path)
     assert re.search(expected, message), message
     assert message.startswith(str(path))
 
@@ -298,7 +298,7 @@ def test_overrides_apply_and_are_validated(tmp_path):
     ],
 )
 def test_malformed_overrides(tmp_path, override, expected):
-    message = error_of(write(tmp_path, MINIMAL), (override,))
+    message = load_error(write(tmp_path, MINIMAL), (override,))
     assert re.search(expected, message), message
 
 
@@ -314,7 +314,7 @@ def test_null_section_means_defaults(tmp_path):
     s = load_scenario(write(tmp_path, "model: qwen-7b\nhardware: {gpu: a10}\nengine:\nslo:\n" + RATE))
     assert s.engine.block_size == 16 and s.slo.ttft_ms == {}
     # a null workload is its defaults, and the default poisson process needs a rate
-    message = error_of(write(tmp_path, "model: qwen-7b\nhardware: {gpu: a10}\nworkload:\n"))
+    message = load_error(write(tmp_path, "model: qwen-7b\nhardware: {gpu: a10}\nworkload:\n"))
     assert message.endswith("workload.arrival.rate: missing; process poisson needs rate (requests/s)")
 
 
@@ -329,14 +329,14 @@ def test_scenario_to_dict_is_json(tmp_path):
 
 def test_a_catalog_gpu_without_a_link_bandwidth_is_not_called_an_inline_mapping(tmp_path):
     path = write(tmp_path, "model: tiny-llama\nhardware: {gpu: cpu, tensor_parallel_size: 2}\n" + RATE)
-    assert error_of(path).endswith(
+    assert load_error(path).endswith(
         "PCIe Gen4 x16 32); the catalog's cpu has none: give hardware.gpu as a mapping of its fields with it"
     )
 
 
 def test_a_tensor_parallel_advice_says_what_the_gpu_lacks_for_it(tmp_path):
     # The advice on an inline GPU without a link bandwidth was then refused for that very field.
-    from scenario_helpers import INLINE_GPU
+    from helpers.scenario_files import INLINE_GPU
 
     from sim.memory import memory_breakdown
     from sim.memory_fit import fit_problems

@@ -8,24 +8,24 @@ import os
 from pathlib import Path
 
 import pytest
-from scenario_helpers import INLINE_GPU, INLINE_MODEL, MINIMAL, RATE, error_of, write
+from helpers.scenario_files import INLINE_GPU, INLINE_MODEL, MINIMAL, RATE, load_error, write
 
 from planner.scenario.load import load_scenario
 
 
 def test_missing_scenario_file(tmp_path):
-    assert error_of(tmp_path / "nope.yaml") == f"{tmp_path / 'nope.yaml'}: no such scenario file"
+    assert load_error(tmp_path / "nope.yaml") == f"{tmp_path / 'nope.yaml'}: no such scenario file"
 
 
 def test_missing_trace_file_names_key_and_resolved_path(tmp_path):
     path = write(tmp_path, MINIMAL, "sub/s.yaml")
-    message = error_of(path, ("workload.prompt_tokens.dist=trace", "workload.trace.path=traces/none.csv"))
+    message = load_error(path, ("workload.prompt_tokens.dist=trace", "workload.trace.path=traces/none.csv"))
     resolved = tmp_path / "sub" / "traces" / "none.csv"
     assert message == (
         f'{path}: workload.trace.path = "traces/none.csv": no such file: {resolved}; expected a CSV or JSONL trace file'
     )
     for bad, what in (("/dev/null", "not a regular file"), (str(tmp_path), "a folder")):
-        message = error_of(path, ("workload.prompt_tokens.dist=trace", f"workload.trace.path={bad}"))
+        message = load_error(path, ("workload.prompt_tokens.dist=trace", f"workload.trace.path={bad}"))
         assert message == f'{path}: workload.trace.path = "{bad}": {what}: {bad}; expected a CSV or JSONL trace file'
 
 
@@ -37,8 +37,8 @@ def test_a_path_naming_a_user_this_machine_lacks_is_an_error_not_a_traceback(tmp
 
     user = "~no-such-user-planner"
     path = write(tmp_path, MINIMAL)
-    assert error_of(path, (f"model={user}/config.json",)) == f'{path}: model = "{user}/config.json": {NO_SUCH_USER}'
-    message = error_of(path, ("workload.prompt_tokens.dist=trace", f"workload.trace.path={user}/t.csv"))
+    assert load_error(path, (f"model={user}/config.json",)) == f'{path}: model = "{user}/config.json": {NO_SUCH_USER}'
+    message = load_error(path, ("workload.prompt_tokens.dist=trace", f"workload.trace.path={user}/t.csv"))
     assert message == f'{path}: workload.trace.path = "{user}/t.csv": {NO_SUCH_USER}'
     scenario = load_scenario(path)
     with pytest.raises(PlannerError, match=f'^--calibration "{user}/p.yaml": {NO_SUCH_USER}$'):
@@ -66,18 +66,18 @@ def test_an_inline_model_s_counts_and_factors_are_checked_before_use(tmp_path, c
     rope factor was passed through unchecked and a NaN one reached summary.json as null. (JSON's NaN and
     Infinity reach the catalog as strings that float() reads.)"""
     path = write(tmp_path, MINIMAL)
-    message = error_of(path, (f"model={json.dumps({**INLINE_MODEL, **change})}",))
+    message = load_error(path, (f"model={json.dumps({**INLINE_MODEL, **change})}",))
     assert message.startswith(f"{path}: model: model 'inline': ") and expected in message
 
 
 def test_trace_columns_and_use_are_checked(tmp_path):
     (tmp_path / "t.csv").write_text("num_prefill_tokens, num_decode_tokens\n10,5\n")  # header spaces: stripped
     path = write(tmp_path, MINIMAL + "  trace: {path: t.csv}\n")
-    assert "workload.trace: is set but unused" in error_of(path)
-    message = error_of(path, ("workload.arrival.process=trace",))
+    assert "workload.trace: is set but unused" in load_error(path)
+    message = load_error(path, ("workload.arrival.process=trace",))
     assert 'workload.trace.arrival_column = "arrived_at": no such column' in message
     assert "columns: num_prefill_tokens, num_decode_tokens" in message
-    message = error_of(path, ("workload.prompt_tokens.dist=trace", "workload.trace.prompt_column=num_prefil_tokens"))
+    message = load_error(path, ("workload.prompt_tokens.dist=trace", "workload.trace.prompt_column=num_prefil_tokens"))
     assert "(did you mean num_prefill_tokens?)" in message
     s = load_scenario(path, ("workload.prompt_tokens.dist=trace", "workload.output_tokens.dist=trace"))
     assert s.workload.trace.path == str(tmp_path / "t.csv")
@@ -127,9 +127,9 @@ def test_inline_model_and_gpu(tmp_path):
     assert s.engine.max_model_len == 2048  # the inline model's max_position_embeddings
     # their own errors come back naming the key
     bad_model = {k: v for k, v in INLINE_MODEL.items() if k != "hidden_size"}
-    message = error_of(path, (f"model={json.dumps(bad_model)}",))
+    message = load_error(path, (f"model={json.dumps(bad_model)}",))
     assert message.startswith(f"{path}: model: ") and "hidden_size" in message
-    message = error_of(path, ("hardware.gpu.memory_bytes=-1",))
+    message = load_error(path, ("hardware.gpu.memory_bytes=-1",))
     assert message.startswith(f"{path}: hardware.gpu: ") and "memory_bytes" in message
 
 
@@ -137,8 +137,8 @@ def test_an_inline_model_s_optional_parts_have_ranges(tmp_path):
     """10^20 experts was read, and failed later as 'short by 4.2e39 GiB'."""
     path = write(tmp_path, MINIMAL)
     moe = {**INLINE_MODEL, "model_type": "qwen3_moe", "moe_intermediate_size": 768, "num_experts_per_tok": 8}
-    message = error_of(path, (f"model={json.dumps({**moe, 'num_experts': 10**20})}",))
+    message = load_error(path, (f"model={json.dumps({**moe, 'num_experts': 10**20})}",))
     assert message == f"{path}: model.num_experts = {10**20}: must be in [0, 65,536]"
     window = {**INLINE_MODEL, "model_type": "mistral", "sliding_window": 10**11}
-    message = error_of(path, (f"model={json.dumps(window)}",))
+    message = load_error(path, (f"model={json.dumps(window)}",))
     assert message == f"{path}: model.sliding_window = {10**11}: must be in [1, 16,777,216] tokens"

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-REPO = Path(__file__).resolve().parent.parent
-DOC = REPO / "docs" / "seed-claims.md"
-SEEDS = REPO.parent / "shared" / "seeds"  # CI: a read-only copy of shared/ beside the repository
+# Its module-scoped fixture is computed once per pytest-xdist worker: every test of the module on one worker.
+pytestmark = pytest.mark.xdist_group("test_seed_claims")
+
+DOC = ROOT / "docs" / "seed-claims.md"
+SEEDS = ROOT.parent / "shared" / "seeds"  # CI: a read-only copy of shared/ beside the repository
 ARTICLE_FILES = {"000": "000_2d4ecc16cb811eac.txt", "001": "001_b8ad21bfeda07981.txt"}
 
 
 def _load_generator():
-    spec = importlib.util.spec_from_file_location("make_seed_claims", REPO / "docs" / "make_seed_claims.py")
+    spec = importlib.util.spec_from_file_location("make_seed_claims", ROOT / "docs" / "make_seed_claims.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -10,11 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import ROOT
+
 from planner.catalog import _catalog_entries, catalog_model, model_names
 from planner.scenario.load import load_scenario
 from planner.sizing.serve import vllm_serve_command
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "scenarios/a10_qwen7b.yaml"
 # A repository id as the Hub spells one: organisation/name, letters, digits, '-', '_' and '.'.
 REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")

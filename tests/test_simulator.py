@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.runs import assert_same_run
+from helpers.scenarios import make_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sim_helpers import make_scenario
 
 from sim.block_pool import NULL_BLOCK_ID, BlockPool
 from sim.driver import simulate
@@ -65,23 +66,6 @@ def test_tpot_never_beats_reading_the_weights(name):
     requests = result.recorder.requests.view()
     tpot_ms = (requests["finished_s"] - requests["first_token_s"]) / (requests["output_tokens"] - 1) * 1e3
     assert tpot_ms.min() >= floor_ms
-
-
-def assert_same_run(fast, slow, scenario) -> None:
-    fast_summary, slow_summary = summarize(fast.recorder, scenario.slo), summarize(slow.recorder, scenario.slo)
-    assert fast.recorder.num_steps == slow.recorder.num_steps
-    for key, value in fast_summary.items():
-        if isinstance(value, float):
-            assert value == pytest.approx(slow_summary[key], rel=1e-9, nan_ok=True), key
-    fast_steps, slow_steps = fast.recorder.steps.view(), slow.recorder.steps.view()
-    fast_order = np.lexsort((fast_steps["start_s"], fast_steps["replica"]))
-    slow_order = np.lexsort((slow_steps["start_s"], slow_steps["replica"]))
-    for column in fast_steps:
-        a, b = fast_steps[column][fast_order], slow_steps[column][slow_order]
-        if column in ("start_s", "duration_s"):
-            np.testing.assert_allclose(a, b, rtol=1e-9, err_msg=column)
-        else:
-            np.testing.assert_array_equal(a, b, err_msg=column)
 
 
 def test_fast_forward_matches_stepping_one_by_one():

@@ -3,19 +3,17 @@ steady-state verdict (probe.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from sizing_helpers import probe_result
+from helpers import ROOT
+from helpers.sizing import probe_result
 
 from planner.sizing.candidates import enumerate_candidates
 from planner.sizing.capacity import find_capacity
-from planner.sizing.probe import queue_grows, run_probe, unserved_fraction
+from planner.sizing.probe import LONGER_PROBE, LONGEST_PROBE, queue_grows, run_probe, unserved_fraction
 from planner.sizing.search import run_search
 from planner.sizing.spec import load_sizing
 
-ROOT = Path(__file__).resolve().parent.parent
 BASE = "scenarios/a10_qwen7b.yaml"
 SMALL = ["search.probe.num_requests=40", "search.probe.max_probes=4"]
 
@@ -139,38 +137,47 @@ def test_a_capacity_that_cannot_beat_the_best_stops_at_oneprobe_result():
     assert cap.short_of is None and 7 / 1.1 <= cap.load <= 7
 
 
+H100_SCENARIO = (
+    "model: llama-3.1-8b\nhardware: {gpu: h100-sxm}\nengine: {max_model_len: 4096}\n"
+    "workload: {arrival: {process: poisson, rate: 4}, prompt_tokens: {dist: fixed, value: 32},"
+    " output_tokens: {dist: fixed, value: 64}}\nslo: {ttft_ms: {p99: 3000}}\n"
+)
+# Regression golden: this candidate's capacity per replica under the shipped H100 calibration, as
+#   planner size H100.yaml --set "search.candidates={gpus: [h100-sxm], tensor_parallel_sizes: [1]}" \
+#     --set search.probe.num_requests=400 --set "search.demand={rate: 400}"
+# reports it (H100.yaml: H100_SCENARIO). The loads below are fractions of it; regenerate it when the shipped
+# calibration changes.
+H100_CAPACITY_RPS = 381.73
+
+
 def _h100_candidate(tmp_path):
-    """Llama-3.1-8B on one H100 with 32 + 64-token requests: it serves about 392 req/s."""
+    """Llama-3.1-8B on one H100 with 32 + 64-token requests (H100_CAPACITY_RPS)."""
     path = tmp_path / "h100.yaml"
-    path.write_text(
-        "model: llama-3.1-8b\nhardware: {gpu: h100-sxm}\nengine: {max_model_len: 4096}\n"
-        "workload: {arrival: {process: poisson, rate: 4}, prompt_tokens: {dist: fixed, value: 32},"
-        " output_tokens: {dist: fixed, value: 64}}\nslo: {ttft_ms: {p99: 3000}}\n"
-    )
+    path.write_text(H100_SCENARIO)
     return enumerate_candidates(
         load_sizing(path, ["search.candidates={gpus: [h100-sxm], tensor_parallel_sizes: [1]}"])
     )[0][0]
 
 
 def test_a_probe_too_short_to_tell_filling_from_growing_runs_again_longer(tmp_path):
-    # 400 requests of 32 + 64 tokens at 299 req/s on an H100 take 0.57 s each over 1.33 s of arrivals: still filling
-    # in the second quarter, they read as a growing queue (saturated), where 3,000 requests ran steady.
+    # 400 requests of 32 + 64 tokens at 78% of the capacity take 0.57 s each over 1.3 s of arrivals: still filling
+    # in the second quarter, they read as a growing queue (saturated), where LONGER_PROBE times as many run steady.
     candidate = _h100_candidate(tmp_path)
-    steady = run_probe(candidate.scenario, "rate", 299.0, 400, candidate.coefficients)
-    assert steady.met and not steady.saturated and steady.num_requests == 1600
-    overloaded = run_probe(candidate.scenario, "rate", 600.0, 400, candidate.coefficients)
+    steady = run_probe(candidate.scenario, "rate", 0.78 * H100_CAPACITY_RPS, 400, candidate.coefficients)
+    assert steady.met and not steady.saturated and steady.num_requests == 400 * LONGER_PROBE
+    overloaded = run_probe(candidate.scenario, "rate", 1.57 * H100_CAPACITY_RPS, 400, candidate.coefficients)
     assert not overloaded.met and overloaded.saturated  # longer, it is still overloaded
 
 
 def test_a_slow_overload_is_not_a_steady_state(tmp_path):
-    # 450 req/s where about 392 are served: over 6,400 requests the system holds 1.37x as many requests in the last
-    # quarter as in the second (not past queue_grows' factor), and the p99 TTFT (1.1 s) meets its 3 s bound; 10.8%
-    # of the second half's arrivals stay unserved. It passed once, and the capacity with it.
+    # 18% over the capacity: over LONGEST_PROBE x 400 requests the system holds 1.37x as many requests in the last
+    # quarter as in the second (not past queue_grows' factor), and the p99 TTFT (1.1 s) meets its 3 s bound; a
+    # tenth of the second half's arrivals stay unserved. It passed once, and the capacity with it.
     candidate = _h100_candidate(tmp_path)
-    overloaded = run_probe(candidate.scenario, "rate", 450.0, 400, candidate.coefficients)
-    assert overloaded.num_requests == 6400 and all(met for *_, met in overloaded.checks)
+    overloaded = run_probe(candidate.scenario, "rate", 1.18 * H100_CAPACITY_RPS, 400, candidate.coefficients)
+    assert overloaded.num_requests == 400 * LONGEST_PROBE and all(met for *_, met in overloaded.checks)
     assert overloaded.saturated and not overloaded.met
-    assert run_probe(candidate.scenario, "rate", 350.0, 400, candidate.coefficients).met
+    assert run_probe(candidate.scenario, "rate", 0.92 * H100_CAPACITY_RPS, 400, candidate.coefficients).met
 
 
 def test_unserved_fraction_is_the_growth_of_the_system_over_the_second_half():

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sizing_helpers import probe_result
+from helpers.sizing import probe_result
 
 from planner.cli import main
 from planner.sizing import cli as size_cli

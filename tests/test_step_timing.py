@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.scenarios import make_scenario
 
 from sim.cost_model import CostCoefficients, CostModel
 from sim.driver import simulate
@@ -13,7 +14,6 @@ from sim.engine_facts import EngineFacts
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import build_scheduler
-from tests.sim_helpers import make_scenario
 
 
 def test_async_overlaps_host_and_device_eager_adds_them():

@@ -4,15 +4,13 @@ model's num_gpu_blocks within 2% of vLLM's for every comparable start-up log lis
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
+from helpers import ROOT
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("vllm_fidelity", REPO / "docs" / "vllm_fidelity.py")
+    spec = importlib.util.spec_from_file_location("vllm_fidelity", ROOT / "docs" / "vllm_fidelity.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -42,4 +40,4 @@ def test_every_listed_log_evaluates_with_its_settings():
 
 
 def test_the_page_is_current():
-    assert (REPO / "docs" / "vllm-fidelity.md").read_text() == fidelity.render()
+    assert (ROOT / "docs" / "vllm-fidelity.md").read_text() == fidelity.render()

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from sim_helpers import BASE
+from helpers.scenarios import BASE
 
 from planner.cli import main
 from planner.scenario.load import validate_mapping

@@ -122,9 +122,10 @@ def test_closed_loop_users_start_spread_over_one_think_time():
 
 
 def test_both_modes_send_a_closed_loops_first_requests_at_the_users_starts():
+    from helpers.scenarios import make_scenario
+
     from gpu_engine.engine import Arrivals
     from sim.driver import simulate
-    from tests.sim_helpers import make_scenario
 
     closed = {"num_requests": 40, "arrival": {"process": "closed", "concurrency": 4, "think_time_s": 0.2}}
     scenario = make_scenario(workload=closed)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from scenario_helpers import MINIMAL, error_of, write
+from helpers.scenario_files import MINIMAL, load_error, write
 
 from planner.calibration.profile import ProfileError
 from planner.calibration.profile_loader import load_profile
@@ -25,14 +25,14 @@ def test_yaml_1_1_timestamps_merge_and_value_keys_are_plain_strings(tmp_path, na
 
 def test_an_explicit_tag_out_of_range_is_one_line(tmp_path):
     path = write(tmp_path, MINIMAL + "name: !!timestamp 2026-02-30\n")
-    assert error_of(path) == f"{path}: invalid YAML: day is out of range for month"
+    assert load_error(path) == f"{path}: invalid YAML: day is out of range for month"
 
 
 @pytest.mark.parametrize(("escaped", "code"), [("a\\x1bb", "001B"), ("a\\u0000b", "0000"), ("l1\\nSLO ok", "000A")])
 def test_a_string_with_a_control_character_is_refused(tmp_path, escaped, code):
     # Printed raw they sent escape sequences to the terminal, or a newline that faked an output line.
     path = write(tmp_path, MINIMAL + f'name: "{escaped}"\n')
-    assert f"holds control character U+{code}; strings are one line of printable text" in error_of(path)
+    assert f"holds control character U+{code}; strings are one line of printable text" in load_error(path)
     assert load_scenario(write(tmp_path, MINIMAL + 'name: "a\\tb"\n')).name == "a\tb"  # a tab is text
 
 
@@ -52,7 +52,7 @@ def test_set_keeps_a_percentile_keys_decimals(tmp_path):
     ],
 )
 def test_set_refuses_to_drop_a_key_it_was_given(tmp_path, overrides, words):
-    assert words in error_of(write(tmp_path, MINIMAL), overrides)
+    assert words in load_error(write(tmp_path, MINIMAL), overrides)
 
 
 def test_set_puts_a_key_into_the_mapping_set_before_it(tmp_path):
@@ -93,4 +93,4 @@ def test_a_profiles_merge_key_still_merges_and_may_be_overridden():
 @pytest.mark.parametrize("key", ["p00099", "p05"])
 def test_a_percentile_with_a_leading_zero_is_refused(tmp_path, key):
     # p00099 was read as p99 under its own spelling: one percentile, one key.
-    assert f"slo.ttft_ms.{key}: unknown statistic" in error_of(write(tmp_path, MINIMAL), (f"slo.ttft_ms.{key}=5",))
+    assert f"slo.ttft_ms.{key}: unknown statistic" in load_error(write(tmp_path, MINIMAL), (f"slo.ttft_ms.{key}=5",))

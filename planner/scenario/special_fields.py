@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import NO_SUCH_USER, NO_VALUE, ScenarioError, expand_user
+from planner.paths import shown, too_long
 from planner.scenario.rules import RULES, Ctx, did_you_mean
 from sim.config import GpuSpec, HardwareConfig, ModelSpec, Scenario, TraceConfig
 
@@ -36,7 +37,7 @@ def _resolve_model(value: Any, key_path: str, ctx: Ctx) -> ModelSpec:
     models = catalog.model_names()
     if value in models:
         return catalog.catalog_model(value)
-    path = _resolve_path(value, key_path, ctx)
+    path = _resolve_path(value, key_path, ctx, folder=True)  # a config.json, or the folder that holds one
     config = path / "config.json" if path.is_dir() else path
     if config.exists() and not config.is_file():  # a FIFO or a device would block the read
         raise ScenarioError(ctx.file, key_path, value, f"{config} is not a regular file")
@@ -94,13 +95,17 @@ def _resolve_trace_path(value: Any, key_path: str, ctx: Ctx) -> str:
     return str(path)  # absolute: nothing below planner/ knows the scenario's folder
 
 
-def _resolve_path(value: str, key_path: str, ctx: Ctx) -> Path:
+def _resolve_path(value: str, key_path: str, ctx: Ctx, folder: bool = False) -> Path:
     if "\0" in value:  # the OS cannot take it (and would raise ValueError deep in pathlib)
         raise ScenarioError(ctx.file, key_path, value, "a path cannot hold a NUL character")
     path = expand_user(value)
     if path is None:
         raise ScenarioError(ctx.file, key_path, value, NO_SUCH_USER)
-    return path if path.is_absolute() else (ctx.base_dir / path).resolve()
+    path = path if path.is_absolute() else ctx.base_dir / path
+    reason = too_long(path, folder)
+    if reason is not None:  # resolve() and every check after it would raise ENAMETOOLONG
+        raise ScenarioError(ctx.file, key_path, shown(value), reason)
+    return path.resolve()
 
 
 def check_ranges(spec: GpuSpec | ModelSpec, key_path: str, ctx: Ctx) -> GpuSpec | ModelSpec:

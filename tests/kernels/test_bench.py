@@ -6,21 +6,22 @@ Figures are not judged here: the benchmark prints them against their targets on 
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-from kernels_testutil import require_triton
+import pytest
+from helpers import ROOT
+
+pytest.importorskip("torch")
+from helpers.kernels import require_triton
 
 require_triton()
 from planner_kernels.paged_attention_config import MAX_SPLITS
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def run_bench(tmp_path, *flags) -> tuple[str, dict]:
     path = tmp_path / "bench.json"
     result = subprocess.run(
         [sys.executable, "-m", "planner_kernels.bench", "--tiny", "--json", str(path), *flags],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return result.stdout, json.loads(path.read_text())
@@ -37,6 +38,7 @@ def test_bench_times_every_case_against_its_reference(tmp_path):
     assert figures["sweep"] is None
 
 
+@pytest.mark.slow  # the default launch config is timed above, in every run
 def test_bench_sweep_times_every_config_and_reports_the_fastest(tmp_path):
     printed, figures = run_bench(tmp_path, "--sweep")
     rows = figures["sweep"]["rows"]

@@ -13,8 +13,9 @@ import math
 
 import numpy as np
 import pytest
-import torch
-from kernels_testutil import DEVICE, FULL, make_case, require_triton
+
+torch = pytest.importorskip("torch")
+from helpers.kernels import DEVICE, FULL, make_case, require_triton
 
 require_triton()
 from planner_kernels.paged_attention import _launch, paged_attention

@@ -3,8 +3,9 @@
 import math
 
 import pytest
-import torch
-from kernels_testutil import DEVICE, FULL, free_blocks_before_window, make_case, require_triton
+
+torch = pytest.importorskip("torch")
+from helpers.kernels import DEVICE, FULL, free_blocks_before_window, make_case, require_triton
 
 require_triton()
 from planner_kernels.paged_attention import _launch, compile_split_path, paged_attention

@@ -3,8 +3,9 @@
 import math
 
 import pytest
-import torch
-from kernels_testutil import DEVICE, dense_attention, free_blocks_before_window, make_case
+
+torch = pytest.importorskip("torch")
+from helpers.kernels import DEVICE, dense_attention, free_blocks_before_window, make_case
 
 from planner_kernels.reference import paged_attention_ref, rms_norm_ref, rope_cos_sin_cache, rotary_ref, store_kv_ref
 

@@ -1,8 +1,9 @@
 """store_kv, rms_norm, rotary and silu_and_mul kernels against their torch references."""
 
 import pytest
-import torch
-from kernels_testutil import DEVICE, FULL, require_triton
+
+torch = pytest.importorskip("torch")
+from helpers.kernels import DEVICE, FULL, require_triton
 
 require_triton()
 from planner_kernels.activation import silu_and_mul

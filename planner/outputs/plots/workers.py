@@ -110,6 +110,7 @@ class PlotWorkers:
             process.join(timeout=5)
             if process.is_alive():
                 process.terminate()
+                process.join()  # reaped: no process of ours outlives the command, not even as a zombie
         self.workers = []
         self._remove_run_file()
 

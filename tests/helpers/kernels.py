@@ -1,5 +1,5 @@
-"""Shared by the kernel tests: device choice, the Triton skip, and paged-KV case builders
-(dense per-sequence K/V scattered into shuffled cache blocks)."""
+"""The kernel tests share: device choice, the Triton skip, and paged-KV case builders
+(dense per-sequence K/V scattered into shuffled cache blocks). Needs torch."""
 
 import importlib.util
 import sys

@@ -1,4 +1,4 @@
-"""What the scenario-file tests share: a minimal scenario, an inline model and GPU, writing a file, its error."""
+"""Scenario files written to disk: a minimal scenario, an inline model and GPU, and a file's error."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def write(tmp_path: Path, text: str, name: str = "scen.yaml") -> Path:
     return path
 
 
-def error_of(path: Path, overrides: tuple[str, ...] = ()) -> str:
+def load_error(path: Path, overrides: tuple[str, ...] = ()) -> str:
+    """The message load_scenario refuses the file (with these --set overrides) with."""
     with pytest.raises(PlannerError) as info:
         load_scenario(path, overrides)
     return str(info.value)

@@ -1,4 +1,4 @@
-"""What the sizing tests share: a probe's result with only its load and verdict set."""
+"""Sizing: a probe's result with only its load and verdict set."""
 
 from __future__ import annotations
 

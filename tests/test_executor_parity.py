@@ -1,0 +1,47 @@
+"""One serving model, two executors: `planner simulate` and `planner run --device cpu` decide the same steps
+(tests/helpers/parity.py says how), case by case; each case also shows it exercised what it is named for."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")  # the live engine
+
+from helpers.parity import CASES, Decisions, assert_same_decisions, measured, simulated
+
+
+def _prompt_split(d: Decisions) -> bool:
+    """A prompt computed over more than one step (before its first token)."""
+    prompt = {request_id: p for request_id, p, _, _ in d.requests}
+    first_chunks = {}
+    for rows, _, _ in d.log:
+        for request_id, n in rows:
+            first_chunks.setdefault(request_id, n)
+    return any(first_chunks[i] < prompt[i] for i in prompt)
+
+
+def _prefill_tokens(d: Decisions) -> int:
+    return sum(row["num_prefill_tokens"] for row in d.rows)
+
+
+EXERCISES = {  # case -> what its run must show, or the parity proves less than its name says
+    "plain": lambda d: not _prompt_split(d) and not any(r[3] for r in d.requests),
+    "chunked": _prompt_split,
+    "preempting": lambda d: sum(r[3] for r in d.requests) > 0 and sum(row["num_preemptions"] for row in d.rows) > 0,
+    # cache hits: fewer prompt tokens computed than the prompts hold
+    "prefix-sharing": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
+    # a batch's finished members stay as idle rows until its longest reply is done
+    "static": lambda d: any(row["num_seqs"] > len(rows) for row, (rows, _, _) in zip(d.rows, d.log)),
+}
+
+
+def test_every_case_says_what_it_exercises():
+    assert EXERCISES.keys() == CASES.keys()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_simulate_and_run_decide_the_same_steps(case, tmp_path, monkeypatch):
+    sim = simulated(case, tmp_path, monkeypatch)
+    live = measured(case, tmp_path, monkeypatch)
+    assert EXERCISES[case](sim), f"the {case} case did not exercise it"
+    assert_same_decisions(sim, live)
