@@ -32,6 +32,12 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
     "prefix-sharing": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
     # a batch's finished members stay as idle rows until its longest reply is done
     "static": lambda d: any(row["num_seqs"] > len(rows) for row, (rows, _, _) in zip(d.rows, d.log)),
+    # every prompt computed on the prefill engine (pool 0), every reply on the decode engine (pool 1), whose
+    # first step of each request recomputes the prompt's last token only (the rest was pulled)
+    "pd-pair": lambda d: (
+        sum(row["num_prefill_tokens"] for row in d.rows if row["pool"] == 0) == sum(r[1] for r in d.requests)
+        and sum(row["num_tokens"] for row in d.rows if row["pool"] == 1) == sum(r[2] for r in d.requests)
+    ),
 }
 
 

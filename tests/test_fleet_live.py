@@ -1,6 +1,7 @@
 """The live prefill/decode pair (gpu_engine/pd_pair.py) against the simulated fleet on the same scenario: the same
-requests, the same steps on each engine, the same pulls (count, tokens, bytes); and the copied KV is the prefill
-engine's: the decode engine's first token, sampled over it, is the one the prefill engine sampled (greedy)."""
+pulls (count, tokens, bytes); and the copied KV is the prefill engine's: the decode engine's first token, sampled
+over it, is the one the prefill engine sampled (greedy). The two sides' steps, step by step: the pd-pair case of
+tests/test_executor_parity.py."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ import yaml
 import gpu_engine.pd_pair
 from gpu_engine.pd_pair import run_pd_pair
 from planner.scenario.load import load_scenario
-from sim.fleet import PoolRecorder, fleet_step_rows, simulate_fleet
+from sim.fleet import PoolRecorder, simulate_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
-STEP_KEYS = ("pool", "num_tokens", "num_seqs", "num_prefill_tokens", "num_decode_requests", "sum_context_tokens")
 
 
 def serial_pair(tmp_path: Path):
@@ -41,14 +41,11 @@ def finished_by_pool(monkeypatch) -> dict[int, list]:
     return seen
 
 
-def test_live_pair_steps_and_pulls_match_the_simulation(tmp_path, monkeypatch):
+def test_live_pair_pulls_match_the_simulation(tmp_path, monkeypatch):
     s = serial_pair(tmp_path)
     seen = finished_by_pool(monkeypatch)
     live = run_pd_pair(s)
     simulated = simulate_fleet(s)
-    a, b = fleet_step_rows(live), fleet_step_rows(simulated)
-    for key in STEP_KEYS:
-        assert a[key].tolist() == b[key].tolist(), key
     for log in (live.transfers, simulated.transfers):
         assert len(log.start_s) == 5
     assert live.transfers.num_tokens == simulated.transfers.num_tokens
