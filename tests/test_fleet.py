@@ -200,3 +200,21 @@ def test_shipped_fleets_validate(capsys):
     for name in ("cpu_tiny_pd.yaml", "h100_llama31_70b_pd.yaml"):
         assert main(["validate", str(ROOT / "scenarios" / name)]) == 0
     assert "prefill (1x cpu) + 1x decode (1x cpu)" in capsys.readouterr().out
+
+
+def test_serve_lines_name_the_connector_and_each_side_role(tmp_path):
+    from planner.sizing.fleet_serve import fleet_serve_lines
+
+    data = tiny(PD, model="llama-3.1-8b", dtype="bfloat16")
+    for pool in ("prefill", "decode"):
+        data["fleet"]["pools"][pool]["hardware"] = {"gpu": "l40s"}
+    data["engine"] = {"max_model_len": 4096}
+    nixl = fleet_serve_lines(scenario_of(tmp_path, data))
+    assert (
+        sum("""--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'""" in line for line in nixl)
+        == 2
+    )
+    data["fleet"]["kv_transfer"]["connector"] = "MooncakeConnector"
+    prefill, decode = (line for line in fleet_serve_lines(scenario_of(tmp_path, data)) if line.startswith("vllm"))
+    assert prefill.endswith("""'{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}'""")
+    assert decode.endswith("""'{"kv_connector":"MooncakeConnector","kv_role":"kv_consumer"}'""")

@@ -22,6 +22,9 @@ def simulate_fleet_command(args, scenario) -> int:
         provenance[pool.name] = prov.to_dict()
     check_out(args)
     summary, result = run_fleet(scenario, coefficients, provenance, record_steps=args.out is not None)
+    from planner.sizing.fleet_serve import fleet_serve_lines
+
+    summary["fleet"]["serve"] = fleet_serve_lines(scenario)  # what to run for the fleet simulated
     return _emit(args, summary, result)
 
 

@@ -97,6 +97,8 @@ def fleet_lines(s: dict) -> list[str]:
             f" p99 {_ms(t['p99_transfer_ms'])} ms"
         )
     lines.append(f"Bottleneck: pool {f['bottleneck_pool']}")
+    if "serve" in f:
+        lines += ["Serve it with:", *(f"  {line}" for line in f["serve"])]
     return lines
 
 
