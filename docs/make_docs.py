@@ -354,6 +354,9 @@ def _pct(cell: str) -> float:
     return float(re.match(r"[+-]?[\d.]+", cell.replace("**", "").strip())[0])
 
 
+ENGINE_NAMES = {"vllm-v0": "vLLM V0", "vllm-v1": "vLLM V1"}  # the development set's version classes
+
+
 def accuracy_rows() -> list[str]:
     """The accuracy table: what the predictions were checked against, and the error."""
     fidelity = (REPO / "docs" / "fidelity.md").read_text(encoding="utf-8")
@@ -371,17 +374,36 @@ def accuracy_rows() -> list[str]:
     counted = [_pct(r["error"]) for r in logs if r["counts"] == "yes"]
     other = [_pct(r["error"]) for r in logs if r["counts"] != "yes"]
     kv = [_pct(r["error"]) for r in _first_table(vllm, "## KV per token")]
+    kernels = _first_table(fidelity, "## vLLM 0.19's kernels")
+    attention = [_pct(r["median"]) for r in kernels if r["term"] == "attention, the simulator's"]
+    devset = _first_table(fidelity, "## The development set")
+    vllm_throughput = [
+        f"{_signed(_pct(r['median signed']))} ({ENGINE_NAMES[r['engine']]} on {r['vendor'].upper()}, {_count(r['points'], 'point')})"
+        for r in devset
+        if r["engine"].startswith("vllm") and r["figure"] == "output_throughput_tps"
+    ]
     return [
         "| what is predicted | checked against | error | where |",
         "| --- | --- | --- | --- |",
         (
-            f"| a step's GPU time, shipped profiles (A100, A40, H100; tp 1-8) | Vidur's measured operators | median"
+            f"| a step's GPU time, shipped profiles (A100, A40, H100 at tp 1-8; RTX 4090, RTX PRO 6000 at tp 1-2) |"
+            " Vidur's and LLMServingSim's measured operators | median"
             f" {_span(steps)}, p90 {_span(steps_p90)}; target 5% / 10% met by {met} of {len(profiles)}"
             f" (spec-sheet defaults: median {_span(spec)}) | [fidelity](docs/fidelity.md#shipped-profiles-fit-quality-on-their-own-measurements) |"
         ),
         (
             f"| a layer's time on a GPU never profiled (transfer) | the held-out GPU's measurements | median"
             f" {_span(fold_layers)} over {len(folds)} folds | [fidelity](docs/fidelity.md#leave-one-gpu-out-the-honest-error-of-transfer) |"
+        ),
+        (
+            f"| attention's time per layer (vLLM 0.19's kernels) | LLMServingSim's measured grids |"
+            f" median {_span(attention)} over {len(attention)} GPU, model and tp bundles |"
+            " [fidelity](docs/fidelity.md#vllm-019s-kernels-attention-fused-moe-lm-head-and-sampler-llmservingsims-profiles) |"
+        ),
+        (
+            f"| output throughput of published vLLM deployments (development set) | published measurements |"
+            f" median signed {', '.join(vllm_throughput)}: the planner is too fast there |"
+            " [fidelity](docs/fidelity.md#the-development-set-published-serving-measurements) |"
         ),
         (
             f"| throughput and latency end to end | {len(public)} published TensorRT-LLM and vLLM figures |"
@@ -397,6 +419,10 @@ def accuracy_rows() -> list[str]:
             " [vLLM fidelity](docs/vllm-fidelity.md#kv-per-token) |"
         ),
     ]
+
+
+def _count(number: str, noun: str) -> str:
+    return f"{number} {noun}" if number == "1" else f"{number} {noun}s"
 
 
 def _signed(value: float) -> str:

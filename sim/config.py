@@ -250,6 +250,7 @@ class GpuSpec:
     bf16_tflops: float  # dense bf16/fp16 tensor-core peak
     memory_bandwidth_gbps: float  # GB/s (1e9 bytes/s)
     fp8_tflops: float | None = None  # dense fp8 tensor-core peak; None: no fp8 (fp8 weights run at dtype's rate)
+    fp4_tflops: float | None = None  # dense FP4 tensor-core peak (NVFP4 / MXFP4); None: no FP4 tensor cores
     # Dense FP32 peak without tensor cores: what float32 matmuls run at, PyTorch's default float32 matmul
     # precision ("highest", which vLLM keeps: VLLM_FLOAT32_MATMUL_PRECISION) using no TF32. None: not given
     # (a float32 model on such a GPU is refused rather than priced from a guess).
@@ -307,6 +308,10 @@ class EngineConfig:
     # or preempted request is admitted only when its whole sequence fits the free blocks, not just its first
     # chunk. False: the older admission on the first chunk.
     scheduler_reserve_full_isl: bool = True
+    # vLLM's --async-scheduling (the default of today's vLLM; AsyncScheduler): the host schedules and prepares
+    # step N+1 while the GPU runs step N. False: the host's work in series with the GPU's, as every vLLM before
+    # the V1 engine (0.8) ran, so that a figure published for such an engine is compared with its engine.
+    async_scheduling: bool = True
 
     def max_model_len_for(self, model: ModelSpec) -> int:
         """The longest request this engine serves `model`: max_model_len, else the model's own limit."""

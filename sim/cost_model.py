@@ -20,9 +20,9 @@ Host: scheduling and input preparation per step, plus block tables, sampling and
 How they combine follows vLLM v1: with async scheduling (its default; `AsyncScheduler` in
 vllm/v1/core/sched/async_scheduler.py, driven by `EngineCore.step_with_batch_queue`) the CPU schedules and
 prepares step N+1 while the GPU runs step N, so a step takes max(host, device); the first step after the
-engine was idle has nothing to hide behind and takes host + device. `engine.enforce_eager: true` keeps the
-serial model (host + device, and every launch paid), as does the `cpu` device, where host and "device"
-share the same cores. The coefficients are few and physical so that calibration can fit them.
+engine was idle has nothing to hide behind and takes host + device. `engine.async_scheduling: false` (vLLM
+before its V1 engine) is the serial model (host + device), `engine.enforce_eager: true` too (and every launch
+paid), as is the `cpu` device, where host and "device" share the same cores. The coefficients are few and physical so that calibration can fit them.
 
 Why the GEMMs are a 2-norm, not max(compute, memory): measured GEMMs do not turn sharply from bandwidth- to
 compute-bound at the ridge point (tokens = peak_flops / bandwidth, ~150-300 on these GPUs): near it they run
@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from sim.config import HOST_DEVICES
 from sim.engine_facts import EngineFacts
 from sim.errors import StepTimeError
 from sim.peak_rates import linear_peak_flops, peak_flops
@@ -87,6 +88,19 @@ class CostCoefficients:
     # sums of GPU kernel durations (its torch-profiler tracer: whole microseconds), so a graphed decode step
     # keeps it; 0 by default (the spec-sheet launch term above stands for the whole fixed cost).
     kernel_floor_per_layer_s: float = 0.0
+    # Device, per layer and step, with or without CUDA graphs: the attention kernel's own fixed time beyond its
+    # roofline (FlashAttention's varlen kernel and its scheduling metadata; a decode row of 16 tokens of context
+    # takes as long as one of 256). Measured with vLLM 0.19's kernels (LLMServingSim's profiles: the fitted
+    # fixed time is 10.4-14.1 us per layer on the RTX 4090 and the RTX PRO 6000, every model and tp;
+    # docs/fidelity.md, "Attention"); Vidur's data hold no attention, so every profile keeps this default.
+    attention_floor_per_layer_s: float = 12e-6
+    # Attention's flops run at this share of flops_efficiency: FlashAttention computes a prefill chunk in query
+    # tiles whose softmax and masking the dense GEMMs do not have (LLMServingSim's grids: 0.41-0.58, median 0.47,
+    # fitted with the two terms below to the step's totals as the simulator sees them).
+    attention_flops_ratio: float = 0.47
+    # A step that mixes a prefill chunk with other rows runs them all through the varlen prefill kernel, whose
+    # K/V reads per row take this many times the split-KV decode kernel's (the same grids: 1.9-3.7, median 3.4).
+    mixed_step_attention_factor: float = 3.4
     # Device, per scheduled request and layer, whatever the request's token count: 0 where attention takes
     # the whole batch in one kernel (vLLM's backends, our Triton kernel). Our CPU engine's torch attention
     # loops over the requests in Python, ~70 us per request and layer for tiny-llama on this machine's CPU
@@ -135,6 +149,38 @@ def elementwise_elements_per_token(hidden_size: int, qk_width: float, mlp_width:
     return 4 * num_norms * hidden_size + 2 * qk_width + 3 * mlp_width
 
 
+# The kernels of the layers kernel_floor_per_layer_s was fitted on (Vidur's operators: two norms, QKV, rotary,
+# O, up, activation, down, the residual add; planner/calibration/public_data.LAYER_OPERATORS).
+REFERENCE_KERNELS = 9
+
+
+def kernels_per_layer(facts: EngineFacts) -> float:
+    """Kernels a decoder layer runs besides attention and its all-reduces, on average over the layers, as vLLM
+    runs the architecture (model_executor/models/*.py, fused_moe, the fp8 linear methods): the REFERENCE_KERNELS
+    of a dense layer; Qwen3's and Gemma 3's per-head q/k norms (one each); Gemma 3's two post-norms; MLA's
+    extra projections and norms (q_a, q_a_layernorm, q_b, kv_a, kv_a_layernorm; decode's absorbed W_UK and
+    W_UV batched GEMMs); an MoE layer's router GEMM, top-k, the tokens' sort by expert (moe_align_block_size)
+    and the weighted sum (the fused kernel's two GEMMs and activation replace the dense MLP's three), and its
+    shared experts' own MLP; block-scaled fp8's per-token-group quantisation of each GEMM's activations. Each
+    is a kernel with a fixed device time of a few microseconds at decode sizes: CUDA graphs remove their host
+    launches, not that time."""
+    m = facts.model
+    kernels = float(REFERENCE_KERNELS)
+    kernels += 2 * m.qk_norm + 2 * m.post_norms
+    gemms = 4.0  # QKV, O, gate/up, down
+    if m.is_mla:
+        kernels += 7
+        gemms += 5
+    if m.is_moe:
+        share = m.num_moe_layers / m.num_hidden_layers
+        shared = 3 if m.shared_expert_intermediate_size else 0
+        kernels += share * (4 + shared)
+        gemms += share * (1 + (2 if shared else 0))
+    if m.quant_method == "fp8" and m.quant_group_size:
+        kernels += gemms
+    return kernels
+
+
 def _minimum(a, b):
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.minimum(a, b)
@@ -149,10 +195,17 @@ class CostModel:
         self.facts = facts
         c = self.coefficients = coefficients or CostCoefficients()
         dtype_bytes = facts.dtype_bytes
-        self.serial = facts.eager  # host and device work add up (no async scheduling)
+        self.serial = facts.serial  # host and device work add up (no async scheduling)
         self.capture_size = facts.cudagraph_capture_size
         self.launch_s = c.launch_overhead_per_layer_s * m.num_hidden_layers
-        self.kernel_floor_s = c.kernel_floor_per_layer_s * m.num_hidden_layers
+        # The floor was fitted on layers of REFERENCE_KERNELS kernels; a layer that runs more (MLA, a router and
+        # its sort, shared experts, fp8 activation quantisation) pays each one's fixed time too.
+        self.kernel_floor_s = (
+            c.kernel_floor_per_layer_s * m.num_hidden_layers * kernels_per_layer(facts) / REFERENCE_KERNELS
+        )
+        self.attention_floor_s = (
+            0.0 if facts.hardware.gpu.name in HOST_DEVICES else (c.attention_floor_per_layer_s * m.num_hidden_layers)
+        )
         self.row_s = c.per_row_layer_overhead_s * m.num_hidden_layers
         self.flops_per_s = peak_flops(facts) * c.flops_efficiency
         self.linear_flops_per_s = linear_peak_flops(facts) * c.flops_efficiency
@@ -199,8 +252,12 @@ class CostModel:
         self.kv_bytes_per_token = per_layer * m.num_hidden_layers  # what a step reads and writes per token
         # The same at the fitted rates: attention's compute seconds per (query, key) pair, memory seconds per
         # K/V token (a decode window prices a step with two operations fewer than from flops and bytes).
-        self.attention_s_per_pair = self.attention_flops_per_pair / self.flops_per_s
-        self.mla_decode_extra_s_per_pair = self.mla_decode_extra_flops_per_pair / self.flops_per_s
+        # GPU kernels' facts (LLMServingSim's profiles): the host as device runs torch's attention, none of these.
+        on_gpu = facts.hardware.gpu.name not in HOST_DEVICES
+        attention_flops_per_s = self.flops_per_s * (c.attention_flops_ratio if on_gpu else 1.0)
+        self.attention_s_per_pair = self.attention_flops_per_pair / attention_flops_per_s
+        self.mla_decode_extra_s_per_pair = self.mla_decode_extra_flops_per_pair / attention_flops_per_s
+        self.mixed_factor = c.mixed_step_attention_factor if on_gpu else 1.0
         self.kv_s_per_token = self.kv_bytes_per_token / self.bytes_per_s
         # Sliding-window layers attend to at most `window` keys per query and read at most `window` tokens per
         # row. The step gives only totals, so a sliding layer's share is bounded by them: pairs by
@@ -326,6 +383,7 @@ class CostModel:
             + elementwise
             + allreduce
             + self.kernel_floor_s
+            + self.attention_floor_s
             + (1 - graphed) * self.launch_s
             + num_seqs * self.row_s
         )
@@ -342,9 +400,12 @@ class CostModel:
             attention_pairs = (1 - f) * attention_pairs + f * _minimum(attention_pairs, num_tokens * self.window)
             context = (1 - f) * context + f * _minimum(context, num_seqs * self.window)
         compute_s, memory_s = attention_pairs * s_per_pair, (context + num_tokens) * self.kv_s_per_token
+        # A prefill chunk among other rows (more tokens than rows, more than one row): the varlen prefill kernel
+        # takes every row (mixed_step_attention_factor). Pure decode steps never get here with rows > tokens.
+        mixed = (num_tokens > num_seqs) & (num_seqs > 1)
         if isinstance(compute_s, np.ndarray) or isinstance(memory_s, np.ndarray):
-            return np.maximum(compute_s, memory_s)
-        return max(compute_s, memory_s)  # one step: plain floats are 10x faster than numpy scalars
+            return np.maximum(compute_s, memory_s * np.where(mixed, self.mixed_factor, 1.0))
+        return max(compute_s, memory_s * self.mixed_factor if mixed else memory_s)  # plain floats: 10x faster
 
     def host_s(self, num_seqs):
         """The host's seconds for a step: scheduling and input preparation, and per-row work."""

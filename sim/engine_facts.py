@@ -41,6 +41,9 @@ class EngineFacts:
     # No CUDA graphs and no async scheduling (steps serial): engine.enforce_eager, or the host as device, which
     # captures no graphs and whose host and "device" share the same cores.
     eager: bool
+    # Host work in series with the device's (a step takes host + device): eager, or engine.async_scheduling
+    # off (vLLM before its V1 engine), which keeps CUDA graphs.
+    serial: bool
     # The largest decode batch replayed from a CUDA graph: min(2 x max_num_seqs, 512), as vLLM's
     # `VllmConfig._set_cudagraph_sizes`; 0 when eager.
     cudagraph_capture_size: int
@@ -101,6 +104,7 @@ class EngineFacts:
             max_model_len=max_model_len,
             dtype_bytes=dtype_bytes,
             eager=eager,
+            serial=eager or not engine.async_scheduling,
             cudagraph_capture_size=0 if eager else min(2 * engine.max_num_seqs, MAX_CUDA_GRAPH_CAPTURE_SIZE),
             expert_parallel_size=ep,
             expert_tensor_parallel_size=expert_tensor_parallel_size(ep, tp),

@@ -24,8 +24,13 @@ def peak_flops(facts: EngineFacts) -> float:
 
 def linear_peak_flops(facts: EngineFacts) -> float:
     """The linear layers' peak: the fp8 tensor rate for fp8 weights (vLLM's W8A8 fp8 GEMMs quantise the
-    activations on the fly) where the GPU has one; int4/MXFP4 kernels on these GPUs dequantise to bf16
-    (W4A16, Marlin-style), so they run at the dtype's rate."""
-    if facts.model.quant_method == "fp8" and facts.gpu.fp8_tflops:
-        return facts.gpu.fp8_tflops * 1e12
+    activations on the fly) where the GPU has one. MXFP4 weights on a GPU with FP4 tensor cores (Blackwell,
+    CDNA 4) run vLLM's MXFP4 x MXFP8 MoE kernels (FlashInfer / CUTLASS on Blackwell: the activations quantised
+    to fp8), so the fp8 rate; elsewhere int4/MXFP4 kernels dequantise to bf16 (W4A16, Marlin-style) and run at
+    the dtype's rate."""
+    gpu, method = facts.gpu, facts.model.quant_method
+    if method == "fp8" and gpu.fp8_tflops:
+        return gpu.fp8_tflops * 1e12
+    if method == "mxfp4" and gpu.fp4_tflops and gpu.fp8_tflops:
+        return gpu.fp8_tflops * 1e12
     return peak_flops(facts)

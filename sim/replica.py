@@ -11,8 +11,8 @@ and that step shares the window's timeout when nothing can happen before it ends
 Async scheduling (vLLM v1's default, `AsyncScheduler` + `EngineCore.step_with_batch_queue`): step N+1 is
 scheduled while step N runs, so a request that arrives during step N is first scheduled in step N+2. The
 replica keeps such requests aside (`deferred`) until the next schedule() has been made without them, and
-step N+1 (pure decode) ends the window the arrival came in. `engine.enforce_eager: true` (and the `cpu`
-device) is serial: it joins step N+1.
+step N+1 (pure decode) ends the window the arrival came in. `engine.async_scheduling: false`,
+`engine.enforce_eager: true` and the `cpu` device are serial: it joins step N+1.
 """
 
 from __future__ import annotations

@@ -241,9 +241,10 @@ def test_a_profile_names_the_device_measured_not_the_scenarios_gpu():
 
     assert measured_gpu("a10", "cpu", "cpu", None, "run") == "cpu"  # the host, whatever the scenario names
     assert measured_gpu("a10", "cuda", "NVIDIA H100 80GB HBM3", 79 * 2**30, "run") == "h100-sxm"
-    assert measured_gpu("my-card", "cuda", "NVIDIA B200", 180 * 2**30, "run") == "my-card"  # inline: the user's word
-    with pytest.raises(PlannerError, match=r"run: measured on 'NVIDIA B200', which has no GPU catalog entry"):
-        measured_gpu("h100-sxm", "cuda", "NVIDIA B200", 180 * 2**30, "run")
+    assert measured_gpu("a10", "cuda", "NVIDIA B200", 179 * 2**30, "run") == "b200"
+    assert measured_gpu("my-card", "cuda", "NVIDIA GeForce RTX 5090", 31 * 2**30, "run") == "my-card"  # inline
+    with pytest.raises(PlannerError, match=r"run: measured on 'NVIDIA GeForce RTX 5090', which has no GPU catalog"):
+        measured_gpu("h100-sxm", "cuda", "NVIDIA GeForce RTX 5090", 31 * 2**30, "run")
 
 
 @needs_torch

@@ -35,7 +35,10 @@ def test_fit_recovers_known_coefficients_from_noisy_synthetic_steps():
     rows = synthetic_rows(scenario, TRUTH, noise=0.02)
     fit = fit_steps(scenario, rows)
     for name in FITTED:
-        assert getattr(fit.coefficients, name) == pytest.approx(getattr(TRUTH, name), rel=0.1), name
+        # The per-layer launch term is a small share of these steps beside attention's fixed time and the
+        # mixed steps' attention: 2% noise pins it to ~12% (its std says so, below).
+        rel = 0.15 if name == "launch_overhead_per_layer_s" else 0.1
+        assert getattr(fit.coefficients, name) == pytest.approx(getattr(TRUTH, name), rel=rel), name
         assert 0 < fit.uncertainty[name] < 0.2 * getattr(TRUTH, name)
     assert fit.at_bound == ()
     assert fit.result.median_abs_error < 0.03

@@ -78,7 +78,11 @@ def test_memory_section_puts_profiling_beside_the_memory_model(bench_run):
         ("NVIDIA A10", 22, "a10"),
         ("NVIDIA A10G", 22, "a10g"),
         ("NVIDIA GeForce RTX 4090", 23.5, "rtx-4090"),
-        ("NVIDIA B200", 180, None),
+        ("NVIDIA B200", 179, "b200"),
+        ("NVIDIA H200 NVL", 140, "h200-nvl"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 95, "rtx-pro-6000"),
+        ("NVIDIA RTX 6000 Ada Generation", 47.5, "rtx-6000-ada"),
+        ("NVIDIA L40", 44.4, "l40"),
         # no catalog part, though one word matches one (the matcher once called any RTX a 4090)
         ("NVIDIA GeForce RTX 3090", 23.5, None),
         ("NVIDIA RTX A6000", 47.5, None),

@@ -16,13 +16,7 @@ import planner.calibration.resolve
 import planner.scenario.yaml_loader
 from planner.calibration.profile_loader import load_profile
 from planner.calibration.provenance import SPEC_SHEET
-from planner.calibration.shipped import (
-    PROFILE_DIR,
-    PROFILED_GPUS,
-    TENSOR_PARALLEL_SIZES,
-    default_profile_dir,
-    profile_path,
-)
+from planner.calibration.shipped import PROFILE_DIR, default_profile_dir, profile_path, profiled_pairs
 from planner.errors import show_value
 from planner.scenario.rules import is_percentile_key
 from sim.cost_model import CostCoefficients, CostModel
@@ -75,12 +69,13 @@ def test_a_profile_coefficient_outside_any_real_range_is_refused(tmp_path, capsy
 
 
 def test_every_shipped_profile_is_within_the_bounds():
-    # one profile per (GPU, tensor parallel) pair the public operator data measured, and no other
+    # one profile per (GPU, tensor parallel) pair the public operator data measured, and no other: Vidur's
+    # operators, and LLMServingSim's bundles
     with open(PROFILE_DIR / "vidur" / "operators.csv") as f:
-        measured = {(row["gpu"], int(row["tensor_parallel_size"])) for row in csv.DictReader(f)}
+        vidur = {(row["gpu"], int(row["tensor_parallel_size"])) for row in csv.DictReader(f)}
     paths = sorted(PROFILE_DIR.glob("*.yaml"))
-    assert {path.name for path in paths} == {profile_path(gpu, tp).name for gpu, tp in measured}
-    assert measured == {(gpu, tp) for gpu in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES}
+    assert {path.name for path in paths} == {profile_path(gpu, tp).name for gpu, tp in profiled_pairs()}
+    assert vidur <= set(profiled_pairs())
     for path in paths:
         load_profile(path)
 

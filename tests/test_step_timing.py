@@ -48,7 +48,8 @@ def test_the_linear_layers_turn_gradually_at_the_ridge():
     compute and memory time are equal, within 3% of it a factor of 4 either side; numpy steps equal scalar ones.
     (The elementwise kernels' activation traffic is its own term, added: taken off here.)"""
     scenario = make_scenario(engine={"enforce_eager": True})
-    cm = CostModel(EngineFacts.of(scenario), CostCoefficients(launch_overhead_per_layer_s=0.0))
+    no_fixed = CostCoefficients(launch_overhead_per_layer_s=0.0, attention_floor_per_layer_s=0.0)
+    cm = CostModel(EngineFacts.of(scenario), no_fixed)
     assert not scenario.model.is_moe and scenario.hardware.tensor_parallel_size == 1
     memory_s = cm.linear_bytes / cm.bytes_per_s
     ridge = memory_s * cm.linear_flops_per_s / cm.linear_flops_per_token  # tokens where compute = memory
@@ -75,7 +76,8 @@ def test_the_linear_layers_turn_gradually_at_the_ridge():
 def test_a_mixture_of_experts_prices_its_linears_as_one_gemm_term():
     """The routed experts' weights join the dense part's in the same 2-norm term (not a max())."""
     scenario = make_scenario(model="qwen3-30b-a3b", engine={"enforce_eager": True})
-    cm = CostModel(EngineFacts.of(scenario), CostCoefficients(launch_overhead_per_layer_s=0.0))
+    no_fixed = CostCoefficients(launch_overhead_per_layer_s=0.0, attention_floor_per_layer_s=0.0)
+    cm = CostModel(EngineFacts.of(scenario), no_fixed)
     for tokens in (1.0, 64.0, 512.0, 4096.0):
         compute_s = tokens * cm.linear_flops_per_token / cm.linear_flops_per_s
         memory_s = cm.linear_step_bytes(tokens) / cm.bytes_per_s

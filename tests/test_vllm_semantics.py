@@ -24,7 +24,7 @@ from sim.scheduler import build_scheduler
 
 
 def scenario_on(gpu: str, **engine):
-    """sim_helpers' BASE (Llama-2-7B) on this GPU, max_model_len 4096, with the limits left unset."""
+    """tests/helpers/scenarios' BASE (Llama-2-7B) on this GPU, max_model_len 4096, with the limits left unset."""
     data = {**BASE, "hardware": {"gpu": gpu}, "engine": {"max_model_len": 4096, **engine}}
     return validate_mapping(data, "<test>", Path.cwd())
 

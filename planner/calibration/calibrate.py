@@ -278,6 +278,7 @@ def validate_profile(
     """Held-out runs, the terminal report, and calibration.md + figures in report_dir."""
     from gpu_engine.engine import EngineError
     from planner.calibration import fitting
+    from planner.calibration.profile import fit_summary
     from planner.calibration.provenance import residual_spread
     from planner.calibration.validate import run_held_out
     from planner.calibration.validation_report import calibration_markdown, report_lines
@@ -286,7 +287,7 @@ def validate_profile(
     coefficients = fit.coefficients
     # The intervals a user of this profile gets (`simulate --intervals`: the coefficients' std and one step-time
     # factor per run from the fit's residual spread), so that their coverage is what is measured.
-    uncertainty = fit.uncertainty | residual_spread(fitting.fit_summary(fit))
+    uncertainty = fit.uncertainty | residual_spread(fit_summary(fit))
     try:
         runs = run_held_out(
             scenario,

@@ -19,10 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from planner.calibration.busy import busy_reasons
-from planner.calibration.device_gpu import measured_gpu, on_measured_gpu
+from planner.calibration.device_gpu import calibration_gpu, measured_gpu, on_measured_gpu
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.profile import Profile, profile_from_fit
-from planner.calibration.resolve import calibration_gpu
 from planner.calibration.run_folder import read_run
 from planner.errors import PlannerError
 from sim.config import Scenario
@@ -39,6 +38,9 @@ BOUNDS = {
     "allreduce_launch_wait_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (public profiles: public_fit)
     "launch_overhead_per_layer_s": (0.0, 1e-3, 1e-5),
     "kernel_floor_per_layer_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (public profiles: public_fit)
+    "attention_floor_per_layer_s": (0.0, 1e-3, 1e-5),  # not fitted by calibrate (LLMServingSim's profiles)
+    "attention_flops_ratio": (0.05, 2.0, 0.5),  # likewise
+    "mixed_step_attention_factor": (1.0, 10.0, 1.0),  # likewise
     "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
     "step_overhead_s": (0.0, 0.1, 1e-3),
     "per_row_overhead_s": (0.0, 1e-2, 1e-5),
@@ -217,16 +219,6 @@ def fit_steps(
     ]
     uncertainty = {n: float(s) for n, s in zip(names, std) if np.isfinite(s)}
     return StepFit(fitted, uncertainty, result, by_class, worst, at_bound)
-
-
-def fit_summary(fit: StepFit) -> dict:
-    """The profile's `fit` block."""
-    return {
-        "rows": len(fit.result.relative_errors),
-        "median_abs_error": fit.result.median_abs_error,
-        "p90_abs_error": fit.result.p90_abs_error,
-        "by_class": {k: {"median": v["median"], "p90": v["p90"]} for k, v in fit.by_class.items()},
-    }
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.calibration.resolve import calibration_gpu
+from planner.calibration.device_gpu import calibration_gpu
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import PlannerError
 from sim.config import Scenario
@@ -29,6 +29,8 @@ DEVICE_KINDS = ("cuda", "cpu")
 DTYPES = ("bfloat16", "float16", "float32")
 COEFFICIENTS = tuple(f.name for f in dataclasses.fields(CostCoefficients))
 EFFICIENCIES = ("flops_efficiency", "bandwidth_efficiency", "interconnect_efficiency")  # in (0, 1]
+# Dimensionless factors of the attention kernels (sim/cost_model.py), each with the range a real kernel lies in.
+FACTORS = {"attention_flops_ratio": (0.05, 2.0), "mixed_step_attention_factor": (1.0, 10.0)}
 KEYS = (
     "format", "id", "created", "source", "device", "model", "dtype", "tensor_parallel_size", "engine",
     "coefficients", "uncertainty", "fit", "rows", "provenance",
@@ -129,6 +131,16 @@ def this_device(scenario: Scenario, device: str | None = None) -> dict:
     }
 
 
+def fit_summary(fit) -> dict:
+    """The profile's `fit` block of a `fitting.StepFit`."""
+    return {
+        "rows": len(fit.result.relative_errors),
+        "median_abs_error": fit.result.median_abs_error,
+        "p90_abs_error": fit.result.p90_abs_error,
+        "by_class": {k: {"median": v["median"], "p90": v["p90"]} for k, v in fit.by_class.items()},
+    }
+
+
 def profile_from_fit(
     scenario: Scenario,
     fit,
@@ -140,8 +152,6 @@ def profile_from_fit(
 ) -> Profile:
     """A profile of a `fitting.StepFit` for this scenario's model, dtype and tensor parallel size; its id is
     the hash of its content."""
-    from planner.calibration.fitting import fit_summary  # fitting imports this module
-
     profile = Profile(
         id="",
         created=now_utc(),

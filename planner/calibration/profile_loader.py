@@ -16,6 +16,7 @@ from planner.calibration.profile import (
     DEVICE_KINDS,
     DTYPES,
     EFFICIENCIES,
+    FACTORS,
     FORMAT,
     KEYS,
     SOURCES,
@@ -105,6 +106,9 @@ def _is_float_text(text: str) -> bool:
 
 
 def _coefficient_problem(name: str, value: float) -> str:
+    if name in FACTORS:
+        lo, hi = FACTORS[name]
+        return "" if lo <= value <= hi else f"a factor in [{lo:g}, {hi:g}]"
     if name in EFFICIENCIES:
         return "" if MIN_EFFICIENCY <= value <= 1 else f"an efficiency must be in (0, 1] and >= {MIN_EFFICIENCY:g}"
     return "" if 0 <= value <= MAX_OVERHEAD_S else f"an overhead or latency must be in [0, {MAX_OVERHEAD_S:g}] seconds"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.calibration.fit import FitResult, fit_relative
-from planner.calibration.public_data import AllReduceRow, OperatorRow, gpu_spec
+from planner.calibration.public_data import ALL_REDUCE_SETUPS, AllReduceRow, OperatorRow, gpu_spec
 from sim.cost_model import elementwise_elements_per_token, gemm_s
 
 DTYPE_BYTES = 2  # Vidur profiled in float16; the efficiencies are against the dense fp16/bf16 peak
@@ -250,3 +250,28 @@ def measured_allreduce_s(rows: list[AllReduceRow], size_bytes: np.ndarray) -> np
     times = np.asarray([r.ms for r in rows]) * 1e-3
     order = np.argsort(sizes)
     return np.exp(np.interp(np.log(size_bytes), np.log(sizes[order]), np.log(times[order])))
+
+
+def all_reduce_rows(gpu: str, tp: int, rows: list[AllReduceRow]) -> list[AllReduceRow]:
+    setup = ALL_REDUCE_SETUPS.get(gpu)
+    return [r for r in rows if r.setup == setup and r.num_workers == tp]
+
+
+def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_rows: list[AllReduceRow], form=None):
+    """(measured, predicted) GPU time of the operators a step's forward pass runs that Vidur measured:
+    every layer (and two all-reduces per layer under tensor parallel) plus the embedding. The measured
+    all-reduce is interpolated between measured sizes; the predicted one is the cost model's price.
+    `form`: the layer's price (default: the cost model's, public_fit.layer_time_s)."""
+    measured_layer = b.layer_s.copy()
+    predicted_layer = predicted_layer_s(b, coefficients, form)
+    if ar_rows:
+        size = allreduce_bytes(b)
+        measured_layer += ALLREDUCES_PER_LAYER * measured_allreduce_s(ar_rows, size)
+        predicted_layer += ALLREDUCES_PER_LAYER * allreduce_time_s(
+            size,
+            b.tensor_parallel_size,
+            link_bytes_per_s,
+            coefficients["interconnect_efficiency"],
+            eager_allreduce_latency_s(coefficients),  # Vidur's layers ran eagerly: launches and waits paid
+        )
+    return b.num_layers * measured_layer + b.emb_s, b.num_layers * predicted_layer

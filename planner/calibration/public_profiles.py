@@ -29,21 +29,22 @@ from planner.calibration.fit import FitResult
 from planner.calibration.public_data import (
     ALL_REDUCE_SETUPS,
     GPU_NAMES,
-    OPERATORS_CSV,
     AllReduceRow,
     OperatorRow,
     gpu_spec,
 )
-from planner.calibration.shipped import (
-    NO_HOST_LAUNCH,
-    PROFILE_DIR,
-    PROFILED_GPUS,
-    TENSOR_PARALLEL_SIZES,
-    profile_path,
-)
+from planner.calibration.shipped import NO_HOST_LAUNCH, PROFILE_DIR, profile_path, profiled_pairs
 from planner.scenario.yaml_loader import parse_packaged_yaml
 
 VIDUR_NAMES = {ours: theirs for theirs, ours in GPU_NAMES.items()}
+LSS_NAMES = {"rtx-4090": "RTX4090", "rtx-pro-6000": "RTXPRO6000"}  # LLMServingSim's hardware folders
+DEVICE_NAMES = {
+    "a100-80gb": "NVIDIA A100-SXM4-80GB",
+    "a40": "NVIDIA A40",
+    "h100-sxm": "NVIDIA H100 80GB HBM3",
+    "rtx-4090": "NVIDIA GeForce RTX 4090",
+    "rtx-pro-6000": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+}
 FORMAT = "planner-calibration/1"
 # Step classes by batch size: decode-sized batches are bandwidth-bound, large ones compute-bound, and the
 # ridge between them is where a max(compute, memory) form was worst (sim/cost_model.py: why the 2-norm).
@@ -59,6 +60,19 @@ PROVENANCE = (
     "activation, add: sums of GPU kernel durations), in float16; launch_overhead_per_layer_s 0 (no host launch "
     "is in kernel durations). {allreduce} Not measured, so not in this profile: attention (priced by the "
     "cost model from these bandwidth/flops efficiencies), the LM head, and CPU-side overheads."
+)
+
+
+LSS_PROVENANCE = (
+    "Fitted to LLMServingSim 2.0's public layer profiles of vLLM 0.19's kernels (casys-kaist/LLMServingSim, "
+    "profiler/perf/{hardware}/*/bf16/tp{tp}/dense.csv; MIT licence, planner/calibrations/llmservingsim/LICENSE), "
+    "shipped as published; fitted by `python -m planner.calibration.public_profiles` with "
+    "planner.calibration.fit.fit_relative, the same form and fitter as the Vidur profiles: the linear term over all "
+    "of a layer's weights (sim.cost_model.gemm_s), the elementwise kernels and kernel_floor_per_layer_s, against "
+    "whole layers (norms, QKV, q/k norm, rotary, O, gate/up, activation, down) in bfloat16, measured eagerly with "
+    "one hidden layer; tensor parallel 2 emulated on one GPU with each rank's shapes. {allreduce} Attention, the "
+    "fused MoE, the LM head and the sampler of the same bundles are compared in docs/fidelity.md; the CPU side "
+    "of a step is not in the data."
 )
 
 
@@ -79,33 +93,6 @@ class GpuFit:
         return self.linear.std_dict() | (self.allreduce.std_dict() if self.allreduce else {})
 
 
-def all_reduce_rows(gpu: str, tp: int, rows: list[AllReduceRow]) -> list[AllReduceRow]:
-    setup = ALL_REDUCE_SETUPS.get(gpu)
-    return [r for r in rows if r.setup == setup and r.num_workers == tp]
-
-
-def step_times_s(b, coefficients: dict[str, float], link_bytes_per_s: float, ar_rows: list[AllReduceRow], form=None):
-    """(measured, predicted) GPU time of the operators a step's forward pass runs that Vidur measured:
-    every layer (and two all-reduces per layer under tensor parallel) plus the embedding. The measured
-    all-reduce is interpolated between measured sizes; the predicted one is the cost model's price.
-    `form`: the layer's price (default: the cost model's, public_fit.layer_time_s)."""
-    from planner.calibration import public_fit as pf
-
-    measured_layer = b.layer_s.copy()
-    predicted_layer = pf.predicted_layer_s(b, coefficients, form)
-    if ar_rows:
-        size = pf.allreduce_bytes(b)
-        measured_layer += pf.ALLREDUCES_PER_LAYER * pf.measured_allreduce_s(ar_rows, size)
-        predicted_layer += pf.ALLREDUCES_PER_LAYER * pf.allreduce_time_s(
-            size,
-            b.tensor_parallel_size,
-            link_bytes_per_s,
-            coefficients["interconnect_efficiency"],
-            pf.eager_allreduce_latency_s(coefficients),  # Vidur's layers ran eagerly: launches and waits paid
-        )
-    return b.num_layers * measured_layer + b.emb_s, b.num_layers * predicted_layer
-
-
 def fit_gpu(ops: list[OperatorRow], ar: list[AllReduceRow], gpu: str, tp: int) -> GpuFit:
     from planner.calibration import public_fit as pf
 
@@ -113,10 +100,10 @@ def fit_gpu(ops: list[OperatorRow], ar: list[AllReduceRow], gpu: str, tp: int) -
     b = pf.batch(rows)
     linear = pf.fit_layers(b)
     link = (gpu_spec(gpu).interconnect_bandwidth_gbps or 0) * 1e9
-    ar_rows = all_reduce_rows(gpu, tp, ar) if tp > 1 else []
+    ar_rows = pf.all_reduce_rows(gpu, tp, ar) if tp > 1 else []
     allreduce = pf.fit_allreduce(ar_rows, link) if ar_rows else None
     coefficients = linear.as_dict() | (allreduce.as_dict() if allreduce else {})
-    measured, predicted = step_times_s(b, coefficients, link, ar_rows)
+    measured, predicted = pf.step_times_s(b, coefficients, link, ar_rows)
     return GpuFit(gpu, tp, linear, allreduce, predicted / measured - 1, b.num_tokens, linear.relative_errors)
 
 
@@ -154,9 +141,7 @@ def profile_dict(f: GpuFit, created: str) -> dict:
         "created": created,
         "source": "public-operator-profiles",
         "device": {
-            "name": {"a100-80gb": "NVIDIA A100-SXM4-80GB", "a40": "NVIDIA A40", "h100-sxm": "NVIDIA H100 80GB HBM3"}[
-                f.gpu
-            ],
+            "name": DEVICE_NAMES[f.gpu],
             "kind": "cuda",
             "gpu": f.gpu,
             "memory_bytes": spec.memory_bytes,
@@ -165,7 +150,7 @@ def profile_dict(f: GpuFit, created: str) -> dict:
             "torch": None,
         },
         "model": None,
-        "dtype": "float16",
+        "dtype": "float16" if f.gpu in VIDUR_NAMES else "bfloat16",  # as each source measured
         "tensor_parallel_size": f.tensor_parallel_size,
         "engine": {},
         "coefficients": {k: float(f"{v:.6g}") for k, v in f.coefficients().items()},
@@ -176,12 +161,14 @@ def profile_dict(f: GpuFit, created: str) -> dict:
             "p90_abs_error": _errors(f.step_errors)["p90"],
             "by_class": by_class,
         },
-        "rows": "vidur/operators.csv",
+        "rows": "vidur/operators.csv" if f.gpu in VIDUR_NAMES else f"llmservingsim/{LSS_NAMES[f.gpu]}",
         "provenance": PROVENANCE.format(
             gpu=VIDUR_NAMES[f.gpu],
             network=f" and data/profiling/network/{setup}/all_reduce.csv" if f.allreduce is not None else "",
             allreduce=allreduce_text,
-        ),
+        )
+        if f.gpu in VIDUR_NAMES
+        else LSS_PROVENANCE.format(hardware=LSS_NAMES[f.gpu], tp=f.tensor_parallel_size, allreduce=allreduce_text),
     }
     import hashlib  # 15 ms of imports: only when writing
 
@@ -190,11 +177,12 @@ def profile_dict(f: GpuFit, created: str) -> dict:
     return body
 
 
-def fit_all(ops_path: Path = OPERATORS_CSV) -> list[GpuFit]:
-    from planner.calibration.public_data import load_all_reduce, load_operators
+def fit_all() -> list[GpuFit]:
+    from planner.calibration.lss_data import operator_rows
+    from planner.calibration.public_data import load_all_reduce
 
-    ops, ar = load_operators(ops_path), load_all_reduce()
-    return [fit_gpu(ops, ar, g, tp) for g in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES]
+    ops, ar = operator_rows(), load_all_reduce()
+    return [fit_gpu(ops, ar, g, tp) for g, tp in profiled_pairs()]
 
 
 @cache

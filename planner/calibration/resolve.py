@@ -3,31 +3,18 @@ profile file, the newest matching profile in the user's profile folder, or the s
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from planner.calibration.device_gpu import calibration_gpu
 from planner.calibration.provenance import SPEC_SHEET, Provenance, residual_spread
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import NO_SUCH_USER, PlannerError, expand_user, show_value
-from sim.config import GpuSpec, Scenario
+from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 
 if TYPE_CHECKING:
     from planner.calibration.profile import Profile
-
-
-def calibration_gpu(gpu: GpuSpec) -> GpuSpec:
-    """The GPU as calibrations know it. An inline mapping that takes a catalog GPU's name with other figures
-    the cost model prices by (catalog.COST_FIGURES: a price, a TDP or the memory do not count) is not that GPU:
-    a profile of the catalog's was measured against the catalog's figures (an inline "a100-80gb" of 100 GB/s
-    was called calibrated ±1% by the A100's). It goes by a name no profile of the catalog GPU has; profiles
-    measured on it are written under that name too (planner/calibration/profile.py, fitting.py)."""
-    from planner import catalog  # loaded by the scenario already
-
-    if catalog.differs_from_catalog(gpu, catalog.COST_FIGURES):
-        return dataclasses.replace(gpu, name=f"{gpu.name} (inline, other figures)")
-    return gpu
 
 
 def mismatches(profile: Profile, scenario: Scenario, check_model: bool = True) -> list[str]:
@@ -133,6 +120,11 @@ def _public(scenario: Scenario) -> tuple[CostCoefficients, Provenance]:
     tp = scenario.hardware.tensor_parallel_size
     quantized = scenario.model.quant_method is not None
     coefficients, uncertainty, label, ids = public_cost_model(gpu, scenario.dtype, tp, quantized)
+    if scenario.model.is_mla:
+        from planner.calibration.transfer import unmeasured_kernels
+
+        uncertainty, caveat = unmeasured_kernels(uncertainty)
+        label += caveat
     kind = "calibrated" if label.startswith("calibrated") else "transferred"
     profile_id = ", ".join(ids)
     return CostCoefficients(**coefficients), Provenance(kind, label, profile_id, uncertainty)

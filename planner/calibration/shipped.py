@@ -10,8 +10,24 @@ from planner.errors import NO_SUCH_USER, PlannerError, expand_user, show_value
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "calibrations"  # planner/calibrations/<gpu>-tp<N>.yaml
 DATA_DIR = PROFILE_DIR / "vidur"  # the public data they were fitted to, with its licence
-PROFILED_GPUS = ("a100-80gb", "a40", "h100-sxm")
-TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)  # Vidur's; LLMServingSim's bundles hold tp 1 (RTX 4090) and 1, 2 (RTX PRO 6000)
+# Every profiled GPU and the tensor-parallel degrees it was measured at: Vidur's A100, A40 and H100
+# (planner/calibrations/vidur/), LLMServingSim's RTX 4090 and RTX PRO 6000 (planner/calibrations/llmservingsim/).
+PROFILED_TP = {
+    "a100-80gb": TENSOR_PARALLEL_SIZES,
+    "a40": TENSOR_PARALLEL_SIZES,
+    "h100-sxm": TENSOR_PARALLEL_SIZES,
+    "rtx-4090": (1,),
+    "rtx-pro-6000": (1, 2),
+}
+PROFILED_GPUS = tuple(PROFILED_TP)
+
+
+def profiled_pairs() -> list[tuple[str, int]]:
+    """(GPU, tensor-parallel degree) of every shipped profile."""
+    return [(gpu, tp) for gpu, tps in PROFILED_TP.items() for tp in tps]
+
+
 # The host's launch gaps between kernels: not in Vidur's kernel durations, so not in the data. Every shipped
 # profile (own or transferred) sets it to 0, which prices an eager step as its kernels' time (the host
 # launching ahead of the GPU) and a graphed one the same: what the data show. The cost model's 40 us default

@@ -18,19 +18,22 @@ run once, in `python -m planner.calibration.public_profiles`, into `planner/cali
 from __future__ import annotations
 
 import itertools
+import math
 from functools import cache
 
 import numpy as np
 import yaml
 
-from planner.calibration.shipped import DATA_DIR, NO_HOST_LAUNCH, PROFILED_GPUS, profile_path
+from planner.calibration.shipped import DATA_DIR, NO_HOST_LAUNCH, PROFILE_DIR, PROFILED_GPUS, profile_path
 from planner.scenario.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec
 
 TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread
 FOLDS_PATH = DATA_DIR / "transfer_folds.yaml"  # the leave-one-GPU-out folds, for docs/fidelity.md
 
-# Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml).
+# Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml). Blackwell is two:
+# the data-centre parts (sm_100: B200, B300, GB200; HBM, TMEM, 2-CTA MMA) and the RTX parts (sm_120: RTX PRO
+# 6000; GDDR7, Ada-like SMs), whose kernels differ; AMD's CDNA 3 and 4 have no profile here at all.
 ARCHITECTURE = {
     "a10": "ampere",
     "a10g": "ampere",
@@ -38,15 +41,31 @@ ARCHITECTURE = {
     "a100-40gb": "ampere",
     "a100-80gb": "ampere",
     "l4": "ada",
+    "l40": "ada",
     "l40s": "ada",
     "rtx-4090": "ada",
+    "rtx-6000-ada": "ada",
     "h100-sxm": "hopper",
     "h100-pcie": "hopper",
     "h200": "hopper",
+    "h200-nvl": "hopper",
+    "h20": "hopper",
+    "b200": "blackwell-sm100",
+    "b300": "blackwell-sm100",
+    "gb200": "blackwell-sm100",
+    "rtx-pro-6000": "blackwell-sm120",
     "mi300x": "cdna3",
+    "mi325x": "cdna3",
+    "mi355x": "cdna4",
 }
-GDDR = {"a10", "a10g", "a40", "l4", "l40s", "rtx-4090"}
-RULES = ("same_architecture", "same_memory", "all")
+VENDOR = {"mi300x": "amd", "mi325x": "amd", "mi355x": "amd"}  # every other catalog GPU: nvidia
+# The profiled GPUs whose efficiencies transfer to others. Not the GeForce RTX 4090: its rated bf16 peak is
+# GeForce's half-rate FP32-accumulate figure at the rated boost clock, which its GEMMs reach in full (the fit
+# pins flops_efficiency at 1.0: the card clocks past its rating); the data-centre Ada parts (L4, L40, L40S, RTX
+# 6000 Ada) are rated at full rate and power-limited, so 100% of their rating would be optimistic.
+TRANSFER_SOURCES = ("a100-80gb", "a40", "h100-sxm", "rtx-pro-6000")
+GDDR = {"a10", "a10g", "a40", "l4", "l40", "l40s", "rtx-4090", "rtx-6000-ada", "rtx-pro-6000"}
+RULES = ("same_architecture", "same_memory", "all", "other_architecture")
 CALIBRATED_DTYPES = ("float16", "bfloat16")  # Vidur measured float16; bf16 runs the same tensor cores
 
 
@@ -81,14 +100,13 @@ def joint_fit(ops, ar, gpus: tuple[str, ...], tp: int) -> dict[str, float]:
     """One set of efficiencies fitted to all `gpus`' operator (and all-reduce) rows at tensor parallel tp."""
     from planner.calibration import public_fit as pf
     from planner.calibration.public_data import gpu_spec
-    from planner.calibration.public_profiles import all_reduce_rows
 
     b = pf.batch([r for r in ops if r.gpu in gpus and r.tensor_parallel_size == tp])
     coefficients = pf.fit_layers(b).as_dict()
     if tp > 1:
         ar_rows, links = [], []
         for g in gpus:
-            rows = all_reduce_rows(g, tp, ar)
+            rows = pf.all_reduce_rows(g, tp, ar)
             ar_rows += rows
             links += [gpu_spec(g).interconnect_bandwidth_gbps * 1e9] * len(rows)
         if ar_rows:
@@ -97,39 +115,44 @@ def joint_fit(ops, ar, gpus: tuple[str, ...], tp: int) -> dict[str, float]:
 
 
 def write_table(fits) -> str:
-    """Joint fits for every subset of the profiled GPUs, and the leave-one-GPU-out folds."""
+    """Joint fits for every subset of the profiled GPUs (at each tp some of them were measured at), and the
+    folds: each profiled GPU held out, predicted by the rule `transferred` would use, by all the others, and by
+    the GPUs of other architectures only (leave-one-architecture-out: what a GPU of an unprofiled
+    architecture gets)."""
     from planner.calibration import public_fit as pf
-    from planner.calibration.public_data import gpu_spec, load_all_reduce, load_operators
-    from planner.calibration.public_profiles import all_reduce_rows, step_times_s
-    from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
+    from planner.calibration.lss_data import operator_rows
+    from planner.calibration.public_data import gpu_spec, load_all_reduce
+    from planner.calibration.shipped import PROFILED_TP, TENSOR_PARALLEL_SIZES
 
-    ops, ar = load_operators(), load_all_reduce()
+    ops, ar = operator_rows(), load_all_reduce()
     own = {(f.gpu, f.tensor_parallel_size): f.coefficients() for f in fits}
     joint: dict[str, dict[int, dict[str, float]]] = {}
     for n in range(1, len(PROFILED_GPUS) + 1):
         for gpus in itertools.combinations(PROFILED_GPUS, n):
+            measured_tps = [tp for tp in TENSOR_PARALLEL_SIZES if any(tp in PROFILED_TP[g] for g in gpus)]
             joint[subset_key(gpus)] = {
-                tp: {k: float(f"{v:.6g}") for k, v in joint_fit(ops, ar, gpus, tp).items()}
-                for tp in TENSOR_PARALLEL_SIZES
+                tp: {k: float(f"{v:.6g}") for k, v in joint_fit(ops, ar, gpus, tp).items()} for tp in measured_tps
             }
     folds = []
     for held_out in PROFILED_GPUS:
-        chosen, rule = choose_sources(held_out, PROFILED_GPUS)
-        candidates = {(chosen, rule)}
-        candidates.add((tuple(g for g in PROFILED_GPUS if g != held_out), "all"))
+        chosen, rule = choose_sources(held_out, TRANSFER_SOURCES)
+        others = tuple(g for g in TRANSFER_SOURCES if g != held_out)
+        candidates = {(chosen, rule), (others, "all")}
+        other_arch = tuple(g for g in others if ARCHITECTURE[g] != ARCHITECTURE[held_out])
+        candidates.add((other_arch, "other_architecture"))
         for sources, fold_rule in sorted(candidates, key=lambda c: RULES.index(c[1])):
-            for tp in TENSOR_PARALLEL_SIZES:
+            for tp in PROFILED_TP[held_out]:
                 coefficients = fill_interconnect(joint, sources, tp, held_out)
                 b = pf.batch([r for r in ops if r.gpu == held_out and r.tensor_parallel_size == tp])
                 layer_err = pf.predicted_layer_s(b, coefficients) / b.layer_s - 1
-                ar_rows = all_reduce_rows(held_out, tp, ar) if tp > 1 else []
+                ar_rows = pf.all_reduce_rows(held_out, tp, ar) if tp > 1 else []
                 link = (gpu_spec(held_out).interconnect_bandwidth_gbps or 0) * 1e9
-                measured, predicted = step_times_s(b, coefficients, link, ar_rows)
+                measured, predicted = pf.step_times_s(b, coefficients, link, ar_rows)
                 step_err = predicted / measured - 1
                 deviation = {
                     k: float(f"{coefficients[k] / v - 1:.4g}")
                     for k, v in own[held_out, tp].items()
-                    if k in coefficients
+                    if k in coefficients and abs(v) > NEGLIGIBLE[k.endswith("_s")]
                 }
                 folds.append(
                     {
@@ -151,14 +174,29 @@ def write_table(fits) -> str:
     return TABLE_PATH
 
 
+# A held-out GPU's own coefficient this small (a kernel floor fitted at 0.1 us: the RTX GPUs' layers need none) has
+# no relative deviation to speak of: a transferred 30 us floor would read as 3e8 times off.
+NEGLIGIBLE = {True: 1e-7, False: 1e-6}
+
+
+def joint_at(joint, sources, tp: int) -> dict[str, float]:
+    """The sources' joint fit at tp, or where none of them was measured at tp (the RTX 4090 at tp 2), at the
+    largest tp below that they were: a GPU's efficiencies against its own peaks, priced over tp's shapes."""
+    fits = joint[subset_key(sources)]
+    at = max((t for t in fits if t <= tp), default=min(fits))
+    return dict(fits[at])
+
+
 def fill_interconnect(joint, sources, tp: int, held_out: str | None = None) -> dict[str, float]:
-    """The sources' joint coefficients; where none of them has a measured all-reduce (the A40), the
-    interconnect terms of all profiled GPUs that have one (NVSwitch nodes: optimistic for PCIe parts), but the
-    held-out GPU of a leave-one-GPU-out fold: its own all-reduces once filled in the A40's terms in the fold
+    """The sources' joint coefficients; where none of them has a measured all-reduce (the A40, the RTX GPUs),
+    the interconnect terms of all profiled GPUs that have one (NVSwitch nodes: optimistic for PCIe parts), but
+    the held-out GPU of a leave-one-GPU-out fold: its own all-reduces once filled in the A40's terms in the fold
     that held out the A100, and the interconnect spread came out at 30% where the honest fold gives about 64%."""
-    coefficients = dict(joint[subset_key(sources)][tp])
+    coefficients = joint_at(joint, sources, tp)
     if tp > 1 and "interconnect_efficiency" not in coefficients:
-        allowed = [k for k in joint if held_out not in k.split("+") and "interconnect_efficiency" in joint[k][tp]]
+        allowed = [
+            k for k in joint if held_out not in k.split("+") and "interconnect_efficiency" in joint[k].get(tp, {})
+        ]
         with_ar = max(allowed, key=len)
         for k in ("interconnect_efficiency", "allreduce_latency_s", "allreduce_launch_wait_s"):
             coefficients[k] = joint[with_ar][tp][k]
@@ -202,13 +240,20 @@ def load_profile(gpu: str, tp: int) -> dict | None:
 def transfer(gpu: GpuSpec, tensor_parallel_size: int) -> tuple[dict, dict, tuple[str, ...], str]:
     """(coefficients, std per coefficient, source profile ids, rule) for `gpu`, from the profiled GPUs.
     The std is the coefficient times the spread leave-one-GPU-out measured for the rule that chose them."""
-    sources, rule = choose_sources(gpu.name, PROFILED_GPUS)
+    sources, rule = choose_sources(gpu.name, TRANSFER_SOURCES)
     table = load_table()
     tp = profiled_tp(tensor_parallel_size)
     coefficients = NO_HOST_LAUNCH | fill_interconnect(table["joint"], sources, tp)
-    profiles = [load_profile(g, tp) for g in sources]
+    profiles = [nearest_profile(g, tp) for g in sources]
     ids = tuple(p["id"] for p in profiles)
     return coefficients, _spread(coefficients, rule) | _widest_residual(profiles), ids, rule
+
+
+def nearest_profile(gpu: str, tp: int) -> dict:
+    """A profiled GPU's shipped profile at tp, or at the largest tp below that it was measured at."""
+    from planner.calibration.shipped import PROFILED_TP
+
+    return load_profile(gpu, max((t for t in PROFILED_TP[gpu] if t <= tp), default=min(PROFILED_TP[gpu])))
 
 
 def _widest_residual(profiles: list[dict]) -> dict[str, float]:
@@ -264,6 +309,42 @@ def public_cost_model(
         uncertainty = _spread(coefficients, "all") | _widest_residual([own])
     else:
         coefficients, uncertainty, ids, _ = transfer(gpu, tensor_parallel_size)
-        names, _ = choose_sources(gpu.name, PROFILED_GPUS)
+        names, _ = choose_sources(gpu.name, TRANSFER_SOURCES)
         sources = [f"{name} {profile_id}" for name, profile_id in zip(names, ids)]
-    return coefficients, uncertainty, f"transferred (from public profiles {', '.join(sources)})", ids
+    uncertainty, caveat = _unprofiled(gpu.name, uncertainty)
+    return coefficients, uncertainty, f"transferred (from public profiles {', '.join(sources)}){caveat}", ids
+
+
+SPREAD_PATH = PROFILE_DIR / "measurements" / "spread.yaml"  # written by `python -m planner.fidelity --write-spread`
+
+
+def _unprofiled(name: str, uncertainty: dict) -> tuple[dict, str]:
+    """A GPU of a vendor or an architecture no profile measured is known only as well as the evidence says:
+    its step time carries the spread the development set shows for another vendor (AMD: the simulated
+    against the published figures of its points), or the leave-one-architecture-out folds show for another
+    architecture, whichever applies, where that is wider than its coefficients' own; the label says which."""
+    spreads = load_yaml(SPREAD_PATH)
+    arch = ARCHITECTURE.get(name)
+    if VENDOR.get(name, "nvidia") != "nvidia":
+        spread, why = spreads["other_vendor"], f"another vendor ({VENDOR[name].upper()}): no profile"
+    elif arch is None or not any(ARCHITECTURE[g] == arch for g in PROFILED_GPUS):
+        spread, why = spreads["other_architecture"], "an architecture without a profile"
+    else:
+        return uncertainty, ""
+    return _widened(uncertainty, spread, why)
+
+
+def unmeasured_kernels(uncertainty: dict) -> tuple[dict, str]:
+    """A model whose attention no profile measured (DeepSeek's multi-head latent attention, with its fp8
+    block-scaled experts): its step time carries the spread the development set shows for such models on
+    profiled GPUs (vLLM's DeepSeek-R1 points on 8x H200), where wider than what it carries already."""
+    return _widened(uncertainty, load_yaml(SPREAD_PATH)["unmeasured_attention"], "MLA attention: no kernel measured")
+
+
+def _widened(uncertainty: dict, spread: float, why: str) -> tuple[dict, str]:
+    from planner.calibration.provenance import STEP_TIME_SPREAD
+
+    wider = max(spread, uncertainty.get(STEP_TIME_SPREAD, 0.0))
+    factor = math.exp(1.645 * wider)
+    caveat = f"; {why}: step times within x{1 / factor:.2f}-x{factor:.2f} at 90%"
+    return uncertainty | {STEP_TIME_SPREAD: wider}, caveat

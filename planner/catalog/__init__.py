@@ -105,7 +105,14 @@ def model_names() -> list[str]:
 
 
 # The figures the cost model prices a GPU by (sim/peak_rates.py, sim/cost_model.py): what a calibration fits.
-COST_FIGURES = ("bf16_tflops", "fp8_tflops", "fp32_tflops", "memory_bandwidth_gbps", "interconnect_bandwidth_gbps")
+COST_FIGURES = (
+    "bf16_tflops",
+    "fp8_tflops",
+    "fp4_tflops",
+    "fp32_tflops",
+    "memory_bandwidth_gbps",
+    "interconnect_bandwidth_gbps",
+)
 
 
 def differs_from_catalog(gpu: GpuSpec, figures: tuple[str, ...] | None = None) -> bool:

@@ -63,7 +63,7 @@ def cmd_run(args) -> int:
 
     # The same scenario simulated overlaps each step's host work with the device's (vLLM's async scheduling):
     # beside this run, that difference would read as the cost model's error.
-    serial = [] if EngineFacts.of(scenario).eager else [SERIAL_NOTE]
+    serial = [] if EngineFacts.of(scenario).serial else [SERIAL_NOTE]
     emit(args, summary, result.recorder, f"{scenario.name} (measured on {result.extra['device_name']})", serial)
     from planner.calibration.busy import busy_reasons
 

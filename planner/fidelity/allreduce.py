@@ -87,7 +87,7 @@ def section_allreduce(ar) -> list[str]:
     """The all-reduce data's two regimes, and the shipped fits on each (public_data's ALL_REDUCE_NOISE)."""
     from planner.calibration import public_fit as pf
     from planner.calibration.public_data import ALL_REDUCE_SETUPS, MIN_SIZES_PER_BIN
-    from planner.calibration.public_profiles import all_reduce_rows
+    from planner.calibration.public_fit import all_reduce_rows
     from planner.calibration.shipped import TENSOR_PARALLEL_SIZES
     from planner.calibration.transfer import load_profile
 

@@ -26,7 +26,7 @@ def default_coefficients() -> dict[str, float]:
 def step_errors(rows, ar, gpu, tp, coefficients, form=None) -> tuple[np.ndarray, np.ndarray]:
     """(per-layer, per-step) relative errors of `coefficients` on `rows` (one GPU, one tp)."""
     from planner.calibration import public_fit as pf
-    from planner.calibration.public_profiles import all_reduce_rows, step_times_s
+    from planner.calibration.public_fit import all_reduce_rows, step_times_s
 
     b = pf.batch(rows)
     layer = pf.predicted_layer_s(b, coefficients, form)

@@ -54,51 +54,50 @@ def section_form(ops, ar) -> tuple[list[str], dict]:
     fitted, each fitted by the same fitter to the same rows; all-reduce terms as in the profiles. Returns
     the table and the figures the note above it quotes."""
     from planner.calibration import public_fit as pf
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import profiled_pairs
     from planner.calibration.transfer import load_profile
 
     rows, figures = [], {"p": [], "p_near_2": 0, "median_gain": [], "max_layer_p90": [], "norm_layer": []}
     figures |= {"flops_by_gpu": {}, "flops_by_gpu_without": {}, "without_p90": [], "worst_non_monotone": []}
     figures |= {"rest_p90": [], "non_monotone_rows": 0, "rows": 0}
-    for gpu in PROFILED_GPUS:
-        for tp in TENSOR_PARALLEL_SIZES:
-            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
-            b = pf.batch(sel)
-            profile = load_profile(gpu, tp)["coefficients"]
-            before = profile | pf.fit_layers(b, max_form).as_dict()
-            layer_max, step_max = step_errors(sel, ar, gpu, tp, before, max_form)
-            layer_2, step_2 = step_errors(sel, ar, gpu, tp, profile)
-            free = pf.fit_layers_free_norm(b)
-            p, p_std = free.as_dict()[pf.NORM_NAME], free.std_dict()[pf.NORM_NAME]
-            figures["p"].append(p)
-            figures["p_near_2"] += abs(p - 2) <= 2 * p_std
-            figures["median_gain"].append(errors(layer_2)[0] - free.median_abs_error)
-            figures["max_layer_p90"].append(errors(layer_max)[1])
-            figures["norm_layer"].append(errors(layer_2))
-            without = pf.fit_layers(b, elementwise=False)
-            figures["without_p90"].append(without.p90_abs_error)
-            figures["flops_by_gpu"].setdefault(gpu, []).append(profile["flops_efficiency"])
-            figures["flops_by_gpu_without"].setdefault(gpu, []).append(without.as_dict()["flops_efficiency"])
-            odd = _non_monotone(sel)
-            worst = np.abs(layer_2) >= np.percentile(np.abs(layer_2), 90)
-            figures["worst_non_monotone"].append(odd[worst].mean())
-            figures["rest_p90"].append(errors(layer_2[~odd])[1])
-            figures["non_monotone_rows"] += int(odd.sum())
-            figures["rows"] += len(sel)
-            figures.setdefault("elementwise_share", []).extend(1 - b.linear_s / b.layer_s)
-            figures.setdefault("slower_tokens", []).extend(_slower_tokens(sel))
-            if gpu == "h100-sxm" and tp == 1:
-                figures["example"] = _widest_gap(sel)
-            large = b.num_tokens >= ELEMENTWISE_CHECK_TOKENS  # where launches no longer set their time
-            ratio = (b.layer_s - b.linear_s)[large] / pf.elementwise_s(b, profile["bandwidth_efficiency"])[large]
-            figures.setdefault("elementwise_ratio", {}).setdefault(gpu, []).append(float(np.median(ratio)))
-            own = pf.fit_layers_elementwise_efficiency(b)
-            own_e, own_std = own.as_dict(), own.std_dict()
-            name = pf.ELEMENTWISE_EFFICIENCY_NAME
-            figures.setdefault("own_relative_std", []).append(own_std[name] / own_e[name])
-            figures.setdefault("own_gain", []).append(errors(layer_2)[1] - own.p90_abs_error)
-            both = "{} / {}".format
-            rows.append(
+    for gpu, tp in profiled_pairs():
+        sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+        b = pf.batch(sel)
+        profile = load_profile(gpu, tp)["coefficients"]
+        before = profile | pf.fit_layers(b, max_form).as_dict()
+        layer_max, step_max = step_errors(sel, ar, gpu, tp, before, max_form)
+        layer_2, step_2 = step_errors(sel, ar, gpu, tp, profile)
+        free = pf.fit_layers_free_norm(b)
+        p, p_std = free.as_dict()[pf.NORM_NAME], free.std_dict()[pf.NORM_NAME]
+        figures["p"].append(p)
+        figures["p_near_2"] += abs(p - 2) <= 2 * p_std
+        figures["median_gain"].append(errors(layer_2)[0] - free.median_abs_error)
+        figures["max_layer_p90"].append(errors(layer_max)[1])
+        figures["norm_layer"].append(errors(layer_2))
+        without = pf.fit_layers(b, elementwise=False)
+        figures["without_p90"].append(without.p90_abs_error)
+        figures["flops_by_gpu"].setdefault(gpu, []).append(profile["flops_efficiency"])
+        figures["flops_by_gpu_without"].setdefault(gpu, []).append(without.as_dict()["flops_efficiency"])
+        odd = _non_monotone(sel)
+        worst = np.abs(layer_2) >= np.percentile(np.abs(layer_2), 90)
+        figures["worst_non_monotone"].append(odd[worst].mean())
+        figures["rest_p90"].append(errors(layer_2[~odd])[1])
+        figures["non_monotone_rows"] += int(odd.sum())
+        figures["rows"] += len(sel)
+        figures.setdefault("elementwise_share", []).extend(1 - b.linear_s / b.layer_s)
+        figures.setdefault("slower_tokens", []).extend(_slower_tokens(sel))
+        if gpu == "h100-sxm" and tp == 1:
+            figures["example"] = _widest_gap(sel)
+        large = b.num_tokens >= ELEMENTWISE_CHECK_TOKENS  # where launches no longer set their time
+        ratio = (b.layer_s - b.linear_s)[large] / pf.elementwise_s(b, profile["bandwidth_efficiency"])[large]
+        figures.setdefault("elementwise_ratio", {}).setdefault(gpu, []).append(float(np.median(ratio)))
+        own = pf.fit_layers_elementwise_efficiency(b)
+        own_e, own_std = own.as_dict(), own.std_dict()
+        name = pf.ELEMENTWISE_EFFICIENCY_NAME
+        figures.setdefault("own_relative_std", []).append(own_std[name] / own_e[name])
+        figures.setdefault("own_gain", []).append(errors(layer_2)[1] - own.p90_abs_error)
+        both = "{} / {}".format
+        rows.append(
                 [gpu, tp, both(*map(pct, errors(layer_max))), both(*map(pct, errors(step_max))),
                  both(*map(pct, errors(layer_2))), both(*map(pct, errors(step_2))), f"{p:.2f} ± {p_std:.2f}",
                  both(pct(free.median_abs_error), pct(free.p90_abs_error)),
@@ -166,10 +165,10 @@ same rows (`public_fit.fit_layers`, `fit_layers_free_norm`):
 
 
 def form_note(ar, figures) -> str:
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import profiled_pairs
     from planner.calibration.transfer import load_profile
 
-    profiles = [load_profile(g, tp) for g in PROFILED_GPUS for tp in TENSOR_PARALLEL_SIZES]
+    profiles = [load_profile(g, tp) for g, tp in profiled_pairs()]
 
     def meets(e: dict) -> bool:
         return e["median"] <= 0.05 and e["p90"] <= 0.10

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from planner.fidelity import devset_summary, lss
 from planner.fidelity.allreduce import section_allreduce
 from planner.fidelity.form import form_note, section_form
 from planner.fidelity.profiles import section_models, section_profiles
@@ -19,16 +20,19 @@ HEADER = f"""# Fidelity of the shipped calibrations
 Produced by `{COMMAND}` (this page is its output; tests/test_fidelity.py keeps them equal). Data: Vidur's
 public per-operator timings (microsoft/vidur, MIT licence; compact copy in `planner/calibrations/vidur/`),
 fitted by `python -m planner.calibration.public_profiles`. Times are GPU time of the operators Vidur measured,
-in float16. **Attention is not in the data**: the cost model prices it from the fitted bandwidth and flops
-efficiencies (the kernels' bandwidth). Nor are the LM head, the sampler or the CPU side of a step: those keep
-the cost model's defaults until `planner calibrate` measures them.
+in float16; and LLMServingSim's public per-layer profiles of vLLM 0.19's kernels on an RTX 4090 and an RTX PRO
+6000 Blackwell (MIT; `planner/calibrations/llmservingsim/`), in bfloat16, which also measure attention, the
+fused MoE, the LM head and the sampler (compared below). The CPU side of a step is in neither: it keeps the
+cost model's defaults until `planner calibrate` measures it. Every tracked figure on this page is held to a
+stored bound by `python -m planner.fidelity --check` (CI runs it: tests/test_fidelity_gate.py).
 """
 
 
 def _data():
-    from planner.calibration.public_data import load_all_reduce, load_operators
+    from planner.calibration.lss_data import operator_rows
+    from planner.calibration.public_data import load_all_reduce
 
-    return load_operators(), load_all_reduce()
+    return operator_rows(), load_all_reduce()
 
 
 def render() -> str:
@@ -54,6 +58,10 @@ def render() -> str:
         "",
         *section_transfer(),
         "",
+        *lss.section(),
+        "",
         *section_public(),
+        "",
+        *devset_summary.section(),
     ]
     return "\n".join(parts).rstrip() + "\n"

@@ -9,7 +9,7 @@ from planner.fidelity.markdown import pct, table
 
 
 def section_profiles(ops, ar) -> list[str]:
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import profiled_pairs
     from planner.calibration.transfer import load_profile
 
     out = [
@@ -27,17 +27,16 @@ def section_profiles(ops, ar) -> list[str]:
         "",
     ]
     rows = []
-    for gpu in PROFILED_GPUS:
-        for tp in TENSOR_PARALLEL_SIZES:
-            p = load_profile(gpu, tp)
-            c = p["coefficients"]
-            sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
-            layer, step = step_errors(sel, ar, gpu, tp, c)
-            _, step_default = step_errors(sel, ar, gpu, tp, default_coefficients())
-            med, p90 = errors(step)
-            met = "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"
-            coeffs = ", ".join(f"{k.replace('_efficiency', '')} {v:.3g}" for k, v in c.items())
-            rows.append(
+    for gpu, tp in profiled_pairs():
+        p = load_profile(gpu, tp)
+        c = p["coefficients"]
+        sel = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp]
+        layer, step = step_errors(sel, ar, gpu, tp, c)
+        _, step_default = step_errors(sel, ar, gpu, tp, default_coefficients())
+        med, p90 = errors(step)
+        met = "yes" if med <= 0.05 and p90 <= 0.10 else "**no**"
+        coeffs = ", ".join(f"{k.replace('_efficiency', '')} {v:.3g}" for k, v in c.items())
+        rows.append(
                 [gpu, tp, f"`{p['id']}`", coeffs, len(sel), *map(pct, errors(layer)), pct(med), pct(p90), met,
                  "{} / {}".format(*map(pct, errors(step_default)))]
             )  # fmt: skip
@@ -50,7 +49,7 @@ def section_profiles(ops, ar) -> list[str]:
 
 
 def section_models(ops, ar) -> list[str]:
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import PROFILED_TP
     from planner.calibration.transfer import load_profile
 
     out = [
@@ -63,10 +62,10 @@ def section_models(ops, ar) -> list[str]:
         "",
     ]
     rows = []
-    for gpu in PROFILED_GPUS:
+    for gpu, tps in PROFILED_TP.items():
         for model in sorted({r.model for r in ops if r.gpu == gpu}):
             layer_e, step_e = [], []
-            for tp in TENSOR_PARALLEL_SIZES:
+            for tp in tps:
                 sel = [r for r in ops if r.gpu == gpu and r.model == model and r.tensor_parallel_size == tp]
                 if sel:
                     layer, step = step_errors(sel, ar, gpu, tp, load_profile(gpu, tp)["coefficients"])

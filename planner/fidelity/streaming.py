@@ -11,7 +11,7 @@ from planner.fidelity.markdown import table
 def section_streaming(ops) -> list[str]:
     """How close to the spec bandwidth the kernels stream at decode batch sizes (1-8 tokens)."""
     from planner.calibration import public_fit as pf
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import profiled_pairs
     from planner.calibration.transfer import load_profile
 
     out = [
@@ -23,14 +23,13 @@ def section_streaming(ops) -> list[str]:
         "",
     ]
     rows = []
-    for gpu in PROFILED_GPUS:
-        for tp in TENSOR_PARALLEL_SIZES:
-            b = pf.batch([r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.num_tokens <= 8])
-            nbytes = b.params_per_layer * pf.DTYPE_BYTES / b.tensor_parallel_size
-            linear = float(np.median(nbytes / b.linear_s / b.bandwidth))
-            layer = float(np.median(nbytes / b.layer_s / b.bandwidth))
-            fitted = load_profile(gpu, tp)["coefficients"]["bandwidth_efficiency"]
-            rows.append([gpu, tp, f"{linear:.3f}", f"{layer:.3f}", f"{fitted:.3f}"])
+    for gpu, tp in profiled_pairs():
+        b = pf.batch([r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.num_tokens <= 8])
+        nbytes = b.params_per_layer * pf.DTYPE_BYTES / b.tensor_parallel_size
+        linear = float(np.median(nbytes / b.linear_s / b.bandwidth))
+        layer = float(np.median(nbytes / b.layer_s / b.bandwidth))
+        fitted = load_profile(gpu, tp)["coefficients"]["bandwidth_efficiency"]
+        rows.append([gpu, tp, f"{linear:.3f}", f"{layer:.3f}", f"{fitted:.3f}"])
     out += table(["GPU", "tp", "linears", "whole layer", "profile's bandwidth_efficiency"], rows)
     return out
 

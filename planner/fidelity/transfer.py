@@ -67,7 +67,7 @@ def section_leave_gpu_out(ops, ar) -> list[str]:
 
 def section_leave_models_out(ops, ar) -> list[str]:
     from planner.calibration import public_fit as pf
-    from planner.calibration.shipped import PROFILED_GPUS, TENSOR_PARALLEL_SIZES
+    from planner.calibration.shipped import PROFILED_TP
 
     out = [
         "## Leave-one-model-out on the same GPU",
@@ -79,10 +79,10 @@ def section_leave_models_out(ops, ar) -> list[str]:
         "",
     ]
     rows = []
-    for gpu in PROFILED_GPUS:
+    for gpu, tps in PROFILED_TP.items():
         for model in sorted({r.model for r in ops if r.gpu == gpu}):
             e, d = [], []
-            for tp in TENSOR_PARALLEL_SIZES:
+            for tp in tps:
                 held = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.model == model]
                 rest = [r for r in ops if r.gpu == gpu and r.tensor_parallel_size == tp and r.model != model]
                 if held and rest:
@@ -90,6 +90,8 @@ def section_leave_models_out(ops, ar) -> list[str]:
                     b = pf.batch(held)
                     e.append(pf.predicted_layer_s(b, c) / b.layer_s - 1)
                     d.append(pf.predicted_layer_s(b, default_coefficients()) / b.layer_s - 1)
+            if not e:  # one model measured on this GPU: nothing to hold out against
+                continue
             e, d = np.concatenate(e), np.concatenate(d)
             rows.append([gpu, model, len(e), *map(pct, errors(e)), "{} / {}".format(*map(pct, errors(d)))])
     out += table(["GPU", "held-out model", "rows", "layer median", "layer p90", "spec-sheet med / p90"], rows)
@@ -97,8 +99,7 @@ def section_leave_models_out(ops, ar) -> list[str]:
 
 
 def section_transfer() -> list[str]:
-    from planner.calibration.shipped import PROFILED_GPUS
-    from planner.calibration.transfer import choose_sources, public_cost_model
+    from planner.calibration.transfer import TRANSFER_SOURCES, choose_sources, public_cost_model
     from planner.catalog import load_gpu_catalog
 
     out = [
@@ -110,7 +111,7 @@ def section_transfer() -> list[str]:
         if name == "cpu":
             continue
         c, u, label, _ = public_cost_model(gpu, "bfloat16", 1)
-        rule = "own profile" if label.startswith("calibrated") else choose_sources(name, PROFILED_GPUS)[1]
+        rule = "own profile" if label.startswith("calibrated") else choose_sources(name, TRANSFER_SOURCES)[1]
         cells = [f"{c[k]:.3f} ± {u[k]:.3f}" for k in ("flops_efficiency", "bandwidth_efficiency")]
         rows.append([name, rule, *cells, label])
     out += table(["GPU", "rule", "flops_efficiency", "bandwidth_efficiency", "label"], rows)

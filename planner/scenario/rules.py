@@ -156,6 +156,7 @@ RULES: dict[tuple[type, str], Rule] = {
         for name, lo, hi, unit in (
             ("bf16_tflops", 0.01, 1e5, " TFLOPS"),
             ("fp8_tflops", 0.01, 1e5, " TFLOPS"),
+            ("fp4_tflops", 0.01, 1e5, " TFLOPS"),
             ("fp32_tflops", 0.01, 1e5, " TFLOPS"),
             ("memory_bandwidth_gbps", 1, 1e6, " GB/s"),
             ("interconnect_bandwidth_gbps", 0.1, 1e6, " GB/s"),
