@@ -218,3 +218,15 @@ def test_serve_lines_name_the_connector_and_each_side_role(tmp_path):
     prefill, decode = (line for line in fleet_serve_lines(scenario_of(tmp_path, data)) if line.startswith("vllm"))
     assert prefill.endswith("""'{"kv_connector":"MooncakeConnector","kv_role":"kv_producer"}'""")
     assert decode.endswith("""'{"kv_connector":"MooncakeConnector","kv_role":"kv_consumer"}'""")
+
+
+def test_memory_of_a_fleet_is_each_pools(capsys):
+    assert main(["memory", str(ROOT / "scenarios" / "cpu_tiny_pd.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("num_gpu_blocks") == 2 and "pool prefill (prefill):" in out and "pool decode (decode):" in out
+
+
+def test_size_refuses_a_fleet(capsys):
+    assert main(["size", str(ROOT / "scenarios" / "cpu_tiny_pd.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "fleet: planner size searches deployments of one pool" in err and "Traceback" not in err
