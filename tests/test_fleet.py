@@ -223,7 +223,7 @@ def test_serve_lines_name_the_connector_and_each_side_role(tmp_path):
 def test_memory_of_a_fleet_is_each_pools(capsys):
     assert main(["memory", str(ROOT / "scenarios" / "cpu_tiny_pd.yaml")]) == 0
     out = capsys.readouterr().out
-    assert out.count("num_gpu_blocks") == 2 and "pool prefill (prefill):" in out and "pool decode (decode):" in out
+    assert out.count("  num_gpu_blocks ") == 2 and "pool prefill (prefill):" in out and "pool decode (decode):" in out
 
 
 def test_size_refuses_a_fleet(capsys):
