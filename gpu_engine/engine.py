@@ -93,6 +93,12 @@ def step(
     out = scheduler.schedule()
     if not out.scheduled:
         raise RuntimeError(f"no request can be scheduled with {scheduler.kv.pool.num_free_blocks} free blocks")
+    execute(scheduler, runner, clock, on_finished, out, start)
+
+
+def execute(scheduler: Scheduler, runner: ModelRunner, clock, on_finished, out, start: float) -> None:
+    """The rest of step() once `out` is scheduled (gpu_engine/pd_pair.py schedules itself: a disaggregated
+    engine may have nothing to schedule while its requests wait for KV)."""
     blocks_in_use = scheduler.kv.pool.num_used_blocks
     executed = clock()
     sampled = runner.execute(out.scheduled)

@@ -8,7 +8,7 @@ hints (typing.get_type_hints), and as strings each would be compiled and evaluat
 Every class has a docstring, which also spares `dataclass` building one from the class's signature.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 HOST_DEVICES = ("cpu",)  # catalog GPUs that are the host itself: no CUDA graphs, nothing overlaps
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 1}
@@ -432,6 +432,81 @@ class SloConfig:
     e2el_ms: dict[str, float] = field(default_factory=dict)
 
 
+# A fleet's pools serve requests in one of three roles (vLLM's disaggregated serving: a prefill instance computes a
+# prompt's KV and samples its first token, a decode instance pulls that KV and decodes; sim/fleet.py).
+POOL_ROLES = ("mixed", "prefill", "decode")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One pool of a fleet, under its name (fleet.pools.NAME): `hardware.replicas` identical engines on their own
+    GPUs, with their own settings. `model`, if given, must be the scenario's."""
+
+    name: str  # the pool's key under fleet.pools
+    hardware: HardwareConfig  # the pool's gpu, tensor_parallel_size, replicas and expert_parallel
+    # the keys the pool sets over the scenario's `engine` (the rest are the scenario's)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    # mixed: whole requests, as a one-pool scenario's replicas; prefill: prompts only, their KV then pulled by a
+    # decode pool; decode: the replies of prompts a prefill pool computed
+    role: str = "mixed"
+
+
+@dataclass(frozen=True)
+class FleetRouterConfig:
+    """How a fleet's router picks the replica (and, by prompt length, the pool) each request goes to."""
+
+    # round_robin | least_outstanding | prefix | length: in turn; the replica with the fewest requests not finished;
+    # the one holding the longest cached prefix of the prompt (llm-d's prefix scorer, Dynamo's KV router), ties
+    # to the least outstanding; by prompt length, to short_pool up to threshold_tokens, to long_pool above
+    policy: str = "round_robin"
+    threshold_tokens: int | None = None  # length: the longest prompt sent to short_pool
+    short_pool: str | None = None  # length: the pool of prompts of at most threshold_tokens tokens
+    long_pool: str | None = None  # length: the pool of longer prompts
+
+
+@dataclass(frozen=True)
+class KvTransferConfig:
+    """The link a prefill pool's KV cache crosses to the decode pool, and the vLLM connector that moves it."""
+
+    link: str  # nvlink | infiniband | roce | pcie | tcp | host_memory (two engines in one process)
+    bandwidth_gbit_per_s: float | None = None  # per GPU, one direction, in Gb/s (bits): InfiniBand NDR 400
+    latency_ms: float | None = None  # fixed cost per transfer (handshake, notification); None: the link kind's
+    # whether the KV streams out layer by layer during the prefill (LMCache, Mooncake, P2pNccl) or moves once the
+    # prefill is done (vLLM's NixlConnector)
+    layerwise: bool = False
+    connector: str = "NixlConnector"  # NixlConnector | MooncakeConnector | LMCacheConnectorV1 | P2pNcclConnector
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Several pools behind one router, instead of one `hardware` block (sim/fleet.py runs it)."""
+
+    pools: tuple[PoolConfig, ...]  # by name, in the file's order
+    router: FleetRouterConfig = field(default_factory=FleetRouterConfig)
+    kv_transfer: KvTransferConfig | None = None  # a prefill pool's link to the decode pool
+
+    def pool(self, name: str) -> PoolConfig:
+        return next(p for p in self.pools if p.name == name)
+
+    def with_role(self, role: str) -> tuple[PoolConfig, ...]:
+        return tuple(p for p in self.pools if p.role == role)
+
+    @property
+    def disaggregated(self) -> bool:
+        return any(p.role != "mixed" for p in self.pools)
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(p.hardware.replicas * p.hardware.tensor_parallel_size for p in self.pools)
+
+    def describe(self) -> str:
+        """'2x prefill (4x h100-sxm) + 1x decode (4x h100-sxm)'."""
+        return " + ".join(
+            f"{p.hardware.replicas}x {p.name} ({p.hardware.tensor_parallel_size}x {p.hardware.gpu.name})"
+            for p in self.pools
+        )
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A validated scenario file: what runs (model, dtype), on what (hardware, engine), serving what (workload,
@@ -448,10 +523,17 @@ class Scenario:
     # The cost model's coefficients: `auto` (the newest matching profile in the user's profile folder, else a
     # shipped one, else spec-sheet defaults) or a profile file (relative to the scenario's folder).
     calibration: str = "auto"
+    # Several pools behind a router (sim/fleet.py) instead of one pool; `hardware` and `engine` are then the first
+    # pool's. None: one pool, `hardware`.
+    fleet: FleetConfig | None = None
 
     @property
     def max_model_len(self) -> int:
         return self.engine.max_model_len_for(self.model)
+
+    def pool_scenario(self, pool: PoolConfig) -> "Scenario":
+        """One pool of the fleet as a scenario of its own: its hardware and engine, the rest this one's."""
+        return replace(self, hardware=pool.hardware, engine=pool.engine, fleet=None)
 
     @property
     def kv_dtype(self) -> str:

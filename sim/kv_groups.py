@@ -181,6 +181,10 @@ class HybridKVCacheManager(KVCacheManager):
                 hits[g] = blocks
         return GroupHits([blocks[:num_hit] for blocks in hits])
 
+    def num_cached_prefix_blocks(self, request: Request) -> int:
+        """A router's question (sim/router.py): get_computed_blocks changes nothing here."""
+        return len(self.get_computed_blocks(request))
+
     def cache_full_blocks(self, request: Request, num_tokens: int | None = None) -> None:
         """Register the full blocks among the request's first num_tokens tokens (default: its computed ones)
         in every group; null blocks are skipped (`BlockPool.cache_full_blocks`)."""

@@ -19,6 +19,19 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def extend_chain(keys: list[tuple], request: Request, num_blocks: int, block_size: int) -> list[tuple]:
+    """keys, the chained prefix-cache keys of the request's first blocks, extended to num_blocks of them: a block's
+    key is its parent's hash and its content (vLLM's block hash), the first block's parent ROOT_HASH."""
+    first = len(keys)
+    if first < num_blocks:
+        parent = hash(keys[-1]) if first else ROOT_HASH
+        for content in request.block_content_keys(first, num_blocks, block_size):
+            key = (parent, content)
+            keys.append(key)
+            parent = hash(key)
+    return keys
+
+
 class KVCacheManager:
     def __init__(
         self,
@@ -63,14 +76,19 @@ class KVCacheManager:
         keys = self._keys.get(request)
         if keys is None:
             keys = self._keys[request] = []
-        first = len(keys)
-        if first < num_blocks:
-            parent = hash(keys[-1]) if first else ROOT_HASH
-            for content in request.block_content_keys(first, num_blocks, self.block_size):
-                key = (parent, content)
-                keys.append(key)
-                parent = hash(key)
-        return keys
+        return extend_chain(keys, request, num_blocks, self.block_size)
+
+    def num_cached_prefix_blocks(self, request: Request) -> int:
+        """Leading full blocks of a request not sent here (yet) that this pool's prefix cache holds: a router's
+        question (sim/router.py), answered without changing anything here."""
+        if not self.pool.enable_caching:
+            return 0
+        num_blocks = (request.num_tokens - 1) // self.block_size
+        shareable = request.num_shareable_blocks(self.block_size)
+        if shareable is not None:
+            num_blocks = min(num_blocks, shareable)
+        keys = extend_chain(list(self._keys.get(request, ())), request, num_blocks, self.block_size)
+        return len(self.pool.lookup_prefix(keys[:num_blocks]))
 
     def blocks_needed(
         self, request: Request, num_new_tokens: int, num_hit_blocks: int = 0, reserve_tokens: int = 0

@@ -166,6 +166,17 @@ class Replica:
                 preempted = out.num_preempted
                 out, after_idle = sched.schedule(), True
                 out.num_preempted += preempted
+            if not out.scheduled and sched.awaits_kv_transfers:
+                # A fleet's engine (sim/fleet.py) whose queue waits on KV pulls, or on blocks a pull will free: idle
+                # until one ends (sim.fleet.wake) or a request comes
+                pending, self.deferred = self.deferred or (), None
+                for request in pending:
+                    sched.add_request(request)
+                if not pending:
+                    self.idle = env.event()
+                    yield self.idle
+                after_idle = True
+                continue
             if not out.scheduled:
                 raise RuntimeError(
                     f"no request can be scheduled at t={env.now:.3f}s with "

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
 class Status(Enum):
     WAITING = "waiting"
+    # vLLM's RequestStatus.WAITING_FOR_REMOTE_KVS: a decode instance holds blocks for the request's prompt while
+    # its KV is pulled from the prefill instance (sim/fleet.py prices the pull); in the queue, skipped until then
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -33,6 +36,11 @@ class Request:
     # Prefix caching: the first `prefix_tokens` tokens are shared by every request of `prefix_group`.
     prefix_group: int = -1
     prefix_tokens: int = 0
+    # Disaggregated serving, as vLLM's kv_transfer_params: the prefill instance's copy (one token) keeps its blocks
+    # once finished, until the decode instance has pulled them; the decode instance's copy pulls its prompt's KV
+    # before it is scheduled (cleared once the pull is under way: one transfer per request).
+    do_remote_decode: bool = False
+    do_remote_prefill: bool = False
 
     status: Status = Status.WAITING
     num_computed_tokens: int = 0

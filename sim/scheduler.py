@@ -194,7 +194,7 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
             newest_held = max(held, key=lambda r: r.admission_order) if held else None
             if newest_held is not None and newest_held.admission_order > self.running[-1].admission_order:
                 held.remove(newest_held)
-                self.kv.free(newest_held)
+                self._free_finished(newest_held)
                 continue
             victim = self.running.pop()
             self._preempt(victim)
@@ -213,9 +213,18 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
 
     def _schedule_waiting(self, out: SchedulerOutput) -> None:
         budget = self.config.max_num_batched_tokens - out.num_tokens
+        skipped: list[Request] = []  # waiting for their KV from a prefill instance: kept in place (vLLM's skip)
         while self.waiting and budget > 0 and self.num_slots_taken < self.config.max_num_seqs:
             request = self.waiting[0]
+            if request.status is Status.WAITING_FOR_REMOTE_KVS:
+                skipped.append(self.waiting.popleft())
+                continue
             hits = self.kv.get_computed_blocks(request) if request.num_computed_tokens == 0 else []
+            if request.do_remote_prefill:
+                if not self._start_remote_load(request, hits):
+                    break
+                skipped.append(self.waiting.popleft())
+                continue
             num_new = request.num_tokens - request.num_computed_tokens - len(hits) * self.kv.block_size
             if not self.config.enable_chunked_prefill and num_new > budget:
                 break  # v1 without chunked prefill: a prompt is scheduled whole or not at all
@@ -229,6 +238,26 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
             self._admit(request)
             out.add(request, num_new)
             budget -= num_new
+        if skipped:
+            self.waiting.extendleft(reversed(skipped))
+
+    def _start_remote_load(self, request: Request, hits: list[int]) -> bool:
+        """A decode instance's request whose prompt was computed by a prefill instance (vLLM's scheduler with a
+        KV connector, `load_kv_async`): blocks for the whole prompt are allocated (the local prefix-cache hits
+        taken, the rest registered only once they arrive: `delay_cache_blocks`), no token is scheduled, and the
+        prompt's tokens past the hits are pulled (NixlConnector's `get_num_new_matched_tokens`: the prompt less
+        what is computed). False (nothing changed) when they do not fit."""
+        kv, num_prompt = self.kv, request.num_prompt_tokens
+        if self.config.scheduler_reserve_full_isl and not kv.full_sequence_fits(request, hits):
+            return False
+        if not kv.allocate_slots(request, 0, hits, reserve_tokens=num_prompt):
+            return False
+        num_pulled = num_prompt - request.num_computed_tokens
+        request.num_computed_tokens = num_prompt
+        request.status = Status.WAITING_FOR_REMOTE_KVS
+        request.do_remote_prefill = False
+        self.on_remote_load(request, num_pulled)
+        return True
 
 
 def build_scheduler(

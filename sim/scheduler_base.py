@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Callable
 
 from sim.config import EngineConfig
 from sim.kv_manager import KVCacheManager
@@ -42,9 +43,36 @@ class Scheduler(ABC):
         # after this one; none is admitted until they have.
         self.block_steps_left = 0
         self.speculation: Speculation | None = None  # speculative decoding (sim/speculation.py); None: off
+        # Disaggregated serving (sim/fleet.py sets these on a fleet's prefill and decode engines): a finished request
+        # whose KV a decode instance pulls keeps its blocks here until the pull is done (vLLM's delay_free_blocks);
+        # on_remote_load(request, num_tokens) is told of each pull a decode instance starts.
+        self.sending: dict[int, Request] = {}
+        self.on_remote_load: Callable[[Request, int], None] | None = None
 
     def add_request(self, request: Request) -> None:
+        if request.status is Status.WAITING_FOR_REMOTE_KVS:  # its pulled KV has arrived: it stays in the queue
+            self._finish_remote_load(request)
+            return
         self.waiting.append(request)
+
+    def _finish_remote_load(self, request: Request) -> None:
+        """vLLM's `Scheduler._update_waiting_for_remote_kv`: the pulled blocks enter the prefix cache and the request
+        waits to be scheduled with its prompt computed but for the last token, recomputed here to sample."""
+        computed = min(request.num_computed_tokens, request.num_tokens)
+        if computed == request.num_tokens:
+            computed -= 1
+        request.num_computed_tokens = computed
+        self.kv.cache_full_blocks(request, computed)
+        request.status = Status.WAITING
+
+    @property
+    def awaits_kv_transfers(self) -> bool:
+        """Blocks held for pulls (a prefill engine's), or requests waiting for theirs (a decode engine's)."""
+        return bool(self.sending) or any(r.status is Status.WAITING_FOR_REMOTE_KVS for r in self.waiting)
+
+    def finish_sending(self, request: Request) -> None:
+        """The decode instance has pulled the request's KV: its blocks are freed (vLLM's finished_sending)."""
+        self.kv.free(self.sending.pop(request.request_id))
 
     @property
     def num_unfinished(self) -> int:
@@ -61,7 +89,7 @@ class Scheduler(ABC):
         schedule() they were held through."""
         released = self.finished_holding[:num_requests]
         for request in released:
-            self.kv.free(request)
+            self._free_finished(request)
         del self.finished_holding[: len(released)]
 
     @abstractmethod
@@ -154,6 +182,13 @@ class Scheduler(ABC):
         self._complete(request, now_s)
         if self.hold_finished:
             self.finished_holding.append(request)
+        else:
+            self._free_finished(request)
+
+    def _free_finished(self, request: Request) -> None:
+        """A finished request's blocks are freed, or kept until a decode instance has pulled them."""
+        if request.do_remote_decode:
+            self.sending[request.request_id] = request
         else:
             self.kv.free(request)
 

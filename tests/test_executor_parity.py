@@ -41,6 +41,12 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
         any(r["num_tokens"] > r["num_prefill_tokens"] + r["num_decode_requests"] for r in d.rows)
         and any(0 < r["num_decode_requests"] == r["num_tokens"] for r in d.rows)
     ),
+    # every prompt computed on the prefill engine (pool 0), every reply on the decode engine (pool 1), whose
+    # first step of each request recomputes the prompt's last token only (the rest was pulled)
+    "pd-pair": lambda d: (
+        sum(row["num_prefill_tokens"] for row in d.rows if row["pool"] == 0) == sum(r[1] for r in d.requests)
+        and sum(row["num_tokens"] for row in d.rows if row["pool"] == 1) == sum(r[2] for r in d.requests)
+    ),
 }
 
 

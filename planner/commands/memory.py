@@ -6,7 +6,7 @@ import json
 
 from planner.commands.catalog import params_text
 from planner.commands.scenario_checks import load_scenario_args
-from planner.errors import EXIT_USAGE
+from planner.errors import EXIT_USAGE, PlannerError
 
 
 def _mean_request_tokens(scenario) -> float:
@@ -32,12 +32,25 @@ def tokens_held(scenario, mean_tokens: float) -> tuple[float, str]:
 
 
 def cmd_memory(args) -> int:
+    scenario = load_scenario_args(args)
+    if scenario.fleet is not None:  # each pool's own memory model, one after the other
+        if args.json:
+            raise PlannerError("--json: planner memory of a fleet prints each pool's breakdown as text only")
+        statuses = []
+        for pool in scenario.fleet.pools:
+            print(f"pool {pool.name} ({pool.role}):")
+            statuses.append(_memory_of(args, scenario.pool_scenario(pool)))
+            print()
+        return max(statuses)
+    return _memory_of(args, scenario)
+
+
+def _memory_of(args, scenario) -> int:
     from planner.outputs.report import memory_lines
     from sim.engine_facts import EngineFacts
     from sim.memory import memory_breakdown
     from sim.memory_fit import fit_problems
 
-    scenario = load_scenario_args(args)
     facts = EngineFacts.of(scenario)
     mem = memory_breakdown(facts)
     mean_tokens = _mean_request_tokens(scenario)

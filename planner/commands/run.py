@@ -43,6 +43,10 @@ def cmd_run(args) -> int:
     scenario = load_scenario_args(args)
     refuse(scenario, workload_problems(scenario))  # the fit is measured by the engine itself
     check_out(args)
+    if scenario.fleet is not None:  # a prefill/decode pair (gpu_engine/pd_pair.py)
+        from planner.commands.simulate_fleet import run_pair_command
+
+        return run_pair_command(args, scenario, SamplingParams(args.temperature, args.top_p))
     progress = ProgressBar(f"running on {args.device}", "requests", delay_s=2.0)
     try:
         sampling = SamplingParams(args.temperature, args.top_p)

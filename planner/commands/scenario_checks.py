@@ -65,9 +65,16 @@ def warn_prefix_cut(scenario, workload) -> None:
 def run_problems(scenario, facts) -> list[str]:
     """Why the simulated deployment cannot run: its engine (`facts`, sim.engine_facts.EngineFacts.of(scenario))
     does not fit, or its workload keeps no request."""
+    from sim.engine_facts import EngineFacts
     from sim.memory import memory_breakdown
     from sim.memory_fit import fit_problems
 
+    if scenario.fleet is not None:  # every pool must fit (facts: the first pool's, unused)
+        problems = []
+        for pool in scenario.fleet.pools:
+            pool_facts = EngineFacts.of(scenario.pool_scenario(pool))
+            problems += [f"pool {pool.name}: {p}" for p in fit_problems(pool_facts, memory_breakdown(pool_facts))]
+        return problems + workload_problems(scenario)
     return fit_problems(facts, memory_breakdown(facts)) + workload_problems(scenario)
 
 

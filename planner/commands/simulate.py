@@ -15,6 +15,11 @@ def cmd_simulate(args) -> int:
     from sim.engine_facts import EngineFacts
 
     scenario = load_scenario_args(args)
+    if scenario.fleet is not None:  # several pools behind a router
+        from planner.commands.simulate_fleet import simulate_fleet_command
+
+        refuse(scenario, run_problems(scenario, None))
+        return simulate_fleet_command(args, scenario)
     facts = EngineFacts.of(scenario)  # derived once: the fit check, the run and its intervals read these
     refuse(scenario, run_problems(scenario, facts))
     _check_intervals(args.intervals)

@@ -32,7 +32,8 @@ def cmd_validate(args) -> int:
         if not problems:
             e = scenario.engine  # the resolved limits: unset ones are what `vllm serve` picks on this GPU
             print(
-                f"ok  {path}  ({scenario.model.name} on {scenario.hardware.describe()},"
+                f"ok  {path}  ({scenario.model.name} on"
+                f" {scenario.hardware.describe() if scenario.fleet is None else scenario.fleet.describe()},"
                 f" {scenario.workload.num_requests} requests;"
                 f" max_num_batched_tokens {e.max_num_batched_tokens}, max_num_seqs {e.max_num_seqs})"
             )

@@ -97,22 +97,7 @@ def summary_lines(s: dict) -> list[str]:
     for key, label in LATENCIES:
         lines.append(f"  {label:<14}" + "".join(f"{cell:>{width}}" for cell in cells[key]))
     mem = s["memory"]
-    kv = s["kv_cache_utilization"]
-    lines += [
-        "",
-        (
-            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}"
-            + (f" + drafter {_gib(mem['draft_weights_bytes'])}" if mem.get("draft_weights_bytes") else "")
-            + f", KV pool {_gib(mem['num_gpu_blocks'] * mem['block_bytes'])}"
-            f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens"
-        ),
-        (
-            f"KV cache: {kv['mean'] * 100:.1f}% of blocks in use on average while busy (peak {kv['peak'] * 100:.1f}%),"
-            f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
-        ),
-    ]
-    if "spec_decode" in s:
-        lines.append(spec_decode_line(s["spec_decode"]))
+    lines += ["", *(_fleet_lines(s) if "fleet" in s else _memory_lines(s))]  # a fleet's memory: each pool's
     if "memory_predicted" in s:
         predicted = s["memory_predicted"]
         lines.append(
@@ -159,6 +144,29 @@ def summary_lines(s: dict) -> list[str]:
             f" {s['num_rejected'] / sent:.1%} of {sent:,}, are in no SLO)"
         )
     return lines
+
+
+def _memory_lines(s: dict) -> list[str]:
+    mem, kv = s["memory"], s["kv_cache_utilization"]
+    return [
+        (
+            f"Memory per GPU: weights {_gib(mem['weights_bytes'])}"
+            + (f" + drafter {_gib(mem['draft_weights_bytes'])}" if mem.get("draft_weights_bytes") else "")
+            + f", KV pool {_gib(mem['num_gpu_blocks'] * mem['block_bytes'])}"
+            f" = {mem['num_gpu_blocks']:,} blocks of {mem['block_size']} tokens"
+        ),
+        (
+            f"KV cache: {kv['mean'] * 100:.1f}% of blocks in use on average while busy (peak {kv['peak'] * 100:.1f}%),"
+            f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
+        ),
+        *([spec_decode_line(s["spec_decode"])] if "spec_decode" in s else []),
+    ]
+
+
+def _fleet_lines(s: dict) -> list[str]:
+    from planner.outputs.fleet_summary import fleet_lines
+
+    return fleet_lines(s)
 
 
 COMPARE_ROWS = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import typing
+from collections.abc import Callable
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
@@ -26,9 +27,12 @@ def _where_to_give(gpu: GpuSpec) -> str:
     return f"give it in the inline gpu mapping ({gpu.name})"
 
 
-def check_relations(s: Scenario, raw: dict, ctx: Ctx) -> Scenario:
+def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str], str] = str) -> Scenario:
+    """`key_named`: the key a message names for a key of `s` (a fleet's pool: `hardware.x` is
+    fleet.pools.NAME.hardware.x)."""
+
     def fail(key_path: str, value: Any, allowed: str) -> typing.NoReturn:
-        raise ScenarioError(ctx.file, key_path, value, allowed)
+        raise ScenarioError(ctx.file, key_named(key_path), value, allowed)
 
     m, hw, eng, wl = s.model, s.hardware, s.engine, s.workload
 

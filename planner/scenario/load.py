@@ -57,6 +57,10 @@ def validate_mapping(data: dict, source: str, base_dir: Path) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(source, "top level", data, f"must be a mapping with keys {allowed_keys(Scenario)}")
     raw = {"name": Path(source).stem, **TOP_DEFAULTS, **data}
+    if "fleet" in raw:  # several pools behind a router
+        from planner.scenario.fleet import validate_fleet
+
+        return dataclasses.replace(validate_fleet(raw, ctx), source=source)
     scenario = dataclasses.replace(build_dataclass(Scenario, raw, "", ctx), source=source)
     return check_relations(scenario, raw, ctx)
 
@@ -115,6 +119,8 @@ def _printable(text: str, limit: int = 80) -> str:
 def scenario_to_dict(s: Scenario) -> dict:
     """The resolved scenario as JSON-able data (for summary.json): specs expanded, defaults filled in."""
     out = dataclasses.asdict(s)
+    if s.fleet is None:
+        del out["fleet"]  # a one-pool scenario's summary stays as it was
     out["model"]["num_params"] = s.model.num_params  # derived, but what a reader of a summary looks for
     del out["model"][
         "checkpoint"

@@ -12,12 +12,16 @@ from typing import Any, NamedTuple
 
 from sim.config import (
     DTYPE_BYTES,
+    POOL_ROLES,
     ArrivalConfig,
     Distribution,
     EngineConfig,
+    FleetRouterConfig,
     GpuSpec,
     HardwareConfig,
+    KvTransferConfig,
     ModelSpec,
+    PoolConfig,
     Scenario,
     SharedPrefixConfig,
     SloConfig,
@@ -25,6 +29,7 @@ from sim.config import (
     TraceConfig,
     WorkloadConfig,
 )
+from sim.kv_transfer import LINK_LATENCY_MS
 
 
 class Ctx(NamedTuple):
@@ -92,6 +97,10 @@ ARRIVAL_TAKES = {  # process -> every parameter it uses; any other one set is a 
     "closed": ("concurrency", "think_time_s"),
     "trace": ("rate",),
 }
+
+ROUTER_POLICIES = ("round_robin", "least_outstanding", "prefix", "length")
+# vLLM's KV connectors for disaggregated serving (vllm/distributed/kv_transfer/kv_connector/v1/).
+KV_CONNECTORS = ("NixlConnector", "MooncakeConnector", "LMCacheConnectorV1", "P2pNcclConnector")
 
 RULES: dict[tuple[type, str], Rule] = {
     (Scenario, "name"): Rule(lambda v: v.strip() != "", "must not be empty"),
@@ -204,6 +213,15 @@ RULES: dict[tuple[type, str], Rule] = {
         )
     },
     (ModelSpec, "sliding_window"): in_range(1, MAX_TOKENS, " tokens"),
+    # A fleet (planner/scenario/fleet.py checks how these fit together).
+    (PoolConfig, "role"): one_of(*POOL_ROLES),
+    (FleetRouterConfig, "policy"): one_of(*ROUTER_POLICIES),
+    (FleetRouterConfig, "threshold_tokens"): in_range(1, MAX_TOKENS, " tokens"),
+    (KvTransferConfig, "link"): one_of(*LINK_LATENCY_MS),
+    # A slow office network (1 Gb/s) to more than NVLink 5's 7,200 Gb/s per GPU.
+    (KvTransferConfig, "bandwidth_gbit_per_s"): in_range(0.1, 1e5, " Gb/s"),
+    (KvTransferConfig, "latency_ms"): in_range(0, 1e4, " ms"),
+    (KvTransferConfig, "connector"): one_of(*KV_CONNECTORS),
 }
 
 

@@ -15,9 +15,9 @@ from planner.errors import NO_VALUE, ScenarioError
 from planner.scenario.rules import RULES, SLO_KEYS, Ctx, did_you_mean, is_percentile_key
 from planner.scenario.special_fields import SPECIAL
 from planner.scenario.yaml_loader import YAML11_BOOLS
-from sim.config import Scenario
+from sim.config import PoolConfig, Scenario
 
-NOT_USER_KEYS = {(Scenario, "source")}  # `source` is ours, not the user's
+NOT_USER_KEYS = {(Scenario, "source"), (PoolConfig, "name")}  # ours, not the user's (a pool's name is its key)
 TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
 

@@ -86,6 +86,12 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
                 str(path), str(key), NO_VALUE, f"unknown key (did you mean search?); allowed: {scenario_keys}, search"
             )
     scenario = validate_mapping(data, str(path), path.absolute().parent)
+    if scenario.fleet is not None:
+        raise ScenarioError(
+            str(path), "fleet", NO_VALUE,
+            "planner size searches deployments of one pool of identical replicas; simulate a fleet with planner"
+            " simulate (a search over fleets and prefill/decode splits is not modelled)",
+        )  # fmt: skip
     ctx = Ctx(str(path), path.absolute().parent)
     search = parse_search({} if search_raw is None else search_raw, scenario, ctx)
     check_pool_override(scenario, search, ctx)

@@ -29,6 +29,7 @@ from planner.cli import main
 from planner.scenario.load import load_scenario
 from sim.driver import simulate
 from sim.engine_facts import EngineFacts
+from sim.fleet import fleet_step_rows, simulate_fleet
 from sim.metrics import Recorder
 from sim.scheduler import build_scheduler
 from sim.scheduler_base import Scheduler
@@ -83,7 +84,13 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
             " 0.4], draft_rate: 0.5}"
         ),
     ],
+    # a prefill engine and a decode engine, each prompt's KV pulled between them (PD_SCENARIO). One user at a time:
+    # the two engines step at once in the simulator and in turn in the live pair, so with several requests in
+    # flight which of them share a decode step would depend on the durations
+    "pd-pair": ["workload.arrival={process: closed, concurrency: 1, think_time_s: 0}"],
 }
+PD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_pd.yaml"
+SCENARIO_OF = {"pd-pair": PD_SCENARIO}  # the cases run on another scenario than SCENARIO
 
 
 @dataclass
@@ -94,7 +101,9 @@ class Decisions:
 
 
 def overrides(case: str) -> list[str]:
-    return [*AT_ZERO, *CASES[case]]
+    """AT_ZERO, but for the keys the case sets itself, then the case's."""
+    own = {item.partition("=")[0] for item in CASES[case]}
+    return [*(item for item in AT_ZERO if item.partition("=")[0] not in own), *CASES[case]]
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -149,15 +158,18 @@ def _no_figures(monkeypatch) -> None:
 
 def simulated(case: str, tmp_path: Path, monkeypatch) -> Decisions:
     """`planner simulate --all-steps` of the case, and the reference run's step log."""
-    sets = overrides(case)
+    sets, scenario = overrides(case), SCENARIO_OF.get(case, SCENARIO)
     folder = tmp_path / f"simulated-{case}"
     _no_figures(monkeypatch)
-    assert main(["simulate", str(SCENARIO), "--all-steps", "--out", str(folder), *_set_args(sets)]) == 0
+    assert main(["simulate", str(scenario), "--all-steps", "--out", str(folder), *_set_args(sets)]) == 0
     with monkeypatch.context() as patch:
         log = _logging_steps(patch)
-        reference = simulate(load_scenario(SCENARIO, sets), fast_forward=False)
+        loaded = load_scenario(scenario, sets)
+        if loaded.fleet is None:
+            reference_rows = simulate(loaded, fast_forward=False).recorder.step_rows()
+        else:
+            reference_rows = fleet_step_rows(simulate_fleet(loaded, fast_forward=False))
     rows = _rows(folder)
-    reference_rows = reference.recorder.step_rows()
     for column in rows[0]:
         if column != "num_steps":
             assert [row[column] for row in rows] == reference_rows[column].tolist(), column
@@ -171,10 +183,11 @@ def measured(case: str, tmp_path: Path, monkeypatch) -> Decisions:
     if "engine.scheduler=static" in sets:
         return _measured_static(sets, monkeypatch)
     folder = tmp_path / f"measured-{case}"
+    scenario = SCENARIO_OF.get(case, SCENARIO)
     _no_figures(monkeypatch)
     with monkeypatch.context() as patch:
         log = _logging_steps(patch)
-        assert main(["run", str(SCENARIO), "--device", "cpu", "--out", str(folder), *_set_args(sets)]) == 0
+        assert main(["run", str(scenario), "--device", "cpu", "--out", str(folder), *_set_args(sets)]) == 0
     rows = _rows(folder)
     _check_log_is_rows(log, rows, static=False)
     return Decisions(rows, log, _requests(folder))

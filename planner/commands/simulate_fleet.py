@@ -1,0 +1,106 @@
+"""`planner simulate` and `planner run` of a fleet (a scenario with `fleet:`): every pool's cost model, the run
+(simulated, or the live prefill/decode pair), the summary with its `fleet` section, and --out's summary.json,
+requests.csv and steps.csv (a `pool` column; no plots yet)."""
+
+from __future__ import annotations
+
+import sys
+
+from planner.errors import PlannerError
+from planner.outputs.progress import ProgressBar
+
+
+def simulate_fleet_command(args, scenario) -> int:
+    from planner.calibration.resolve import resolve_cost_model
+    from planner.commands.output import check_out
+
+    if args.intervals:
+        raise PlannerError("--intervals: not yet for a fleet (its pools' spreads are not combined); run without it")
+    coefficients, provenance = {}, {}
+    for pool in scenario.fleet.pools:
+        coefficients[pool.name], prov = resolve_cost_model(scenario.pool_scenario(pool), args.calibration)
+        provenance[pool.name] = prov.to_dict()
+    check_out(args)
+    summary, result = run_fleet(scenario, coefficients, provenance, record_steps=args.out is not None)
+    from planner.sizing.fleet_serve import fleet_serve_lines
+
+    summary["fleet"]["serve"] = fleet_serve_lines(scenario)  # what to run for the fleet simulated
+    return _emit(args, summary, result)
+
+
+def run_pair_command(args, scenario, sampling) -> int:
+    """`planner run` of a fleet: the live prefill/decode pair, its summary a fleet's (mode measured)."""
+    from gpu_engine.engine import EngineError
+    from gpu_engine.pd_pair import run_pd_pair
+
+    progress = ProgressBar(f"running on {args.device}", "requests", delay_s=2.0)
+    try:
+        result = run_pd_pair(scenario, args.device, progress, sampling)
+    except EngineError as e:
+        raise PlannerError(str(e)) from e
+    finally:
+        progress.close()
+    return _emit(args, fleet_summary("measured", result, {}), result)
+
+
+def _emit(args, summary: dict, result) -> int:
+    if args.out:
+        written = write_fleet_outputs(args.out, summary, result)
+    if args.json:
+        from planner.outputs.results import summary_json
+
+        sys.stdout.write(summary_json(summary))
+        return 0
+    from planner.outputs.report import summary_lines
+
+    print("\n".join(summary_lines(summary)))
+    if args.out:
+        print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
+    return 0
+
+
+def run_fleet(scenario, coefficients: dict, provenance: dict, record_steps: bool = False):
+    """(summary, FleetResult) of a fleet scenario's simulation."""
+    from sim.fleet import simulate_fleet
+
+    progress = ProgressBar("simulating", "requests", delay_s=2.0)
+    result = simulate_fleet(scenario, coefficients, record_steps=record_steps, progress=progress)
+    progress.close()
+    return fleet_summary("simulated", result, provenance), result
+
+
+def fleet_summary(mode: str, result, provenance: dict) -> dict:
+    """A fleet run's summary: the client's figures, then the `fleet` section (planner/outputs/fleet_summary.py)."""
+    from planner.outputs.fleet_summary import fleet_section
+    from planner.outputs.results import _finite, build_summary
+
+    scenario, wl = result.scenario, result.workload
+    memory = {p.config.name: p.memory.to_dict() for p in result.pools}
+    summary = build_summary(mode, scenario, result.recorder, memory, wl.num_rejected, wl.num_truncated, {})
+    # the client's recorder holds no steps: a fleet's are its pools' (in `fleet.pools`)
+    for key in ("busy_s", "kv_cache_utilization", "kv_slot_utilization"):
+        del summary[key]
+    summary["num_steps"] = sum(p.recorder.num_steps for p in result.pools)
+    summary["num_preemptions"] = sum(p.recorder.num_preemptions for p in result.pools)
+    fleet = fleet_section(result, provenance, summary["duration_s"])
+    summary = {**summary, "fleet": fleet, "scenario": summary.pop("scenario")}  # the scenario stays last
+    return _finite(summary)
+
+
+def write_fleet_outputs(out_dir, summary: dict, result) -> list:
+    import numpy as np
+
+    from planner.outputs.results import _write_csv, summary_json, with_num_steps
+    from sim.fleet import fleet_step_rows
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
+        written[0].write_text(summary_json(summary))
+        requests = result.recorder.requests.view()
+        order = np.argsort(requests["request_id"], kind="stable")
+        _write_csv(written[1], {name: column[order] for name, column in requests.items()})
+        _write_csv(written[2], with_num_steps(fleet_step_rows(result)))
+    except OSError as e:
+        raise PlannerError(f"--out {out_dir}: cannot write the outputs: {e}") from None
+    return written
