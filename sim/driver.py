@@ -138,12 +138,16 @@ class Simulation:
                 yield self.env.timeout(think_s)
                 heapq.heappop(self.thinking_until)
 
-    def run(self) -> SimResult:
+    def start_load(self) -> None:
+        """The workload's arrivals, or its closed loop's users, as SimPy processes on this simulation's clock."""
         if self.workload.arrival_s is not None:
             self.env.process(self.arrivals())
         else:
             for user in range(self.workload.concurrency or 1):
                 self.env.process(self.user(user))
+
+    def run(self) -> SimResult:
+        self.start_load()
         self.env.run()
         return SimResult(self.scenario, self.memory, self.workload, self.recorder, self.cost)
 

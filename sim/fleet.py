@@ -277,11 +277,7 @@ class FleetSimulation(Simulation):
         pull.destination.submit(pull.request)  # WAITING_FOR_REMOTE_KVS: its KV is there
 
     def run(self) -> FleetResult:
-        if self.workload.arrival_s is not None:
-            self.env.process(self.arrivals())
-        else:
-            for user in range(self.workload.concurrency or 1):
-                self.env.process(self.user(user))
+        self.start_load()
         self.env.run()
         latency_ms = self.transfer_latency_ms()
         return FleetResult(self.scenario, self.workload, self.pools, self.client, self.transfers, latency_ms)
