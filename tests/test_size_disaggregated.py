@@ -115,13 +115,18 @@ def test_short_prompts_at_light_load_are_cheaper_aggregated(sized):
     assert comparison.best.evaluation.detail["prefill_busy_share"] < 0.2
 
 
-def test_the_command_prints_the_comparison_and_the_json_carries_it():
-    done = size(BASE, *sets(*SMALL, UNITS), "--json")
+def test_the_command_prints_the_comparison_and_the_json_and_report_carry_it(tmp_path):
+    done = size(BASE, *sets(*SMALL, UNITS), "--json", "--out", str(tmp_path / "report"))
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)["disaggregated"]
     assert data["best"] in [u["label"] for u in data["units"]] and data["verdict"].startswith("aggregated wins")
     serve = data["units"][0]["vllm_serve"]
     assert sum("--kv-transfer-config" in line for line in serve) == 2 and "NixlConnector" in serve[1]
+    md = (tmp_path / "report" / "report.md").read_text()
+    section = md.split("## Aggregated against disaggregated\n\n", 1)[1].split("## Figures", 1)[0]
+    assert section.startswith(data["verdict"]) and "| 2P1D: prefill h100-sxm tp1, decode h100-sxm tp1 |" in section
+    assert "--kv-transfer-config" in section
+    assert "<h2>Aggregated against disaggregated</h2>" in (tmp_path / "report" / "report.html").read_text()
     done = size(BASE, *sets(*SMALL, UNITS))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()

@@ -65,7 +65,7 @@ def run_size(args) -> int:
     if args.out:
         from planner.sizing.report.files import write_report
 
-        written = write_report(args.out, out, ranking, command_line(args), data)
+        written = write_report(args.out, out, ranking, command_line(args), data, topologies)
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:

@@ -105,6 +105,16 @@ def _why(r: UnitResult) -> str:
     )
 
 
+def topology_section(c: TopologyComparison, ranking: Ranking, unit: str):
+    """(verdict, headers, rows, the winning unit's serve lines, units that cannot run) for report.md and .html."""
+    from planner.sizing.fleet_serve import fleet_serve_lines
+
+    serve = [] if c.best is None else fleet_serve_lines(c.best.unit.scenario)
+    if serve:
+        serve = [f"# {c.best.evaluation.units} unit(s) of {c.best.unit.label}", *serve]
+    return verdict(c, ranking), HEADERS, [unit_row(r, unit) for r in c.results], serve, c.pruned
+
+
 def topology_lines(c: TopologyComparison, ranking: Ranking, unit: str) -> list[str]:
     from planner.sizing.fleet_serve import fleet_serve_lines
 
