@@ -52,8 +52,8 @@ def sized():
     q = load_sizing(ROOT / BASE, [*SMALL, UNITS])
     out = run_search(q, workers=1)
     ranking = rank(out)
-    per_gpu = ranking.recommended.evaluation.capacity.load if ranking.recommended else None
-    return q, ranking, compare_topologies(q, per_gpu, workers=1, ray_address=None)
+    # None: no aggregated cost to prune by, so every unit is simulated (the command prunes by the recommendation's)
+    return q, ranking, compare_topologies(q, None, workers=1, ray_address=None)
 
 
 def test_a_unit_is_the_fleet_a_scenario_file_describes_and_runs_the_same(tmp_path, sized):
@@ -116,23 +116,42 @@ def test_short_prompts_at_light_load_are_cheaper_aggregated(sized):
 
 
 def test_the_command_prints_the_comparison_and_the_json_and_report_carry_it(tmp_path):
+    """The command prunes by the aggregated recommendation's cost: one H100 ($1,825 a month) serves the load, and a
+    unit of two H100s cannot cost less, so neither unit is simulated and the report says why."""
     done = size(BASE, *sets(*SMALL, UNITS), "--json", "--out", str(tmp_path / "report"))
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)["disaggregated"]
-    assert data["best"] in [u["label"] for u in data["units"]] and data["verdict"].startswith("aggregated wins")
-    serve = data["units"][0]["vllm_serve"]
-    assert sum("--kv-transfer-config" in line for line in serve) == 2 and "NixlConnector" in serve[1]
+    assert data["best"] is None and data["units"] == [] and data["verdict"].startswith("aggregated wins: h100-sxm tp1")
+    assert [c["label"].split(":")[0] for c in data["cannot_run"]] == ["1P1D", "2P1D"]
+    assert all(c["reason"].startswith("cannot win: its cost floor $3,650 a month") for c in data["cannot_run"][:1])
     md = (tmp_path / "report" / "report.md").read_text()
     section = md.split("## Aggregated against disaggregated\n\n", 1)[1].split("## Figures", 1)[0]
-    assert section.startswith(data["verdict"]) and "| 2P1D: prefill h100-sxm tp1, decode h100-sxm tp1 |" in section
-    assert "--kv-transfer-config" in section
+    assert (
+        section.startswith(data["verdict"])
+        and "- 2P1D: prefill h100-sxm tp1, decode h100-sxm tp1: cannot run: cannot win" in section
+    )
     assert "<h2>Aggregated against disaggregated</h2>" in (tmp_path / "report" / "report.html").read_text()
     done = size(BASE, *sets(*SMALL, UNITS))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    head = lines.index("Aggregated against disaggregated (prefill/decode units, each behind its own proxy):")
-    assert lines[head + 2].startswith("  1P1D: prefill h100-sxm tp1, decode h100-sxm tp1")
-    assert any(line.startswith("Topology: aggregated wins by 50%") for line in lines)
+    assert "Aggregated against disaggregated (prefill/decode units, each behind its own proxy):" in lines
+    assert any(line.startswith("Topology: aggregated wins: h100-sxm tp1") for line in lines)
+
+
+def test_units_that_can_win_are_simulated_and_carry_serve_lines_in_the_json():
+    """Against one H200 ($3.50 an hour), a 1P1D unit of an L4 ($0.80) and an H100 ($2.50) can cost less: it is
+    simulated, and carries its serve lines with the KV connector."""
+    unit_of = UNITS.replace("prefill: {gpus: [h100-sxm]", "prefill: {gpus: [l4]").replace(
+        "[[1, 1], [2, 1]]", "[[1, 1]]"
+    )
+    small = [s.replace("gpus=[h100-sxm]", "gpus=[h200]") for s in SMALL]
+    done = size(BASE, *sets(*small, unit_of), "--json")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)["disaggregated"]
+    (unit,) = data["units"]
+    assert unit["label"] == "1P1D: prefill l4 tp1, decode h100-sxm tp1" and unit["capacity_per_unit"] > 0
+    assert sum("--kv-transfer-config" in line for line in unit["vllm_serve"]) == 2
+    assert data["best"] == unit["label"] and data["verdict"].startswith("disaggregated wins by")
 
 
 def test_a_length_of_units_beyond_what_fits_is_pruned_with_the_memory_models_reason():

@@ -93,11 +93,9 @@ def _compare_topologies(question, out, ranking, args):
     from planner.sizing.topology import compare_topologies
 
     best = ranking.recommended
-    per_gpu = None
-    if best is not None and best.evaluation.capacity.load > 0:
-        per_gpu = best.evaluation.capacity.load / best.candidate.tensor_parallel_size
+    cheapest = None if best is None else best.objective_usd_per_month
     progress = ProgressBar("sizing", "prefill/decode units", delay_s=1.0)
     try:
-        return compare_topologies(question, per_gpu, args.workers or out.workers, args.ray, progress)
+        return compare_topologies(question, cheapest, args.workers or out.workers, args.ray, progress)
     finally:
         progress.close()

@@ -25,12 +25,14 @@ from pathlib import Path
 from planner.catalog import catalog_gpu, gpu_names
 from planner.errors import ScenarioError
 from planner.scenario.load import validate_mapping
+from planner.sizing.bound import Shape, analyse
 from planner.sizing.capacity import Capacity, find_capacity
 from planner.sizing.coefficients import resolve_coefficients
 from planner.sizing.executor import Executor
 from planner.sizing.money import costs, prices, replicas_needed
 from planner.sizing.probe import ProbeResult, run_probe, scenario_at
 from planner.sizing.question import Demand, Probe, SizingQuestion
+from planner.sizing.search import e2e_bound_ms, tightest, workload_shape
 from sim.config import GpuSpec, Scenario
 from sim.cost_model import CostCoefficients
 from sim.engine_facts import EngineFacts
@@ -64,6 +66,7 @@ class UnitTask:
     demand: Demand
     probe: Probe
     guess: float
+    upper: float | None  # a load no steady state of the unit passes (unit_bound), None: unknown
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class UnitResult:
 @dataclass
 class TopologyComparison:
     results: list[UnitResult]
-    pruned: list[tuple[str, str]]  # (label, why it cannot run)
+    pruned: list[tuple[str, str]]  # (label, why it cannot run, or why it cannot win and was not simulated)
     best: UnitResult | None  # the cheapest unit that meets the SLOs at the demand
     num_simulations: int
     wall_s: float
@@ -167,7 +170,7 @@ def evaluate_unit(task: UnitTask) -> UnitEvaluation:
     def probe(load: float) -> ProbeResult:
         return run_probe(u.scenario, d.kind, load, task.probe.num_requests, u.coefficients)
 
-    capacity = find_capacity(probe, d.kind, task.guess, None, task.probe.max_probes, task.probe.tolerance)
+    capacity = find_capacity(probe, d.kind, task.guess, task.upper, task.probe.max_probes, task.probe.tolerance)
     units = replicas_needed(d, capacity.load, None)
     at_demand = detail = None
     if units is not None:
@@ -203,43 +206,108 @@ def _fleet_detail(u: Unit, kind: str, load: float, num_requests: int) -> dict:
 
 def compare_topologies(
     q: SizingQuestion,
-    guess_per_gpu: float | None,
+    aggregated_usd_per_month: float | None,
     workers: int,
     ray_address: str | None,
     progress: Callable[[int, int], None] | None = None,
 ) -> TopologyComparison:
-    """Every unit of `search.disaggregated`, sized for the demand. `guess_per_gpu`: the load one GPU of the
-    aggregated recommendation serves (the first probe of a unit scales it by the unit's GPUs)."""
+    """Every unit of `search.disaggregated`, sized for the demand, in waves by cost floor: a unit whose floor (the
+    units its throughput bound needs, priced) is not below the cheapest deployment found so far (the aggregated
+    recommendation's `aggregated_usd_per_month`, or a unit of an earlier wave) cannot win and is not simulated,
+    as the aggregated search prunes its candidates (planner/sizing/search.py)."""
     start = time.perf_counter()
     units, pruned = enumerate_units(q)
     d = q.search.demand
-    tasks = []
+    shape = workload_shape(q)
+    tpot_bound = tightest(q.scenario.slo.tpot_ms)
+    tasks, floors = [], {}
     for u in units:
-        guess = (guess_per_gpu or d.value / 8) * u.num_gpus()
-        tasks.append(UnitTask(u, d, q.search.probe, max(1.0, round(guess)) if d.kind == "users" else guess))
-    evaluations: list[UnitEvaluation] = []
+        bound = unit_bound(u, shape, tpot_bound, q.scenario.slo, d.kind)
+        guess = bound / 2 if bound else d.value
+        tasks.append(UnitTask(u, d, q.search.probe, max(1.0, round(guess)) if d.kind == "users" else guess, bound))
+        floors[u.index] = _cost_floor(q, u, bound)
+    pending = sorted(tasks, key=lambda t: (floors[t.unit.index] is None, floors[t.unit.index] or 0, t.unit.index))
+    best = aggregated_usd_per_month
+    evaluations: dict[int, UnitEvaluation] = {}
+    wave_size = max(workers, WAVE_SIZE)
     with Executor(evaluate_unit, workers, ray_address) as submit:
-        futures = [submit(t) for t in tasks]
-        for done, future in enumerate(futures, 1):
-            evaluations.append(future.result())
-            if progress is not None:
-                progress(done, len(futures))
-    results = [_priced(q, u, ev) for u, ev in zip(units, evaluations)]
+        while pending:
+            wave = []
+            while pending and len(wave) < wave_size:
+                task = pending.pop(0)
+                floor = floors[task.unit.index]
+                if best is not None and floor is not None and floor >= best:
+                    why = f"cannot win: its cost floor {_usd(floor)} a month is not below the cheapest found, {_usd(best)}"
+                    pruned.append((task.unit.label, why))
+                    continue
+                wave.append(task)
+            futures = [(task, submit(task)) for task in wave]
+            for task, future in futures:
+                evaluations[task.unit.index] = future.result()
+                if progress is not None:
+                    progress(len(evaluations), len(tasks))
+            for task, _ in futures:
+                r = _priced(q, task.unit, evaluations[task.unit.index])
+                if r.meets and r.objective_usd_per_month is not None:
+                    best = r.objective_usd_per_month if best is None else min(best, r.objective_usd_per_month)
+    results = [_priced(q, u, evaluations[u.index]) for u in units if u.index in evaluations]
     meeting = [r for r in results if r.meets and r.objective_usd_per_month is not None]
-    best = min(meeting, key=lambda r: (r.objective_usd_per_month, r.unit.index), default=None)
-    sims = sum(len(ev.capacity.probes) + (ev.at_demand is not None) * 2 for ev in evaluations)
-    return TopologyComparison(results, pruned, best, sims, time.perf_counter() - start)
+    best_unit = min(meeting, key=lambda r: (r.objective_usd_per_month, r.unit.index), default=None)
+    sims = sum(len(ev.capacity.probes) + (ev.at_demand is not None) * 2 for ev in evaluations.values())
+    return TopologyComparison(results, pruned, best_unit, sims, time.perf_counter() - start)
+
+
+WAVE_SIZE = 4  # units simulated between two pruning decisions (at least the workers)
+
+
+def unit_bound(u: Unit, shape: Shape, tpot_bound_ms: float | None, slo, kind: str) -> float | None:
+    """A load no steady state of the unit passes: the lesser of its prefill replicas' and its decode replicas'
+    analytic throughput bounds (planner/sizing/bound.py), each pool priced on its own share of a request: the
+    prompt (and one sampled token) on a prefill replica; the reply on a decode replica, whose prompt is pulled (its
+    KV-fit batch taken at a one-token context, which only raises the bound). Users: by Little's law, as a
+    replica's."""
+    per_role = {}
+    for pool in u.scenario.fleet.pools:
+        role_shape = (
+            dataclasses.replace(shape, output_tokens=1.0)
+            if pool.role == "prefill"
+            else dataclasses.replace(shape, prompt_tokens=1.0, cacheable_prompt_tokens=0.0)
+        )
+        facts = EngineFacts.of(u.scenario.pool_scenario(pool))
+        a = analyse(facts, u.coefficients[pool.name], role_shape, None if pool.role == "prefill" else tpot_bound_ms)
+        per_role[pool.role] = a.rate_bound * pool.hardware.replicas
+    rate = min(per_role.values())
+    if kind == "rate":
+        return rate
+    e2e = e2e_bound_ms(slo, shape)
+    return None if e2e is None else rate * (e2e / 1e3 + shape.think_time_s)
+
+
+def _cost_floor(q: SizingQuestion, u: Unit, bound: float | None) -> float | None:
+    """The objective's monthly cost of the fewest units the bound allows (None: no bound, or no price)."""
+    if bound is None or bound <= 0:
+        return None
+    return _monthly(q, u, replicas_needed(q.search.demand, bound, None))[2]
+
+
+def _usd(v: float) -> str:
+    return f"${v:,.0f}"
 
 
 def _priced(q: SizingQuestion, u: Unit, ev: UnitEvaluation) -> UnitResult:
-    """The units' GPUs priced per role (planner/sizing/money.py: rented, or bought and powered)."""
+    return UnitResult(u, ev, *_monthly(q, u, ev.units))
+
+
+def _monthly(q: SizingQuestion, u: Unit, units: int | None) -> tuple[float | None, float | None, float | None]:
+    """(rent, buy, the objective's) a month for `units` units: each role's GPUs priced as planner/sizing/money.py
+    prices a candidate's (rented, or bought and powered)."""
     money = q.search.money
-    if ev.units is None:
-        return UnitResult(u, ev, None, None, None)
-    per_role = [costs(prices(u.gpus[role], money), money, ev.units * u.num_gpus(role), 0.0) for role in ROLES]
+    if units is None:
+        return None, None, None
+    per_role = [costs(prices(u.gpus[role], money), money, units * u.num_gpus(role), 0.0) for role in ROLES]
     rent = _total([c.rental_usd_per_month for c in per_role])
     buy = _total([c.purchase_usd_per_month for c in per_role])
-    return UnitResult(u, ev, rent, buy, buy if money.objective == "purchase" else rent)
+    return rent, buy, buy if money.objective == "purchase" else rent
 
 
 def _total(values: list[float | None]) -> float | None:

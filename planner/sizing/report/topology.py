@@ -76,6 +76,12 @@ def verdict(c: TopologyComparison, ranking: Ranking) -> str:
     if best is None and agg is None:
         return "neither topology meets the SLOs at the demand"
     if best is None:
+        if any(why.startswith("cannot win") for _, why in c.pruned):
+            return (
+                f"aggregated wins: {agg.candidate.label} x{agg.evaluation.replicas}"
+                f" {_usd(agg.objective_usd_per_month)}/month; no prefill/decode unit can cost less (each one's floor,"
+                " the units its throughput bound needs, is at or above it) or meets the SLOs"
+            )
         return f"aggregated ({agg.candidate.label}): no prefill/decode unit meets the SLOs at the demand"
     why = _why(best)
     if agg is None or agg.objective_usd_per_month is None:
