@@ -4,6 +4,7 @@ role; the report says which topology wins and gives the winning unit's serve lin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -131,6 +132,8 @@ def test_the_command_prints_the_comparison_and_the_json_and_report_carry_it(tmp_
         and "- 2P1D: prefill h100-sxm tp1, decode h100-sxm tp1: cannot run: cannot win" in section
     )
     assert "<h2>Aggregated against disaggregated</h2>" in (tmp_path / "report" / "report.html").read_text()
+    manifest = yaml.safe_load((tmp_path / "report" / "llm-d-values.yaml").read_text())
+    assert manifest["prefill"] == {"create": False} and manifest["decode"]["replicas"] == 1  # the aggregated H100
     done = size(BASE, *sets(*SMALL, UNITS))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -206,3 +209,36 @@ def test_bad_disaggregated_input_is_one_clear_message_and_exit_2(override, expec
     assert done.returncode == 2, done.stdout
     assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith(f"planner: error: {BASE}")
+
+
+def test_the_manifest_is_llm_d_chart_values_for_the_units_or_the_replicas(sized, tmp_path):
+    """llm-d-values.yaml: the recommendation in the layout of llm-d-modelservice's examples/values-pd.yaml: the chart
+    sets the model and the tensor parallel size, every other flag of the serve line is in `args`."""
+    from planner.sizing.llmd_values import llmd_values
+
+    _, ranking, comparison = sized
+    unit = comparison.results[1].unit  # 2P1D
+    values = yaml.safe_load(llmd_values(None, 0, unit.scenario, 3))
+    assert (
+        values["modelArtifacts"]["name"] == "Qwen/Qwen-7B-Chat" and values["routing"]["proxy"]["connector"] == "nixlv2"
+    )
+    assert (values["prefill"]["replicas"], values["decode"]["replicas"]) == (6, 3)
+    for role in ("prefill", "decode"):
+        (container,) = values[role]["containers"]
+        args = container["args"]
+        assert container["modelCommand"] == "vllmServe" and values[role]["parallelism"]["tensor"] == 1
+        assert "--tensor-parallel-size" not in args and "Qwen/Qwen-7B-Chat" not in args
+        assert args[args.index("--kv-transfer-config") + 1] == '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    mooncake = dataclasses.replace(
+        unit.scenario,
+        fleet=dataclasses.replace(
+            unit.scenario.fleet,
+            kv_transfer=dataclasses.replace(unit.scenario.fleet.kv_transfer, connector="MooncakeConnector"),
+        ),
+    )
+    assert llmd_values(None, 0, mooncake, 3) is None  # the chart's sidecar drives NixlConnector's flow only
+    agg = ranking.recommended
+    values = yaml.safe_load(llmd_values(agg.candidate.scenario, agg.evaluation.replicas))
+    assert values["prefill"] == {"create": False} and values["decode"]["replicas"] == agg.evaluation.replicas
+    assert "--kv-transfer-config" not in values["decode"]["containers"][0]["args"]

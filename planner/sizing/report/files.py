@@ -16,7 +16,8 @@ from planner.sizing.search import SizingResult
 
 MAX_LISTED = 60  # rows of the not-simulated and cannot-run lists in the report
 TEXT_NAMES = ("report.md", "report.html", "sizing.json")
-REPORT_NAMES = (*(name for name, _, _ in FIGURES), *TEXT_NAMES)
+MANIFEST_NAME = "llm-d-values.yaml"  # planner/sizing/llmd_values.py: the recommendation as llm-d's chart values
+REPORT_NAMES = (*(name for name, _, _ in FIGURES), *TEXT_NAMES, MANIFEST_NAME)
 
 
 def check_report_dir(out_dir: Path) -> None:
@@ -37,7 +38,25 @@ def write_report(
     md = _markdown(out, ranking, command, pngs, topologies)
     page = _html(out, ranking, command, pngs, topologies)
     texts = (md, page, json.dumps(data, indent=2))
-    return written + [_write(out_dir, name, text) for name, text in zip(TEXT_NAMES, texts)]
+    written += [_write(out_dir, name, text) for name, text in zip(TEXT_NAMES, texts)]
+    manifest = recommended_manifest(ranking, topologies)
+    if manifest is not None:
+        written.append(_write(out_dir, MANIFEST_NAME, manifest))
+    return written
+
+
+def recommended_manifest(ranking: Ranking, topologies=None) -> str | None:
+    """llm-d's chart values for the cheapest deployment that meets the SLOs: the aggregated recommendation, or the
+    prefill/decode units when they cost less."""
+    from planner.sizing.llmd_values import llmd_values
+
+    agg = ranking.recommended
+    best = None if topologies is None else topologies.best
+    if best is not None and (agg is None or best.objective_usd_per_month < agg.objective_usd_per_month):
+        return llmd_values(None, 0, best.unit.scenario, best.evaluation.units)
+    if agg is None:
+        return None
+    return llmd_values(agg.candidate.scenario, agg.evaluation.replicas)
 
 
 def _write(out_dir: Path, name: str, content: bytes | str) -> Path:
