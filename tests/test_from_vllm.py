@@ -1,0 +1,177 @@
+"""vLLM's two formats both ways: `planner simulate/run --out` write a bench-serve result and a /metrics scrape
+that the readers give back exactly; `planner calibrate --from-vllm` fits them through the simulator, and every
+bad file is one message naming the file and the field (exit 2)."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import SCENARIOS, error_of, needs_torch
+
+from planner.calibration.profile_loader import load_profile
+from planner.cli import main
+from planner.vllm_files.bench_read import read_bench
+from planner.vllm_files.prom_read import read_scrape
+
+CPU_TINY = str(SCENARIOS / "cpu_tiny.yaml")
+H100 = str(SCENARIOS / "h100_llama31_8b_sharegpt_like.yaml")
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sim") / "run"
+    assert main(["simulate", CPU_TINY, "--set", "workload.num_requests=60", "--out", str(out)]) == 0
+    return out
+
+
+def _requests_csv(folder: Path) -> dict[str, np.ndarray]:
+    table = np.genfromtxt(folder / "requests.csv", delimiter=",", names=True)
+    return {name: table[name] for name in table.dtype.names}
+
+
+def test_the_exported_files_say_what_the_run_measured(simulated):
+    summary = json.loads((simulated / "summary.json").read_text())
+    run = read_bench(simulated / "vllm_bench.json")
+    req = _requests_csv(simulated)
+    order = np.argsort(req["arrival_s"], kind="stable")
+    assert len(run) == summary["completed"] == 60
+    np.testing.assert_allclose(run.ttft_s, (req["first_token_s"] - req["arrival_s"])[order], atol=2e-6)
+    np.testing.assert_allclose(run.e2e_s, (req["finished_s"] - req["arrival_s"])[order], atol=2e-6)
+    assert run.tpot_s.mean() * 1e3 == pytest.approx(summary["mean_tpot_ms"], rel=1e-9)
+    np.testing.assert_array_equal(run.prompt_tokens, req["prompt_tokens"][order])
+    bench = json.loads((simulated / "vllm_bench.json").read_text())
+    for key in ("duration", "completed", "request_throughput", "output_throughput", "p99_ttft_ms", "mean_itl_ms"):
+        assert bench[key] == pytest.approx(summary[key.replace("duration", "duration_s")])
+
+    scrape = read_scrape(simulated / "vllm_metrics.prom")
+    assert scrape.models() == {"tiny-llama"}
+    assert scrape.cache_config["num_gpu_blocks"] == str(summary["memory"]["num_gpu_blocks"])
+    e2e = scrape.histogram("vllm:e2e_request_latency_seconds")
+    assert e2e.count == 60 and e2e.sum == pytest.approx(run.e2e_s.sum())
+    itl = scrape.histogram("vllm:inter_token_latency_seconds")
+    assert itl.count == summary["total_output_tokens"] - 60  # every gap: output tokens - 1 per request
+    assert itl.sum / itl.count * 1e3 == pytest.approx(summary["mean_itl_ms"], rel=1e-9)
+    ttft = scrape.histogram("vllm:time_to_first_token_seconds")
+    below = int(np.sum(run.ttft_s <= ttft.bounds[3]))
+    assert ttft.cumulative[3] == below
+
+
+def _edited_bench(folder: Path, tmp_path: Path, edit) -> Path:
+    data = json.loads((folder / "vllm_bench.json").read_text())
+    edit(data)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _edited_scrape(folder: Path, tmp_path: Path, old: str, new: str, name: str = "m.prom", count: int = 1) -> Path:
+    text = (folder / "vllm_metrics.prom").read_text()
+    assert old in text
+    path = tmp_path / name
+    path.write_text(text.replace(old, new, count))
+    return path
+
+
+def _fit_error(files: list[Path], capsys, scenario: str = CPU_TINY) -> str:
+    return error_of(["calibrate", "--from-vllm", *map(str, files), "--scenario", scenario], capsys)
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda d: d.clear() or d.update({"results": []}), ["duration: missing", "another tool"]),
+        (lambda d: d.pop("itls"), ["itls: missing", "--save-detailed"]),
+        (lambda d: d["ttfts"].pop(), ["ttfts: 59 entries", "input_lens has 60"]),
+        (lambda d: d["output_lens"].__setitem__(3, -1), ["output_lens[3] = -1"]),
+        (lambda d: d.update({"completed": 61}), ["completed = 61", "60 successful"]),
+        (
+            lambda d: d.update({"model_id": "meta-llama/Llama-3.1-8B"}),
+            ["model_id = 'meta-llama/Llama-3.1-8B'", "tiny-llama"],
+        ),
+    ],
+)
+def test_a_bad_bench_file_is_named_with_its_field(simulated, tmp_path, capsys, edit, words):
+    err = _fit_error([_edited_bench(simulated, tmp_path, edit)], capsys)
+    assert "bench.json" in err and all(w in err for w in words), err
+
+
+def test_a_truncated_bench_file_says_it_is_cut(simulated, tmp_path, capsys):
+    path = tmp_path / "cut.json"
+    path.write_text((simulated / "vllm_bench.json").read_text()[:5000])
+    err = _fit_error([path], capsys)
+    assert "cut.json: line 1" in err and "not JSON" in err and "cut off" in err
+
+
+def test_bad_scrapes_are_refused(simulated, tmp_path, capsys):
+    bench = simulated / "vllm_bench.json"
+    bucket = 'vllm:e2e_request_latency_seconds_bucket{model_name="tiny-llama",engine="0",le="+Inf"} 60.0'
+    falling = _edited_scrape(simulated, tmp_path, bucket, bucket.replace("60.0", "59.0"))
+    err = _fit_error([bench, falling], capsys)
+    assert "m.prom: vllm:e2e_request_latency_seconds" in err and "inconsistent histogram buckets" in err
+
+    other = _edited_scrape(simulated, tmp_path, 'num_gpu_blocks="', 'num_gpu_blocks="9', "other.prom")
+    err = _fit_error([bench, simulated / "vllm_metrics.prom", other], capsys)
+    assert "other.prom: vllm:cache_config_info" in err and "different servers" in err
+
+    counter = 'vllm:prompt_tokens_total{model_name="tiny-llama",engine="0"} '
+    text = (simulated / "vllm_metrics.prom").read_text()
+    value = text.split(counter)[1].split("\n")[0]
+    restarted = _edited_scrape(simulated, tmp_path, counter + value, counter + "3.0", "restarted.prom")
+    err = _fit_error([bench, simulated / "vllm_metrics.prom", restarted], capsys)
+    assert "restarted.prom: vllm:prompt_tokens_total" in err and "went backwards" in err
+
+    model = _edited_scrape(simulated, tmp_path, 'model_name="tiny-llama"', 'model_name="other-model"', "model.prom", -1)
+    err = _fit_error([bench, model], capsys)
+    assert "model.prom: model_name = 'other-model'" in err
+
+
+def test_scrapes_alone_and_a_missing_scenario_are_refused(simulated, capsys):
+    err = _fit_error([simulated / "vllm_metrics.prom"], capsys)
+    assert "only Prometheus scrapes" in err and "--save-detailed" in err
+    err = error_of(["calibrate", "--from-vllm", str(simulated / "vllm_bench.json")], capsys)
+    assert "--from-vllm needs --scenario" in err
+
+
+def test_the_fit_gets_a_known_bandwidth_efficiency_back(tmp_path, capsys):
+    """Two loads simulated with the scenario's coefficients but bandwidth_efficiency x 0.8, written as vLLM's
+    files (no noise), a third held out: the fit gives the efficiency back, the profile drives `simulate`."""
+    from planner.calibration.from_vllm_bench import write_vllm_files
+    from planner.calibration.resolve import resolve_cost_model
+    from planner.scenario.load import load_scenario
+
+    files = []
+    for rate, seed in ((8, 1), (30, 2), (16, 3)):
+        scenario = load_scenario(
+            H100, ["workload.num_requests=120", f"workload.arrival.rate={rate}", f"workload.seed={seed}"]
+        )
+        start, _ = resolve_cost_model(scenario)
+        truth = dataclasses.replace(start, bandwidth_efficiency=start.bandwidth_efficiency * 0.8)
+        files.append(write_vllm_files(tmp_path / str(rate), scenario, truth, 0.0, 0)[0])
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", "--from-vllm", *map(str, files), "--scenario", H100, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "Fit through the simulator" in printed
+        and "Held-out validation" in printed
+        and "16/bench.json (held out)" not in printed
+    )
+    profile = load_profile(out)
+    assert profile.source == "vllm-metrics" and profile.provenance.startswith("fitted from vLLM metrics (files: ")
+    assert profile.coefficients["bandwidth_efficiency"] == pytest.approx(truth.bandwidth_efficiency, rel=0.03)
+    assert main(["simulate", H100, "--set", "workload.num_requests=20", "--calibration", str(out)]) == 0
+    assert profile.id in capsys.readouterr().out
+
+
+@needs_torch
+def test_a_live_cpu_run_round_trips(cpu_tiny_run, tmp_path, capsys):
+    """`planner run` writes vLLM's files too, and they fit (one file: its last requests held out)."""
+    run = read_bench(cpu_tiny_run.folder / "vllm_bench.json")
+    assert len(run) == cpu_tiny_run.summary["completed"]
+    files = [cpu_tiny_run.folder / "vllm_bench.json", cpu_tiny_run.folder / "vllm_metrics.prom"]
+    out = tmp_path / "live.yaml"
+    assert main(["calibrate", "--from-vllm", *map(str, files), "--scenario", CPU_TINY, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Held out: the last" in printed and "vllm_bench.json (held out)" in printed
+    assert load_profile(out).source == "vllm-metrics"
