@@ -175,3 +175,33 @@ def test_a_live_cpu_run_round_trips(cpu_tiny_run, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Held out: the last" in printed and "vllm_bench.json (held out)" in printed
     assert load_profile(out).source == "vllm-metrics"
+
+
+def test_a_long_run_writes_the_summary_form(tmp_path, monkeypatch, capsys):
+    """Beyond MAX_DETAILED_TOKENS the bench file has no per-request lists, as bench serve without
+    --save-detailed; reading it for a fit says so."""
+    from planner.vllm_files import export
+
+    monkeypatch.setattr(export, "MAX_DETAILED_TOKENS", 10)
+    out = tmp_path / "run"
+    assert main(["simulate", CPU_TINY, "--set", "workload.num_requests=8", "--out", str(out)]) == 0
+    bench = json.loads((out / "vllm_bench.json").read_text())
+    assert "itls" not in bench and bench["completed"] == 8 and bench["mean_ttft_ms"] > 0
+    assert "--save-detailed" in _fit_error([out / "vllm_bench.json"], capsys)
+
+
+def test_the_start_is_first_matched_to_the_observed_speed():
+    """Statistics of an engine 3x slower than the start: the one-factor search finds about 3."""
+    from planner.calibration.vllm_fit import _slowed, matched_speed
+    from sim.cost_model import CostCoefficients
+
+    names = ["flops_efficiency", "bandwidth_efficiency", "step_overhead_s"]
+    start = CostCoefficients(flops_efficiency=0.3, bandwidth_efficiency=0.3)
+
+    def predict(c):  # a step time that each coefficient moves
+        return np.array([1 / c.flops_efficiency + c.step_overhead_s * 1e3, 1 / c.bandwidth_efficiency])
+
+    measured = predict(_slowed(start, names, 3.0))
+    factor, matched = matched_speed(predict, start, names, measured)
+    assert factor == pytest.approx(3.0, rel=0.03)
+    assert matched.bandwidth_efficiency == pytest.approx(0.1, rel=0.03)

@@ -125,6 +125,8 @@ def fit_lines(fit: VllmFit) -> list[str]:
     method = f"scipy least_squares, trust-region reflective, {DIFF_STEP:.0%} finite differences"
     counts = f"{len(fit.labels)} statistics, {fit.num_simulations} simulations"
     lines = [f"Fit through the simulator ({method}): {counts}"]
+    if fit.speed != 1.0:
+        lines.append(f"  first, every starting time x {fit.speed:.3g}: the one factor that matches the files best")
     if fit.result is not None:
         for name, value in zip(fit.result.names, fit.result.values):
             std = fit.uncertainty.get(name)

@@ -28,6 +28,7 @@ import numpy as np
 
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.fitting import BOUNDS, HOST_TERMS, device_terms
+from planner.calibration.profile import EFFICIENCIES
 from planner.calibration.vllm_replay import Latencies, simulated
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
@@ -41,7 +42,11 @@ DIFF_STEP = 0.05
 COVARIANCE_STEP = 0.1
 MAX_EVALUATIONS = 25  # least_squares' evaluations (each Jacobian costs one simulation per coefficient more)
 MIN_INDEPENDENT = 0.1  # see _independent
-UNPINNED_SPREAD = 0.5  # a standard error above half the value: the data do not pin the coefficient
+UNPINNED_SPREAD = 0.5
+SPEED_SEARCH = (
+    np.log(1 / 20),
+    np.log(200),
+)  # matched_speed's range of factors  # a standard error above half the value: the data do not pin the coefficient
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class VllmFit:
     not_pinned: dict[str, str]  # coefficient -> why
     labels: list[str]
     num_simulations: int
+    speed: float = 1.0  # the factor matched_speed slowed the start by
 
 
 class _Counter:
@@ -134,10 +140,41 @@ def candidates(scenario: Scenario) -> list[str]:
     return names if scenario.hardware.gpu.name == "cpu" else [n for n in names if n != "per_row_layer_overhead_s"]
 
 
+def _slowed(start: CostCoefficients, names: list[str], factor: float) -> CostCoefficients:
+    """Every time of `names` x factor: efficiencies / factor, overheads x factor (within their bounds)."""
+    changed = {}
+    for name in names:
+        value = getattr(start, name)
+        scaled = value / factor if name in EFFICIENCIES else value * factor
+        changed[name] = float(np.clip(scaled, BOUNDS[name][0], BOUNDS[name][1]))
+    return dataclasses.replace(start, **changed)
+
+
+def matched_speed(
+    predict, start: CostCoefficients, names: list[str], measured: np.ndarray
+) -> tuple[float, CostCoefficients]:
+    """The start slowed (or sped up) by the one factor that best matches the observed statistics: a starting
+    point for the fit near the engine's speed however far the spec sheet is from it (a CPU, an old driver)
+    (a bounded scalar search on the log factor, ~15 simulations). Factor 1 when no factor helps."""
+    from scipy.optimize import minimize_scalar
+
+    def misfit(log_factor: float) -> float:
+        predicted = predict(_slowed(start, names, float(np.exp(log_factor))))
+        return float(np.sum(np.log(np.maximum(predicted, 1e-12) / measured) ** 2))
+
+    best = minimize_scalar(misfit, bounds=SPEED_SEARCH, method="bounded", options={"xatol": 0.02})
+    if not best.success or best.fun >= misfit(0.0):
+        return 1.0, start
+    factor = float(np.exp(best.x))
+    return factor, _slowed(start, names, factor)
+
+
 def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
-    """The coefficients (of `candidates`) that make the replays' simulated statistics the observed ones."""
+    """The coefficients (of `candidates`) that make the replays' simulated statistics the observed ones,
+    starting from `start` slowed by the one factor that matches the observed speed best (matched_speed)."""
     predict = _Counter(replays)
     measured = np.concatenate([statistics(r.observed, r.fit_mask)[0] for r in replays])
+    speed, start = matched_speed(predict, start, candidates(replays[0].scenario), measured)
     labels = [f"{r.name}: {label}" for r in replays for label in statistics(r.observed, r.fit_mask)[1]]
     at_start = predict(start)
     columns, not_pinned = {}, {}
@@ -155,7 +192,7 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
             columns[name] = change / (SCREEN_STEP if value > 0 else 1.0)  # per unit of the scaled coefficient
     names = _independent(columns, not_pinned)
     if not names:
-        return VllmFit(start, start, None, {}, {}, not_pinned, labels, predict.calls)
+        return VllmFit(start, start, None, {}, {}, not_pinned, labels, predict.calls, speed)
     scale = np.array([getattr(start, n) if getattr(start, n) > 0 else BOUNDS[n][2] for n in names])
     initial = np.array([getattr(start, n) for n in names]) / scale
     lower = np.array([BOUNDS[n][0] for n in names]) / scale
@@ -188,7 +225,9 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
     for n, v, e in zip(names, result.values, std):
         if not np.isfinite(e) or e > UNPINNED_SPREAD * abs(v):
             not_pinned[n] = f"fitted, but its standard error ({e:.2g}) is above half its value: not pinned"
-    return VllmFit(with_units(unit.values), start, result, uncertainty, pinned_by, not_pinned, labels, predict.calls)
+    return VllmFit(
+        with_units(unit.values), start, result, uncertainty, pinned_by, not_pinned, labels, predict.calls, speed
+    )
 
 
 def _central_jacobian(predict_units, u: np.ndarray, lower: np.ndarray, upper: np.ndarray, measured: np.ndarray):

@@ -23,12 +23,12 @@ from planner.vllm_files import names
 from sim.metrics import Recorder, per_request_latencies_ms
 
 BENCH_FILE, METRICS_FILE = "vllm_bench.json", "vllm_metrics.prom"
-MAX_DETAILED_TOKENS = 2_000_000  # per-request gap lists beyond this would make a file of tens of MB
+MAX_DETAILED_TOKENS = 500_000  # per-request gap lists beyond this would make a file of over 10 MB
 
 
-def bench_result(summary: dict, recorder: Recorder) -> dict:
+def bench_result(summary: dict, recorder: Recorder, with_itls: bool = True) -> dict:
     """The bench-serve result JSON of a run (vllm/benchmarks/serve.py's keys and units: lists in seconds,
-    statistics in ms)."""
+    statistics in ms); `with_itls` False leaves the per-request gap lists out (bench_json writes them)."""
     scenario = summary["scenario"]
     arrival = scenario["workload"]["arrival"]
     requests = _requests(recorder)
@@ -60,9 +60,13 @@ def bench_result(summary: dict, recorder: Recorder) -> dict:
             result[f"std_{stat}_ms"] = float(np.std(values)) if len(values) else None
         for p in names.BENCH_PERCENTILES:
             result[f"p{p}_{stat}_ms"] = summary[f"p{p}_{stat}_ms"]
-    if int(requests["output_tokens"].sum()) <= MAX_DETAILED_TOKENS:
-        result |= _detailed(requests, lat)
+    if detailed(requests):
+        result |= _detailed(requests, lat, with_itls)
     return result
+
+
+def detailed(requests: dict[str, np.ndarray]) -> bool:
+    return int(requests["output_tokens"].sum()) <= MAX_DETAILED_TOKENS
 
 
 def _requests(recorder: Recorder) -> dict[str, np.ndarray]:
@@ -71,16 +75,21 @@ def _requests(recorder: Recorder) -> dict[str, np.ndarray]:
     return {name: column[order] for name, column in requests.items()}
 
 
-def _detailed(requests: dict[str, np.ndarray], lat: dict[str, np.ndarray]) -> dict:
-    out_tokens = requests["output_tokens"]
-    gap_s = np.zeros(len(out_tokens))
+def _mean_gaps_s(requests: dict[str, np.ndarray], lat: dict[str, np.ndarray]) -> list[tuple[float, int]]:
+    """Per request: its mean gap (its TPOT, seconds) and how many gaps it had."""
+    gap_s = np.zeros(len(requests["output_tokens"]))
     gap_s[lat["tpot_mask"]] = lat["tpot"] / 1e3
-    count = len(out_tokens)
+    return [(g, max(int(n) - 1, 0)) for g, n in zip(gap_s.tolist(), requests["output_tokens"].tolist())]
+
+
+def _detailed(requests: dict[str, np.ndarray], lat: dict[str, np.ndarray], with_itls: bool) -> dict:
+    count = len(requests["output_tokens"])
+    gaps = {"itls": [[g] * n for g, n in _mean_gaps_s(requests, lat)]} if with_itls else {}
     return {
         "input_lens": requests["prompt_tokens"].tolist(),
-        "output_lens": out_tokens.tolist(),
+        "output_lens": requests["output_tokens"].tolist(),
         "ttfts": (lat["ttft"] / 1e3).tolist(),
-        "itls": [[g] * max(int(n) - 1, 0) for g, n in zip(gap_s.tolist(), out_tokens.tolist())],
+        **gaps,
         "start_times": requests["arrival_s"].tolist(),
         "generated_texts": [""] * count,  # the engine's tokens are not text (random weights, no tokenizer)
         "errors": [""] * count,
@@ -208,4 +217,12 @@ def _write_histogram(out, name, help_text, labels, buckets, counts, count, total
 
 
 def bench_json(summary: dict, recorder: Recorder) -> str:
-    return json.dumps(bench_result(summary, recorder)) + "\n"
+    """bench_result as JSON text, its `itls` written as repeated text (json.dumps of the lists cost more than
+    the simulation of a few thousand requests)."""
+    text = json.dumps(bench_result(summary, recorder, with_itls=False))
+    requests = _requests(recorder)
+    if not detailed(requests):
+        return text + "\n"
+    lat = per_request_latencies_ms(requests)
+    lists = ", ".join("[" + ", ".join([json.dumps(g)] * n) + "]" for g, n in _mean_gaps_s(requests, lat))
+    return text[:-1] + f', "itls": [{lists}]}}\n'
