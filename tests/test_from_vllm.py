@@ -4,6 +4,7 @@ bad file is one message naming the file and the field (exit 2)."""
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,9 @@ def test_the_fit_gets_a_known_bandwidth_efficiency_back(tmp_path, capsys):
     assert profile.coefficients["bandwidth_efficiency"] == pytest.approx(truth.bandwidth_efficiency, rel=0.03)
     assert main(["simulate", H100, "--set", "workload.num_requests=20", "--calibration", str(out)]) == 0
     assert profile.id in capsys.readouterr().out
+    out.rename(Path(os.environ["PLANNER_PROFILE_DIR"]) / out.name)  # where calibration: auto (and size) look
+    _, provenance = resolve_cost_model(load_scenario(H100))
+    assert provenance.kind == "calibrated" and provenance.profile_id == profile.id
 
 
 @needs_torch
@@ -205,3 +209,32 @@ def test_the_start_is_first_matched_to_the_observed_speed():
     factor, matched = matched_speed(predict, start, names, measured)
     assert factor == pytest.approx(3.0, rel=0.03)
     assert matched.bandwidth_efficiency == pytest.approx(0.1, rel=0.03)
+
+
+def test_options_of_the_other_ways_are_refused_with_it(simulated, capsys):
+    bench = str(simulated / "vllm_bench.json")
+    for extra in (["--device", "cpu"], ["--held-out-requests", "8"], ["--budget-s", "5"], [CPU_TINY]):
+        err = error_of(["calibrate", "--from-vllm", bench, "--scenario", CPU_TINY, *extra], capsys)
+        assert "--from-vllm fits vLLM's files: give it no" in err
+    err = error_of(["calibrate", "--device", "cpu", "--scenario", CPU_TINY], capsys)
+    assert "--scenario and --set go with --from-vllm" in err
+
+
+def test_a_folder_of_scrapes_is_read_as_windows(simulated, tmp_path, capsys):
+    """Scrapes in name order: each window is the later less the earlier (here from an all-zero first scrape)."""
+    import re
+
+    folder = tmp_path / "scrapes"
+    folder.mkdir()
+    text = (simulated / "vllm_metrics.prom").read_text()
+    zero = re.sub(r"^(vllm:(?!cache_config_info)\S+) \S+$", r"\1 0.0", text, flags=re.MULTILINE)
+    (folder / "scrape-1.prom").write_text(zero)
+    (folder / "scrape-2.prom").write_text(text)
+    out = tmp_path / "p.yaml"
+    argv = ["calibrate", "--from-vllm", str(simulated / "vllm_bench.json"), str(folder), "--scenario", CPU_TINY]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "scrape-2.prom: Prometheus, 60 requests finished" in printed
+    assert "num_gpu_blocks = " in printed and "(vllm:cache_config_info, " in printed
+    (folder / "scrape-0.prom").write_text(text)  # now first in name order: the counters fall after it
+    assert "went backwards" in error_of(argv, capsys)
