@@ -31,6 +31,7 @@ from sim.engine_facts import EngineFacts
 
 HELD_OUT_SHARE = 0.3  # one result file: the requests sent last, this share of them, are held out
 MIN_FIT_REQUESTS = 20  # quantiles of fewer requests say little
+MISFIT = 0.1  # a median |error| of the matched statistics above this is said to be a misfit
 
 
 def cmd_from_vllm(args) -> int:
@@ -135,6 +136,12 @@ def fit_lines(fit: VllmFit) -> list[str]:
             lines.append(f"  {name:<30}{value:>12.4g}  {shown:<10} pinned by {fit.pinned_by[name]}{bound}")
         errors = np.abs(fit.result.relative_errors)
         lines.append(f"  statistics: median |error| {np.median(errors):.1%}, worst {errors.max():.1%}")
+        if np.median(errors) > MISFIT:
+            lines.append(
+                f"  MISFIT: the simulator does not reproduce these files (median |error| above {MISFIT:.0%}): a"
+                " busy or unsteady machine under the server, or a workload the replay does not rebuild (shared"
+                " prefixes, another max_num_seqs); read the coefficients and the held-out table with that in mind"
+            )
     lines += [f"  not pinned: {name}: {why}" for name, why in fit.not_pinned.items()]
     return lines
 

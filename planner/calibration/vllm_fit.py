@@ -43,6 +43,7 @@ COVARIANCE_STEP = 0.1
 MAX_EVALUATIONS = 25  # least_squares' evaluations (each Jacobian costs one simulation per coefficient more)
 MIN_INDEPENDENT = 0.1  # see _independent
 UNPINNED_SPREAD = 0.5
+BOOTSTRAP_SAMPLES = 200
 SPEED_SEARCH = (
     np.log(1 / 20),
     np.log(200),
@@ -216,7 +217,10 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
         max_nfev=MAX_EVALUATIONS,
     )
     jac = _central_jacobian(predict_units, unit.values, lower, upper, measured)
-    std = _standard_errors(jac, unit.relative_errors) * scale
+    std = (
+        np.maximum(_standard_errors(jac, unit.relative_errors), _sampling_errors(jac, replays, with_units(unit.values)))
+        * scale
+    )
     # a coefficient that starts on a bound (an overhead of 0) and stays there is where it began, not a misfit
     moved = tuple(n for j, n in enumerate(names) if n in unit.at_bound and abs(unit.values[j] - initial[j]) > 1e-9)
     result = FitResult(unit.names, unit.values * scale, std, unit.relative_errors, moved)
@@ -242,6 +246,34 @@ def _central_jacobian(predict_units, u: np.ndarray, lower: np.ndarray, upper: np
         up[j], down[j] = hi, lo
         jac[:, j] = (predict_units(up) - predict_units(down)) / measured / (hi - lo)
     return jac
+
+
+def _sampling_errors(jac: np.ndarray, replays: list[Replay], fitted: CostCoefficients) -> np.ndarray:
+    """One standard error per coefficient from the requests being a sample of what the engine does: the fit's
+    relative errors over BOOTSTRAP_SAMPLES resamples of each file's fitted requests (with replacement, seeded;
+    the same requests observed and simulated, so what moves them is how each request's observed latency departs
+    from the simulator's, not which requests were sent), carried to the coefficients through the Jacobian's
+    pseudo-inverse. Unlike the residuals' spread, this keeps the statistics' correlation (a few slow requests
+    move every TTFT percentile at once)."""
+    rng = np.random.default_rng(0)
+    blocks = []
+    for replay in replays:
+        chosen = np.flatnonzero(replay.fit_mask)
+        simulated_lat = simulated(simulate_replay(replay, fitted).recorder)
+        errors = statistics(simulated_lat, replay.fit_mask)[0] / statistics(replay.observed, replay.fit_mask)[0]
+        rows = []
+        for _ in range(BOOTSTRAP_SAMPLES):
+            pick = rng.choice(chosen, size=len(chosen))
+            every = np.ones(len(pick), dtype=bool)
+            sim_stats = statistics(_subset(simulated_lat, pick), every)[0]
+            rows.append(sim_stats / statistics(_subset(replay.observed, pick), every)[0] - errors)
+        blocks.append(np.asarray(rows))
+    spread = np.linalg.pinv(jac) @ np.hstack(blocks).T  # coefficient (scaled) x resample
+    return np.std(spread, axis=1)
+
+
+def _subset(lat: Latencies, pick: np.ndarray) -> Latencies:
+    return Latencies(lat.arrival_s[pick], lat.ttft_s[pick], lat.e2e_s[pick], lat.output_tokens[pick])
 
 
 def _standard_errors(jac: np.ndarray, residuals: np.ndarray) -> np.ndarray:

@@ -80,7 +80,9 @@ def _value(path: Path, number: int, name: str, text: str) -> float:
     try:
         return float(text)  # Python reads +Inf, -Inf and NaN as Prometheus writes them
     except ValueError:
-        raise PlannerError(f"{path}: line {number}: {name} = {text[:40]!r}: not a number") from None
+        raise PlannerError(
+            f"{path}: line {number}: {name} = {text[:40]!r}: not a number (is this a Prometheus /metrics scrape?)"
+        ) from None
 
 
 def read_scrape(path: Path) -> Scrape:
