@@ -238,3 +238,14 @@ def test_a_folder_of_scrapes_is_read_as_windows(simulated, tmp_path, capsys):
     assert "num_gpu_blocks = " in printed and "(vllm:cache_config_info, " in printed
     (folder / "scrape-0.prom").write_text(text)  # now first in name order: the counters fall after it
     assert "went backwards" in error_of(argv, capsys)
+
+
+def test_a_restart_between_scrapes_is_refused_even_when_the_counters_grew(simulated, tmp_path, capsys):
+    text = (simulated / "vllm_metrics.prom").read_text()
+    (tmp_path / "a.prom").write_text(text + "process_start_time_seconds 1700000000.0\n")
+    (tmp_path / "b.prom").write_text(text + "process_start_time_seconds 1700000500.0\n")
+    err = _fit_error([simulated / "vllm_bench.json", tmp_path / "a.prom", tmp_path / "b.prom"], capsys)
+    assert (
+        "b.prom: process_start_time_seconds = 1700000500, but 1700000000" in err
+        and "restarted between the scrapes" in err
+    )

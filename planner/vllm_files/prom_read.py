@@ -4,7 +4,7 @@
 Refused, naming the file and the series: a line that is not the format, a histogram whose cumulative buckets
 fall or whose +Inf bucket is not its count, two scrapes of different servers (another model, or another
 cache_config_info: block size, number of blocks), and a counter or histogram that went backwards between two
-scrapes (the server restarted: its counters began again at 0).
+scrapes, or a process_start_time_seconds that changed (the server restarted: its counters began again at 0).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from planner.errors import PlannerError, read_text_file
 from planner.vllm_files.names import CACHE_CONFIG_INFO
 
 MAX_SCRAPE_BYTES = 1 << 26
+START_TIME = "process_start_time_seconds"  # prometheus_client's process collector: when the server started
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+-?\d+)?\s*$")
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(,|$)')
 
@@ -169,6 +170,13 @@ def window(first: Scrape, last: Scrape) -> Scrape:
         raise PlannerError(
             f"{last.path}: {what} = {shown_b}, but {first.path} has {shown_a}: scrapes of different servers"
         )
+    started = [{labels: v for (n, labels), v in x.gauges.items() if n == START_TIME} for x in (first, last)]
+    for labels, value in started[1].items():
+        if labels in started[0] and started[0][labels] != value:
+            raise PlannerError(
+                f"{last.path}: {START_TIME} = {value:.0f}, but {started[0][labels]:.0f} in {first.path}: the server"
+                " restarted between the scrapes (its counters began again); give scrapes of one server's life"
+            )
     out = Scrape(last.path, gauges=dict(last.gauges), cache_config=dict(last.cache_config))
     for series, value in last.counters.items():
         before = first.counters.get(series, 0.0)
