@@ -249,3 +249,40 @@ def test_a_restart_between_scrapes_is_refused_even_when_the_counters_grew(simula
         "b.prom: process_start_time_seconds = 1700000500, but 1700000000" in err
         and "restarted between the scrapes" in err
     )
+
+
+@pytest.mark.parametrize(
+    ("traffic", "said"),
+    [
+        ({"request_rate": 20.0, "burstiness": 1.0, "max_concurrency": None}, "ASSUMED arrivals: no start_times; poisson at 20"),
+        ({"request_rate": 20.0, "burstiness": 0.5, "max_concurrency": None}, "gamma at 20 requests/s (burstiness 0.5)"),
+        ({"request_rate": "inf", "max_concurrency": 4}, "a closed loop of max_concurrency = 4 users"),
+        ({"request_rate": "inf", "max_concurrency": None}, "request_rate inf: all at 0"),
+    ],
+)  # fmt: skip
+def test_a_file_without_start_times_has_its_arrivals_assumed_and_said(simulated, tmp_path, capsys, traffic, said):
+    def edit(data):
+        del data["start_times"]
+        data.update(traffic)
+
+    bench = _edited_bench(simulated, tmp_path, edit)
+    assert (
+        main(["calibrate", "--from-vllm", str(bench), "--scenario", CPU_TINY, "--out", str(tmp_path / "p.yaml")]) == 0
+    )
+    assert said in capsys.readouterr().out
+
+
+def test_a_rate_with_a_concurrency_cap_needs_the_start_times(simulated, tmp_path, capsys):
+    bench = _edited_bench(simulated, tmp_path, lambda d: d.pop("start_times") and d.update({"max_concurrency": 4}))
+    err = _fit_error([bench], capsys)
+    assert "bench.json: start_times: missing; request_rate = 20 with max_concurrency = 4" in err
+
+
+def test_served_model_names_match_the_catalog_model():
+    from planner.catalog import catalog_model
+    from planner.vllm_files.inputs import model_matches
+
+    model = catalog_model("llama-3.1-8b")
+    assert model.checkpoint and model_matches(model.checkpoint, model) and model_matches("llama-3.1-8b", model)
+    assert model_matches("/models/" + model.checkpoint.rsplit("/", 1)[-1] + "/", model)
+    assert not model_matches("Qwen/Qwen2.5-7B-Instruct", model)
