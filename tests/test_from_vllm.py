@@ -211,6 +211,14 @@ def test_the_start_is_first_matched_to_the_observed_speed():
     assert matched.bandwidth_efficiency == pytest.approx(0.1, rel=0.03)
 
 
+def test_an_unwritable_out_is_refused_before_the_fit(simulated, tmp_path, capsys):
+    argv = ["calibrate", "--from-vllm", str(simulated / "vllm_bench.json"), "--scenario", CPU_TINY]
+    capsys.readouterr()
+    assert main([*argv, "--out", str(tmp_path)]) == 2
+    printed = capsys.readouterr()
+    assert "is a directory" in printed.err.lower() and "Read:" not in printed.out  # refused before reading a file
+
+
 def test_options_of_the_other_ways_are_refused_with_it(simulated, capsys):
     bench = str(simulated / "vllm_bench.json")
     for extra in (["--device", "cpu"], ["--held-out-requests", "8"], ["--budget-s", "5"], [CPU_TINY]):

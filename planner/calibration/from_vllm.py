@@ -45,6 +45,8 @@ def cmd_from_vllm(args) -> int:
             " size or engine settings the simulator needs"
         )
     started = time.perf_counter()
+    if args.out is not None:
+        check_writable(args.out, f"--out {args.out}")  # before the fit, not after it
     scenario = load_scenario(args.scenario, args.overrides)
     if scenario.fleet is not None:
         raise PlannerError(f"{args.scenario}: fleet: --from-vllm fits one engine; give a scenario of one pool")
