@@ -85,7 +85,8 @@ def _replays(scenario, inputs, folder: Path) -> tuple[list[Replay], list[tuple[R
     for i, run in enumerate(inputs.bench):
         replay, said = replay_scenario(scenario, run, folder / f"{i}.csv", inputs.engine)
         failed = f", {run.num_failed} failed left out" if run.num_failed else ""
-        lines.append(f"  {run.path}: {len(run):,} requests{failed} over {run.span_s:.1f} s; {said}")
+        backend = f" (backend {run.backend})" if run.backend else ""
+        lines.append(f"  {run.path}{backend}: {len(run):,} requests{failed} over {run.span_s:.1f} s; {said}")
         everything = np.ones(len(run), dtype=bool)
         replays.append(Replay(run.path.name, replay, EngineFacts.of(replay), observed(run), everything))
     for scrape in inputs.windows:

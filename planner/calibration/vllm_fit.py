@@ -83,7 +83,6 @@ def simulate_replay(replay: Replay, coefficients: CostCoefficients):
 @dataclass(frozen=True)
 class VllmFit:
     coefficients: CostCoefficients
-    start: CostCoefficients
     result: FitResult | None  # None: nothing could be fitted
     uncertainty: dict[str, float]
     pinned_by: dict[str, str]  # fitted coefficient -> the statistic it moves most
@@ -193,7 +192,7 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
             columns[name] = change / (SCREEN_STEP if value > 0 else 1.0)  # per unit of the scaled coefficient
     names = _independent(columns, not_pinned)
     if not names:
-        return VllmFit(start, start, None, {}, {}, not_pinned, labels, predict.calls, speed)
+        return VllmFit(start, None, {}, {}, not_pinned, labels, predict.calls, speed)
     scale = np.array([getattr(start, n) if getattr(start, n) > 0 else BOUNDS[n][2] for n in names])
     initial = np.array([getattr(start, n) for n in names]) / scale
     lower = np.array([BOUNDS[n][0] for n in names]) / scale
@@ -229,9 +228,7 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
     for n, v, e in zip(names, result.values, std):
         if not np.isfinite(e) or e > UNPINNED_SPREAD * abs(v):
             not_pinned[n] = f"fitted, but its standard error ({e:.2g}) is above half its value: not pinned"
-    return VllmFit(
-        with_units(unit.values), start, result, uncertainty, pinned_by, not_pinned, labels, predict.calls, speed
-    )
+    return VllmFit(with_units(unit.values), result, uncertainty, pinned_by, not_pinned, labels, predict.calls, speed)
 
 
 def _central_jacobian(predict_units, u: np.ndarray, lower: np.ndarray, upper: np.ndarray, measured: np.ndarray):
