@@ -106,6 +106,15 @@ def _calibrate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--from", dest="from_runs", nargs="+", type=_folder, metavar="RUN_DIR", help="fit `planner run` output folders"
     )
+    p.add_argument(
+        "--from-vllm",
+        nargs="+",
+        type=_given("a vLLM result or scrape file", Path),
+        metavar="FILE",
+        help="fit vLLM's own files: bench serve result JSONs, /metrics scrapes (or a folder of them)",
+    )
+    p.add_argument("--scenario", type=_scenario_file, help="with --from-vllm: the model, GPU and engine settings")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
 
 
 def _size_args(p: argparse.ArgumentParser) -> None:
@@ -154,6 +163,7 @@ PATH_ARGUMENTS = {
     "out": ("--out", True),  # calibrate's is the profile file (the names beside it are checked there)
     "calibration": ("--calibration", False),
     "from_runs": ("--from", True),
+    "from_vllm": ("--from-vllm", False),
     "model_path": ("--model-path", True),
     "a": ("the first run", True),  # a run's folder, or its summary.json
     "b": ("the second run", True),

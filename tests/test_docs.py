@@ -57,7 +57,9 @@ def test_the_accuracy_table_summarises_the_fidelity_pages():
 
 def _code_constants() -> list[tuple[str, str, str]]:
     """(page, the figure as the page writes it, the constant it is): the code's figures the pages quote in prose."""
+    from planner.calibration import vllm_fit
     from planner.calibration.busy import MAX_OTHER_LOAD
+    from planner.calibration.from_vllm import HELD_OUT_SHARE, MIN_FIT_REQUESTS
     from planner.calibration.machine_check import SLOWDOWN_LIMIT
     from planner.calibration.validate import MAX_ATTEMPTS
     from planner.outputs.plots import CDF_POINTS
@@ -65,11 +67,26 @@ def _code_constants() -> list[tuple[str, str, str]]:
     from planner.scenario.rules import MAX_NUM_REQUESTS
     from planner.sizing.probe import LONGEST_PROBE, UNSERVED_FRACTION
     from planner.sizing.spec_checks import MAX_CANDIDATES
+    from planner.vllm_files.export import MAX_DETAILED_TOKENS
     from sim.bench import SAME_REL
     from sim.metrics import PLOT_STEP_ROWS, STEP_CHUNK_ROWS
     from sim.statistics import GapHistogram
 
+    vllm = "calibration-from-vllm.md"
     return [
+        (vllm, f"last {HELD_OUT_SHARE:.0%} (fitted on the first", "planner.calibration.from_vllm.HELD_OUT_SHARE"),
+        (vllm, f"at least {MIN_FIT_REQUESTS} requests", "planner.calibration.from_vllm.MIN_FIT_REQUESTS"),
+        (vllm, f"finite differences of {vllm_fit.DIFF_STEP:.0%} of each", "planner.calibration.vllm_fit.DIFF_STEP"),
+        (vllm, f"moved {vllm_fit.SCREEN_STEP:.0%}: one", "planner.calibration.vllm_fit.SCREEN_STEP"),
+        (vllm, f"no statistic by {vllm_fit.MIN_EFFECT:.0%}, or", "planner.calibration.vllm_fit.MIN_EFFECT"),
+        (vllm, f"(under {vllm_fit.MIN_INDEPENDENT:.0%} of it", "planner.calibration.vllm_fit.MIN_INDEPENDENT"),
+        (
+            vllm,
+            f"(central differences of {vllm_fit.COVARIANCE_STEP:.0%})",
+            "planner.calibration.vllm_fit.COVARIANCE_STEP",
+        ),
+        (vllm, f"more than {MAX_DETAILED_TOKENS:,} output", "planner.vllm_files.export.MAX_DETAILED_TOKENS"),
+        (vllm, f"errors over {vllm_fit.BOOTSTRAP_SAMPLES} bootstrap", "planner.calibration.vllm_fit.BOOTSTRAP_SAMPLES"),
         ("outputs.md", f"within {GapHistogram.RELATIVE_ERROR:.1%} of", "sim.statistics.GapHistogram.RELATIVE_ERROR"),
         ("outputs.md", f"{STEP_CHUNK_ROWS:,} steps at a time", "sim.metrics.STEP_CHUNK_ROWS"),
         ("outputs.md", f"at most {CDF_POINTS:,} points", "planner.outputs.plots.CDF_POINTS"),

@@ -61,7 +61,8 @@ PLANNER_LAYERS = {
     # errors and paths (what the file system takes) are leaves: they import nothing of planner's
     "scenario": {"errors", "paths", "scenario", "catalog"},  # reading and checking a scenario; the catalogs it names
     "catalog": {"errors", "paths", "scenario", "catalog"},
-    "outputs": {"errors", "paths", "scenario", "catalog", "outputs"},  # a run's files, plots and terminal text
+    "outputs": {"errors", "paths", "scenario", "catalog", "outputs", "vllm_files"},  # a run's files, plots, text
+    "vllm_files": {"errors", "vllm_files"},  # vLLM's result and metrics formats, written and read
 }
 
 

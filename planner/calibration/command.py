@@ -32,6 +32,16 @@ from planner.errors import PlannerError
 
 def cmd_calibrate(args) -> int:
     """The `calibrate` subcommand (planner.cli wires it)."""
+    if args.from_vllm:
+        given = args.from_runs or args.gpu or args.device or args.scenarios or args.model
+        if given or args.budget_s is not None or args.held_out_requests is not None:
+            raise PlannerError("--from-vllm fits vLLM's files: give it no --from/--gpu/--device/--model/--budget-s/"
+                               "--held-out-requests, and the scenario as --scenario SCENARIO")  # fmt: skip
+        from planner.calibration.from_vllm import cmd_from_vllm
+
+        return cmd_from_vllm(args)
+    if args.scenario or args.overrides:
+        raise PlannerError("--scenario and --set go with --from-vllm (calibrate names its scenarios without a flag)")
     if args.from_runs:
         if args.gpu or args.device or args.scenarios or args.model:
             raise PlannerError("--from fits existing runs: give it no --gpu/--device, scenario or --model")

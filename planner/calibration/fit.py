@@ -47,13 +47,17 @@ def fit_relative(
     scale: Sequence[float] | None = None,
     loss: str = "linear",
     f_scale: float = 1.0,
+    diff_step: float | None = None,
+    max_nfev: int | None = None,
 ) -> FitResult:
     """Coefficients minimising sum(((predict(c) - measured) / measured)^2) within [lower, upper].
 
     `predict` maps a coefficient vector (in the order of `names`) to one predicted value per measured row.
     `scale`: each coefficient's typical magnitude (efficiencies ~1, overheads ~1e-5 s), so the solver
     steps all of them alike; defaults to the initial values. `loss`, `f_scale`: scipy's robust losses
-    ("soft_l1" beyond f_scale of relative error) for rows a busy machine made slow now and then.
+    ("soft_l1" beyond f_scale of relative error) for rows a busy machine made slow now and then. `diff_step`:
+    the finite differences' relative step (scipy's default suits smooth predictions; a simulator's quantiles
+    move in small jumps, which a step of a few percent averages over).
     """
     from scipy.optimize import least_squares  # only calibration needs scipy: keep it off the CLI's start-up
 
@@ -68,7 +72,10 @@ def fit_relative(
     def residuals(x: np.ndarray) -> np.ndarray:
         return (np.asarray(predict(x), dtype=np.float64) - measured) / measured
 
-    solution = least_squares(residuals, x0, bounds=(lo, hi), x_scale=x_scale, method="trf", loss=loss, f_scale=f_scale)
+    solution = least_squares(
+        residuals, x0, bounds=(lo, hi), x_scale=x_scale, method="trf", loss=loss, f_scale=f_scale,
+        diff_step=diff_step, max_nfev=max_nfev,
+    )  # fmt: skip
     r = solution.fun
     dof = max(len(r) - len(x0), 1)
     jac = solution.jac

@@ -24,7 +24,7 @@ from sim.config import HOST_DEVICES, Scenario
 from sim.cost_model import CostCoefficients
 
 FORMAT = "planner-calibration/1"
-SOURCES = ("live-sweep", "live-runs", "public-operator-profiles", "transferred")
+SOURCES = ("live-sweep", "live-runs", "public-operator-profiles", "transferred", "vllm-metrics")
 DEVICE_KINDS = ("cuda", "cpu")
 DTYPES = ("bfloat16", "float16", "float32")
 COEFFICIENTS = tuple(f.name for f in dataclasses.fields(CostCoefficients))

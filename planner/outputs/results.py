@@ -18,10 +18,11 @@ from planner.outputs.out_lock import lock_out_dir
 from planner.outputs.plots import CDF_POINTS, PLOT_NAMES, PLOT_STEP_COLUMNS
 from planner.outputs.plots.workers import PlotWorkers
 from planner.scenario.load import scenario_to_dict
+from planner.vllm_files.export import BENCH_FILE, METRICS_FILE, bench_json, metrics_text
 from sim.config import Scenario
 from sim.metrics import STEP_COLUMNS, Recorder, summarize
 
-OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", *PLOT_NAMES)
+OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", BENCH_FILE, METRICS_FILE, *PLOT_NAMES)
 _JSON_KINDS = {list: "an array", str: "a string", bool: "true/false", type(None): "null"}
 MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not one
 
@@ -207,9 +208,11 @@ def _write_outputs(
     plot_options = {"itl_ms": recorder.itl.sample_ms(CDF_POINTS), "num_gpu_blocks": recorder.num_gpu_blocks}
     if plot_workers is not None:
         plot_workers.send(out_dir, *plots, **plot_options)  # drawn while the files below are written
-    written = [out_dir / "summary.json", out_dir / "requests.csv", out_dir / "steps.csv"]
+    written = [out_dir / name for name in OUTPUT_NAMES[:5]]
     written[0].write_text(summary_json(summary))
     _write_csv(written[1], requests)
+    written[3].write_text(bench_json(summary, recorder))  # vLLM's formats (planner/vllm_files/export.py)
+    written[4].write_text(metrics_text(summary, recorder))
     if recorder.steps_sink is not None:  # steps.csv was written as the run went (StepsCsv)
         recorder.steps_sink.close()
     else:

@@ -1,0 +1,228 @@
+"""A run's figures in vLLM's two formats, beside summary.json: `vllm_bench.json` (what `vllm bench serve
+--save-result --save-detailed` writes) and `vllm_metrics.prom` (the server's `/metrics` text after the run).
+
+What each holds that is not exactly vLLM's, because the recorder does not keep it:
+- `itls` (per request): each request's mean gap (its TPOT) repeated output_tokens - 1 times. The recorder keeps
+  every gap in one histogram, not per request, so TTFT + sum(itls) is the request's E2E exactly, as vLLM's
+  tools compute it, but the spread of one request's gaps is not there; the .prom's ITL histogram has every gap.
+- `vllm:inter_token_latency_seconds`: rebinned from the recorder's gap histogram (sim/statistics.py), whose
+  buckets are 0.2% wide: a gap within 0.1% of a boundary may sit in the neighbouring bucket.
+- not written: `vllm:request_queue_time_seconds` and `vllm:request_prefill_time_seconds` (a request's first
+  scheduling is not recorded), the prefix cache's counters (not counted per run), and the gauges' history
+  (a scrape after the run: nothing running or waiting, the cache empty).
+A run of more than MAX_DETAILED_TOKENS output tokens writes the summary form, as vLLM without --save-detailed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from planner.vllm_files import names
+from sim.metrics import Recorder, per_request_latencies_ms
+
+BENCH_FILE, METRICS_FILE = "vllm_bench.json", "vllm_metrics.prom"
+MAX_DETAILED_TOKENS = 500_000  # per-request gap lists beyond this would make a file of over 10 MB
+
+
+def bench_result(summary: dict, recorder: Recorder, with_itls: bool = True) -> dict:
+    """The bench-serve result JSON of a run (vllm/benchmarks/serve.py's keys and units: lists in seconds,
+    statistics in ms); `with_itls` False leaves the per-request gap lists out (bench_json writes them)."""
+    scenario = summary["scenario"]
+    arrival = scenario["workload"]["arrival"]
+    requests = _requests(recorder)
+    lat = per_request_latencies_ms(requests)
+    result = {
+        "backend": "planner",
+        "label": f"planner {summary['mode']}",
+        "model_id": scenario["model"]["name"],
+        "tokenizer_id": scenario["model"]["name"],
+        "num_prompts": summary["num_requests"],
+        "request_rate": arrival["rate"] if arrival["process"] not in ("closed",) and arrival["rate"] else "inf",
+        "burstiness": arrival["burstiness"],
+        "max_concurrency": arrival["concurrency"] if arrival["process"] == "closed" else None,
+        "duration": summary["duration_s"],
+        "completed": summary["completed"],
+        "failed": summary["num_rejected"],
+        "total_input_tokens": summary["total_input_tokens"],
+        "total_output_tokens": summary["total_output_tokens"],
+        "request_throughput": summary["request_throughput"],
+        "request_goodput": summary["goodput"],
+        "output_throughput": summary["output_throughput"],
+        "total_token_throughput": summary["total_token_throughput"],
+    }
+    for stat in names.BENCH_STATS:
+        result[f"mean_{stat}_ms"] = summary[f"mean_{stat}_ms"]
+        result[f"median_{stat}_ms"] = summary[f"median_{stat}_ms"]
+        if stat != "itl":
+            values = lat[stat]
+            result[f"std_{stat}_ms"] = float(np.std(values)) if len(values) else None
+        for p in names.BENCH_PERCENTILES:
+            result[f"p{p}_{stat}_ms"] = summary[f"p{p}_{stat}_ms"]
+    if detailed(requests):
+        result |= _detailed(requests, lat, with_itls)
+    return result
+
+
+def detailed(requests: dict[str, np.ndarray]) -> bool:
+    return int(requests["output_tokens"].sum()) <= MAX_DETAILED_TOKENS
+
+
+def _requests(recorder: Recorder) -> dict[str, np.ndarray]:
+    requests = recorder.requests.view()
+    order = np.argsort(requests["arrival_s"], kind="stable")  # as bench serve lists them: in sending order
+    return {name: column[order] for name, column in requests.items()}
+
+
+def _mean_gaps_s(requests: dict[str, np.ndarray], lat: dict[str, np.ndarray]) -> list[tuple[float, int]]:
+    """Per request: its mean gap (its TPOT, seconds) and how many gaps it had."""
+    gap_s = np.zeros(len(requests["output_tokens"]))
+    gap_s[lat["tpot_mask"]] = lat["tpot"] / 1e3
+    return [(g, max(int(n) - 1, 0)) for g, n in zip(gap_s.tolist(), requests["output_tokens"].tolist())]
+
+
+def _detailed(requests: dict[str, np.ndarray], lat: dict[str, np.ndarray], with_itls: bool) -> dict:
+    count = len(requests["output_tokens"])
+    gaps = {"itls": [[g] * n for g, n in _mean_gaps_s(requests, lat)]} if with_itls else {}
+    return {
+        "input_lens": requests["prompt_tokens"].tolist(),
+        "output_lens": requests["output_tokens"].tolist(),
+        "ttfts": (lat["ttft"] / 1e3).tolist(),
+        **gaps,
+        "start_times": requests["arrival_s"].tolist(),
+        "generated_texts": [""] * count,  # the engine's tokens are not text (random weights, no tokenizer)
+        "errors": [""] * count,
+    }
+
+
+def metrics_text(summary: dict, recorder: Recorder) -> str:
+    """The Prometheus text a scrape of vLLM's /metrics would give after the run, one engine (`engine="0"`)."""
+    scenario = summary["scenario"]
+    labels = f'model_name="{_escaped(scenario["model"]["name"])}",engine="0"'
+    requests = _requests(recorder)
+    lat = per_request_latencies_ms(requests)
+    decode_s = requests["finished_s"] - requests["first_token_s"]  # vLLM's decode_time: last token - first token
+    max_len = int(scenario["max_model_len"])
+    out: list[str] = []
+    _histogram(
+        out, names.TTFT, "Histogram of time to first token in seconds.", labels, lat["ttft"] / 1e3, names.TTFT_BUCKETS_S
+    )
+    _gap_histogram(out, labels, recorder)
+    _histogram(
+        out,
+        names.TPOT,
+        "Histogram of time_per_output_token_seconds per request.",
+        labels,
+        lat["tpot"] / 1e3,
+        names.ITL_BUCKETS_S,
+    )
+    _histogram(
+        out,
+        names.E2E,
+        "Histogram of e2e request latency in seconds.",
+        labels,
+        lat["e2el"] / 1e3,
+        names.REQUEST_LATENCY_BUCKETS_S,
+    )
+    _histogram(
+        out,
+        names.DECODE,
+        "Histogram of time spent in DECODE phase for request.",
+        labels,
+        decode_s,
+        names.REQUEST_LATENCY_BUCKETS_S,
+    )
+    buckets = names.build_1_2_5_buckets(max_len)
+    _histogram(
+        out, names.PROMPT_TOKENS, "Number of prefill tokens processed.", labels, requests["prompt_tokens"], buckets
+    )
+    _histogram(
+        out,
+        names.GENERATION_TOKENS,
+        "Number of generation tokens processed.",
+        labels,
+        requests["output_tokens"],
+        buckets,
+    )
+    counters = {
+        "vllm:prompt_tokens_total": int(requests["prompt_tokens"].sum()),
+        "vllm:generation_tokens_total": int(requests["output_tokens"].sum()),
+        "vllm:num_preemptions_total": int(summary["num_preemptions"]),
+    }
+    for name, value in counters.items():
+        base = name.removesuffix("_total")
+        out += [f"# TYPE {base} counter", f"{name}{{{labels}}} {float(value)!r}"]
+    # Every reply is forced to its length (EOS ignored): vLLM's finished_reason "length"
+    success = len(requests["request_id"])
+    out += [
+        "# TYPE vllm:request_success counter",
+        f'vllm:request_success_total{{{labels},finished_reason="length"}} {float(success)!r}',
+    ]
+    for gauge in (names.RUNNING, names.WAITING, names.KV_USAGE):  # a scrape after the run: all idle
+        out += [f"# TYPE {gauge} gauge", f"{gauge}{{{labels}}} 0.0"]
+    engine = scenario["engine"]
+    info = {
+        "block_size": engine["block_size"],
+        "cache_dtype": engine["kv_cache_dtype"],
+        "enable_prefix_caching": engine["enable_prefix_caching"],
+        "engine": "0",
+        "gpu_memory_utilization": engine["gpu_memory_utilization"],
+        "num_gpu_blocks": recorder.num_gpu_blocks,
+    }
+    info_labels = ",".join(f'{k}="{v}"' for k, v in info.items())
+    out += [f"# TYPE {names.CACHE_CONFIG_INFO} gauge", f"{names.CACHE_CONFIG_INFO}{{{info_labels}}} 1.0"]
+    return "\n".join(out) + "\n"
+
+
+def _escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _bound(le: float) -> str:
+    return repr(float(le))
+
+
+def _histogram(out: list[str], name: str, help_text: str, labels: str, values, buckets) -> None:
+    values = np.sort(np.asarray(values, dtype=np.float64))
+    counts = np.searchsorted(values, np.asarray(buckets, dtype=np.float64), side="right")
+    _write_histogram(out, name, help_text, labels, buckets, counts.tolist(), len(values), float(values.sum()))
+
+
+def _gap_histogram(out: list[str], labels: str, recorder: Recorder) -> None:
+    """Every inter-token gap, from the recorder's log buckets: each counted at its bucket's geometric middle."""
+    itl = recorder.itl
+    count = len(itl)  # bins the pending gaps
+    middles_s = itl.MIN_S * itl.RATIO ** (np.arange(itl.NUM_BUCKETS) + 0.5)
+    cumulative = np.cumsum(itl.counts)
+    at = np.searchsorted(middles_s, np.asarray(names.ITL_BUCKETS_S), side="right") - 1
+    counts = [int(cumulative[i]) if i >= 0 else 0 for i in at]
+    _write_histogram(
+        out,
+        names.ITL,
+        "Histogram of inter-token latency in seconds.",
+        labels,
+        names.ITL_BUCKETS_S,
+        counts,
+        count,
+        itl.sum_s if count else 0.0,
+    )
+
+
+def _write_histogram(out, name, help_text, labels, buckets, counts, count, total) -> None:
+    out += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    out += [f'{name}_bucket{{{labels},le="{_bound(le)}"}} {float(n)!r}' for le, n in zip(buckets, counts)]
+    out += [f'{name}_bucket{{{labels},le="+Inf"}} {float(count)!r}', f"{name}_count{{{labels}}} {float(count)!r}"]
+    out.append(f"{name}_sum{{{labels}}} {float(total)!r}")
+
+
+def bench_json(summary: dict, recorder: Recorder) -> str:
+    """bench_result as JSON text, its `itls` written as repeated text (json.dumps of the lists cost more than
+    the simulation of a few thousand requests)."""
+    text = json.dumps(bench_result(summary, recorder, with_itls=False))
+    requests = _requests(recorder)
+    if not detailed(requests):
+        return text + "\n"
+    lat = per_request_latencies_ms(requests)
+    lists = ", ".join("[" + ", ".join([json.dumps(g)] * n) + "]" for g, n in _mean_gaps_s(requests, lat))
+    return text[:-1] + f', "itls": [{lists}]}}\n'
