@@ -81,6 +81,8 @@ def _simulate(args, scenario, facts, coefficients, provenance, plot_workers, ste
             "cost_model_provenance": provenance.to_dict(),
         },
     )
+    if result.data_parallel is not None:
+        summary["data_parallel"] = result.data_parallel
     extra_lines = []
     if args.intervals:
         from planner.calibration.intervals import interval_lines, simulate_intervals
