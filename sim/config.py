@@ -266,6 +266,12 @@ class GpuSpec:
     tdp_w: float | None = None  # board power, W: the power bill of a bought GPU (planner size)
     rental_usd_per_hour: float | None = None  # $ per GPU-hour to rent it (planner size)
     purchase_usd: float | None = None  # $ to buy one (planner size)
+    # The node it ships in, a data-parallel group's topology unless its hardware says otherwise (sim/moe_group.py):
+    # GPUs per node (8 on an HGX board, 4 in a GB200 compute tray), GPUs per NVLink domain (8 on an HGX board, 72
+    # in a GB200 NVL72 rack) and the network between domains, Gb/s per GPU, one direction. None: not given.
+    gpus_per_node: int | None = None
+    nvlink_domain_gpus: int | None = None
+    internode_gbit_per_s: float | None = None
 
 
 @dataclass(frozen=True)

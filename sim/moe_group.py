@@ -21,7 +21,8 @@ for the slowest at each layer, so a layer costs what the busiest GPU's share cos
   its tokens' pairs and receives its load's. Dispatch moves hidden x dtype bytes per pair (fp8 plus one float32
   scale per 128 values where the backend quantises before dispatching and the experts run fp8: DeepEP's and pplx's
   fp8 dispatch of DeepSeek's block-fp8 experts), combine hidden x dtype. Pairs to GPUs of the same NVLink domain
-  go over NVLink, the others over the network, both at once; each call also pays a fixed latency.
+  go over NVLink, the others over the network, both at once; each call also pays a fixed latency. Ranks on the
+  host (the `cpu` device, the live engine's ranks in one process) copy in its memory instead.
   allgather_reducescatter (vLLM's default) and naive instead gather every rank's tokens on every GPU and
   reduce-scatter the outputs (ring collectives: (R - 1)/R of all tokens' hidden states each way).
 
@@ -36,6 +37,7 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from sim.config import HOST_DEVICES
 from sim.cost_model import CostModel, gemm_s
 
 # vLLM's --all2all-backend choices (vllm/config/parallel.py, All2AllBackend)
@@ -114,6 +116,8 @@ class MoeGroupCost:
         self.nvlink_share = (domain - 1) / others
         self.network_share = (self.num_gpus - domain) / others
         self.nvlink_bytes_per_s = (facts.gpu.interconnect_bandwidth_gbps or 0) * 1e9 * LINK_EFFICIENCY
+        if facts.gpu.name in HOST_DEVICES:  # ranks in one process: a dispatch is a copy in the host's memory
+            self.nvlink_bytes_per_s = cost.bytes_per_s
         self.network_bytes_per_s = (hw.internode_gbit_per_s or 0) / 8 * 1e9 * LINK_EFFICIENCY
         call_s = {"deepep_high_throughput": HOST_SYNC_CALL_S}.get(self.backend, LOW_LATENCY_CALL_S)
         self.latency_s = 2 * self.layers * call_s  # a dispatch and a combine per MoE layer

@@ -37,8 +37,9 @@ def _refused(path: Path, overrides: tuple[str, ...]) -> str:
     [
         # DP x TP not matching the GPUs of the nodes
         (DEEPSEEK_DP16, ("hardware.data_parallel_size=12",), r"hardware\.data_parallel_size = 12: makes 12 GPUs"),
-        (QWEN3_MOE, (*DP2_EP, "hardware.num_nodes=2"), r"hardware\.gpus_per_node: missing; num_nodes 2"),
-        (DEEPSEEK_DP16, ("hardware.tensor_parallel_size=16", "hardware.data_parallel_size=1"), "gpus_per_node"),
+        (QWEN3_MOE, (*DP2_EP, "hardware.gpu=h100-pcie", "hardware.num_nodes=2"), r"gpus_per_node: missing; num_nodes 2"),
+        (QWEN3_MOE, (*DP2_EP, "hardware.num_nodes=2"), r"makes 2 GPUs .* fill the 2 node\(s\) of 8 GPUs"),
+        (DEEPSEEK_DP16, ("hardware.tensor_parallel_size=16",), r"tensor_parallel_size = 16: must be <= gpus_per_node"),
         # expert parallel on a dense model
         (QWEN3_MOE, (*DP2_EP, "model=qwen3-8b"), r"hardware\.expert_parallel = true: is only for mixture-of-experts"),
         # more redundant experts than slots; not dividing; without EPLB
@@ -57,7 +58,7 @@ def _refused(path: Path, overrides: tuple[str, ...]) -> str:
         (DEEPSEEK_DP16, ("hardware.nvlink_domain_gpus=72",), r"nvlink_domain_gpus = 72: must be <= the 16 GPUs"),
         (DEEPSEEK_DP16, ("hardware.nvlink_domain_gpus=6",), r"nvlink_domain_gpus = 6: must divide gpus_per_node"),
         # the network missing where the all-to-all crosses it
-        (DEEPSEEK_DP16, ("hardware.internode_gbit_per_s=null",), r"internode_gbit_per_s: missing; the 16"),
+        (DEEPSEEK_DP16, ("hardware.gpu=h100-pcie", "hardware.gpus_per_node=8"), r"internode_gbit_per_s: missing; the 16"),
         # pairs not modelled: refused, not dropped
         (QWEN3_MOE, (*DP2_EP, "hardware.replicas=2"), r"hardware\.replicas = 2: copies of a data-parallel group"),
         (QWEN3_MOE, ("hardware.data_parallel_size=2",), r"expert_parallel = false: .* set expert_parallel true"),
@@ -129,7 +130,8 @@ def test_eplb_removes_the_skew_and_the_redundant_experts_cost_memory():
 
 def test_the_all_to_all_crosses_the_network_slower_than_nvlink():
     two_nodes = _moe().step([128] * 16)
-    one_domain = _moe(("hardware.gpus_per_node=16", "hardware.num_nodes=1")).step([128] * 16)  # one NVLink domain
+    one_domain = _moe(("hardware.num_nodes=1", "hardware.gpus_per_node=16", "hardware.nvlink_domain_gpus=16"))
+    one_domain = one_domain.step([128] * 16)  # the same GPUs, all on NVLink
     assert one_domain.all2all_s < two_nodes.all2all_s
     fp8 = _moe().step([128] * 16).all2all_s
     bf16 = _moe(("engine.all2all_backend=flashinfer_all2allv",)).step([128] * 16).all2all_s

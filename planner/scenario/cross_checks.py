@@ -78,7 +78,7 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str],
             "needs hardware.tensor_parallel_size or data_parallel_size > 1 (the experts are placed whole across the"
             " ranks; on one GPU there is nothing to split); allowed: false on one GPU",
         )  # fmt: skip
-    check_data_parallel(s, raw, fail)
+    s = check_data_parallel(s, raw, fail)
 
     # max_model_len: the model's limit by default; above it is an error, as in vLLM.
     limit = m.max_position_embeddings

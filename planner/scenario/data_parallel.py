@@ -5,14 +5,16 @@ never dropped."""
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Callable
 from typing import Any
 
 from planner.errors import NO_VALUE
-from sim.config import Scenario
+from sim.config import HOST_DEVICES, Scenario
 
 TOPOLOGY_KEYS = ("gpus_per_node", "num_nodes", "nvlink_domain_gpus", "internode_gbit_per_s")
+GPU_TOPOLOGY_KEYS = ("gpus_per_node", "nvlink_domain_gpus", "internode_gbit_per_s")  # the catalog's node
 GROUP_ENGINE_KEYS = ("all2all_backend", "enable_eplb", "eplb_num_redundant_experts", "expert_load_balancedness")
 
 Fail = Callable[[str, Any, str], typing.NoReturn]
@@ -22,12 +24,16 @@ def drop_data_parallel_keys(hardware: dict, engine: dict) -> None:
     """Without data parallel its keys say nothing of the run: a summary keeps the keys it always had."""
     for key in ("data_parallel_size", *TOPOLOGY_KEYS):
         del hardware[key]
+    for key in GPU_TOPOLOGY_KEYS:
+        del hardware["gpu"][key]
     for key in GROUP_ENGINE_KEYS:
         del engine[key]
 
 
-def check_data_parallel(s: Scenario, raw: dict, fail: Fail) -> None:
-    """The data-parallel keys against the GPUs, the model and the engine's other settings."""
+def check_data_parallel(s: Scenario, raw: dict, fail: Fail) -> Scenario:
+    """The data-parallel keys against the GPUs, the model and the engine's other settings; the scenario with the
+    topology the hardware leaves out taken from its GPU's node (gpus_per_node, nvlink_domain_gpus,
+    internode_gbit_per_s), the NVLink domain at most the group's GPUs."""
     hw, m = s.hardware, s.model
     dp, tp = hw.data_parallel_size, hw.tensor_parallel_size
     given_hw, given_engine = raw.get("hardware") or {}, raw.get("engine") or {}
@@ -49,6 +55,7 @@ def check_data_parallel(s: Scenario, raw: dict, fail: Fail) -> None:
             )  # fmt: skip
     if dp > 1:
         _check_unmodelled(s, fail)
+        s = _with_node_defaults(s, fail)
         _check_topology(s, fail)
     if group:
         _check_eplb(s, fail)
@@ -58,6 +65,31 @@ def check_data_parallel(s: Scenario, raw: dict, fail: Fail) -> None:
             f"{m.name} is a mixture of experts: with data_parallel_size {dp} vLLM then shards every expert over all"
             f" {dp * tp} GPUs and gathers every token, which the planner does not model; set expert_parallel true",
         )  # fmt: skip
+    return s
+
+
+def _with_node_defaults(s: Scenario, fail: Fail) -> Scenario:
+    """The hardware's topology, what it leaves out from its GPU's node; a domain given larger than the group's
+    GPUs is refused, the GPU's own (a rack's 72) is cut to them."""
+    hw, gpu = s.hardware, s.hardware.gpu
+    per_node = hw.gpus_per_node or gpu.gpus_per_node
+    span = hw.num_nodes * per_node if per_node is not None else hw.num_gpus
+    domain = hw.nvlink_domain_gpus
+    if domain is not None and domain > span:
+        fail(
+            "hardware.nvlink_domain_gpus", domain,
+            f"must be <= the {span} GPUs of the group's {hw.num_nodes} node(s): the domain counts the group's own"
+            f" GPUs (a group inside a larger NVLink rack, such as a GB200 NVL72: {span})",
+        )  # fmt: skip
+    if domain is None and gpu.nvlink_domain_gpus is not None:
+        domain = min(gpu.nvlink_domain_gpus, span)
+    hardware = dataclasses.replace(
+        hw,
+        gpus_per_node=per_node,
+        nvlink_domain_gpus=domain,
+        internode_gbit_per_s=hw.internode_gbit_per_s or gpu.internode_gbit_per_s,
+    )
+    return dataclasses.replace(s, hardware=hardware)
 
 
 def _check_unmodelled(s: Scenario, fail: Fail) -> None:
@@ -104,14 +136,7 @@ def _check_topology(s: Scenario, fail: Fail) -> None:
                 f" {nodes} node(s) of {per_node} GPUs ({nodes * per_node}): vLLM runs the same number of ranks on"
                 " every node (--data-parallel-size-local); on one node, at most its GPUs",
             )  # fmt: skip
-    span = nodes * per_node if per_node is not None else gpus
     domain = hw.nvlink_domain_gpus
-    if domain is not None and domain > span:
-        fail(
-            "hardware.nvlink_domain_gpus", domain,
-            f"must be <= the {span} GPUs of the group's {nodes} node(s): the domain counts the group's own GPUs"
-            f" (a group inside a larger NVLink rack, such as a GB200 NVL72: {span})",
-        )  # fmt: skip
     if domain is not None and per_node is not None and domain % per_node and per_node % domain:
         fail(
             "hardware.nvlink_domain_gpus", domain,
@@ -124,7 +149,8 @@ def _check_topology(s: Scenario, fail: Fail) -> None:
             f"missing; the {gpus} expert-parallel GPUs span NVLink domains of {within}, so the all-to-all crosses"
             " the network: give its Gb/s per GPU, one direction (400 for a ConnectX-7 NDR NIC per GPU)",
         )  # fmt: skip
-    if s.hardware.expert_parallel and within > 1 and hw.gpu.interconnect_bandwidth_gbps is None:
+    on_host = hw.gpu.name in HOST_DEVICES  # the ranks copy in the host's memory (sim/moe_group.py)
+    if s.hardware.expert_parallel and within > 1 and hw.gpu.interconnect_bandwidth_gbps is None and not on_host:
         fail(
             "hardware.gpu.interconnect_bandwidth_gbps", NO_VALUE,
             "missing; the all-to-all between GPUs of one NVLink domain moves at it (GB/s per GPU, one direction)",

@@ -184,6 +184,9 @@ RULES: dict[tuple[type, str], Rule] = {
             ("interconnect_bandwidth_gbps", 0.1, 1e6, " GB/s"),
         )
     },
+    (GpuSpec, "gpus_per_node"): in_range(1, 1024),
+    (GpuSpec, "nvlink_domain_gpus"): in_range(1, 1024),
+    (GpuSpec, "internode_gbit_per_s"): in_range(0.1, 1e5, " Gb/s"),
     **{
         (GpuSpec, name): above_to(0, hi, unit)
         for name, hi, unit in (
