@@ -1,15 +1,10 @@
 """The SimPy driver of a data-parallel deployment (`hardware.data_parallel_size`, vLLM's --data-parallel-size): N
-engine ranks, each with its own scheduler, batch and KV pool, behind vLLM's DP load balancer.
+engine ranks, each with its own scheduler, batch and KV pool, behind vLLM's DP balancer (sim/dp_balancer.py).
 
-- Requests: vLLM's front end (`DPLBAsyncMPClient.get_core_engine_for_request`, vllm/v1/engine/core_client.py) sends
-  each to the rank with the lowest score 4 x waiting + running, ties to the first rank (one API server: its start
-  index 0). It reads counts the DP coordinator publishes every 100 ms and adds its own sends meanwhile; here the
-  counts are read when the request comes (simplified: no staleness).
-- A mixture of experts under expert parallel: the ranks step in lockstep (`DPEngineCoreProc`, vllm/v1/engine/
-  core.py): while any rank has work, every rank runs a step, an idle one a dummy batch (`execute_dummy_batch`, a
-  one-token forward that samples nothing), since every MoE layer's dispatch and combine needs all ranks. A step
-  lasts as long as the slowest rank's: its attention and dense layers (its own batch, sim/cost_model.py, routed
-  experts left out) plus the group's MoE layers, which the busiest GPU sets (sim/moe_group.py).
+- A mixture of experts under expert parallel: the ranks step in lockstep (sim/dp_balancer.py), an idle one running a
+  dummy batch (a one-token forward that samples nothing). A step lasts as long as the slowest rank's: its attention
+  and dense layers (its own batch, sim/cost_model.py, routed experts left out) plus the group's MoE layers, which
+  the busiest GPU sets (sim/moe_group.py).
 - A dense model: the ranks are independent engines (vLLM runs non-MoE data-parallel ranks as separate engines,
   with no lockstep), each stepped as sim/replica.py steps a replica.
 
@@ -25,6 +20,7 @@ from dataclasses import dataclass
 import simpy
 
 from sim.cost_model import CostModel
+from sim.dp_balancer import balancer_score, is_dummy, lockstep_schedule, pick_rank
 from sim.driver import Simulation
 from sim.engine_facts import EngineFacts
 from sim.moe_group import MoeGroupCost, MoeStep
@@ -32,14 +28,6 @@ from sim.replica import Replica
 from sim.request import Request
 from sim.scheduler import build_scheduler
 from sim.scheduler_base import Scheduler
-
-WAITING_WEIGHT = 4  # vLLM's DP balancer: score = waiting * 4 + running
-
-
-def balancer_score(scheduler: Scheduler, num_pending: int = 0) -> int:
-    """vLLM's DP load-balancing score of a rank (lower is chosen): its waiting requests, those sent and not yet in
-    its queue included, count four times its running ones."""
-    return WAITING_WEIGHT * (len(scheduler.waiting) + num_pending) + len(scheduler.running)
 
 
 @dataclass
@@ -119,21 +107,18 @@ class LockstepGroup:
                 yield self.idle
                 after_idle = True
                 continue
-            outs = [s.schedule() if s.num_unfinished else None for s in schedulers]
-            if not any(out is not None and out.scheduled for out in outs):
-                free = [s.kv.pool.num_free_blocks for s in schedulers]
-                raise RuntimeError(f"no request can be scheduled at t={env.now:.3f}s with {free} free blocks per rank")
-            moe = self.moe.step([out.num_tokens if out is not None and out.scheduled else 1 for out in outs])
+            outs = lockstep_schedule(schedulers)
+            moe = self.moe.step([1 if is_dummy(out) else out.num_tokens for out in outs])
             sides = [self._rank_sides(out, moe) for out in outs]
             duration = max(float(cost.combine(host, device, after_idle)) for host, device in sides)
             start, blocks = env.now, [s.kv.pool.num_used_blocks for s in schedulers]
             yield env.timeout(duration)
             finished = []
             for s, out, (host, device), used in zip(schedulers, outs, sides, blocks, strict=True):
-                if out is not None and out.scheduled:
+                if not is_dummy(out):
                     finished += s.update(out, env.now)
                     s.record_step(out, start, duration, used, host, device)
-            self.stats.add(duration, moe, sum(1 for out in outs if out is None or not out.scheduled))
+            self.stats.add(duration, moe, sum(map(is_dummy, outs)))
             after_idle = False
             for request in finished:
                 self.on_finished(request)
@@ -144,7 +129,7 @@ class LockstepGroup:
         """(host, device) seconds of one rank's step: its own batch, or a dummy batch of one token that samples
         nothing, plus the group's MoE layers."""
         cost = self.cost
-        if out is None or not out.scheduled:
+        if is_dummy(out):
             return cost.host_s(0), cost.device_s(1, 1, 0, 1, 0) + moe.total_s
         device = cost.device_s(
             out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
@@ -174,8 +159,7 @@ class DataParallelSimulation(Simulation):
         return self.group.ranks
 
     def route(self, request: Request) -> None:
-        scores = [_score(rank) for rank in self.replicas]
-        index = scores.index(min(scores))
+        index = pick_rank([_score(rank) for rank in self.replicas])
         self.rank_requests[index] += 1
         self.replicas[index].submit(request)
 

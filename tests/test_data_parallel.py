@@ -13,7 +13,8 @@ import pytest
 from planner.errors import ScenarioError
 from planner.scenario.load import load_scenario, validate_mapping
 from sim.cost_model import CostModel
-from sim.data_parallel import DataParallelSimulation, balancer_score
+from sim.data_parallel import DataParallelSimulation
+from sim.dp_balancer import balancer_score
 from sim.driver import simulate
 from sim.engine_facts import EngineFacts
 from sim.moe_group import MoeGroupCost, expected_max_share

@@ -13,7 +13,12 @@ def data_parallel_lines(s: dict) -> list[str]:
             f" {min(per_rank):,} to {max(per_rank):,} (vLLM's DP balancer, 4 x waiting + running)"
         )
     ]
-    if dp["lockstep_steps"]:
+    if dp["lockstep_steps"] and "all2all_share" not in dp:  # measured: the live engine's in-process group
+        lines.append(
+            f"  lockstep: {dp['lockstep_steps']:,} steps, {dp['dummy_share']:.1%} of rank-steps with nothing to run"
+            f" (no dummy batch computed here); {dp['dispatched_pairs']:,} (token, expert) pairs copied to another rank"
+        )
+    elif dp["lockstep_steps"]:
         backend = s["scenario"]["engine"]["all2all_backend"]
         lines.append(
             f"  lockstep MoE ({backend}): all-to-all {dp['all2all_share']:.1%} of step time, routed experts"
