@@ -119,8 +119,7 @@ class MoeGroupCost:
         if facts.gpu.name in HOST_DEVICES:  # ranks in one process: a dispatch is a copy in the host's memory
             self.nvlink_bytes_per_s = cost.bytes_per_s
         self.network_bytes_per_s = (hw.internode_gbit_per_s or 0) / 8 * 1e9 * LINK_EFFICIENCY
-        call_s = {"deepep_high_throughput": HOST_SYNC_CALL_S}.get(self.backend, LOW_LATENCY_CALL_S)
-        self.latency_s = 2 * self.layers * call_s  # a dispatch and a combine per MoE layer
+        self.call_s = {"deepep_high_throughput": HOST_SYNC_CALL_S}.get(self.backend, LOW_LATENCY_CALL_S)
 
     def step(self, rank_tokens: list[int]) -> MoeStep:
         """The MoE layers of a step whose ranks run these token counts (a dummy batch: 1)."""
@@ -136,13 +135,18 @@ class MoeGroupCost:
 
     def _all2all_s(self, most_tokens: float, all_tokens: float, busiest_pairs: float) -> float:
         """Every MoE layer's dispatch and combine on the busiest GPU."""
+        return self.layers * sum(self.layer_calls_s(most_tokens, all_tokens, busiest_pairs))
+
+    def layer_calls_s(self, most_tokens: float, all_tokens: float, busiest_pairs: float) -> tuple[float, float]:
+        """One MoE layer's (dispatch, combine) seconds on the busiest GPU, each call's latency included: most_tokens
+        the most a GPU sends, all_tokens every GPU's, busiest_pairs the most (token, expert) pairs one receives."""
         remote = (self.num_gpus - 1) / self.num_gpus
         if self.backend in GATHERING:  # ring all-gather, then reduce-scatter, of every token's hidden state
             dispatch = combine = remote * all_tokens * self.combine_bytes
         else:  # its tokens' pairs out and its load's pairs in, whichever is more
             pairs = max(most_tokens * self.top_k, busiest_pairs) * remote
             dispatch, combine = pairs * self.dispatch_bytes, pairs * self.combine_bytes
-        return self.layers * (self._link_s(dispatch) + self._link_s(combine)) + self.latency_s
+        return self._link_s(dispatch) + self.call_s, self._link_s(combine) + self.call_s
 
     def _link_s(self, nbytes: float) -> float:
         """Seconds to move nbytes spread over the other GPUs: NVLink and the network at once."""
