@@ -12,6 +12,8 @@ import pytest
 
 from planner.errors import ScenarioError
 from planner.scenario.load import load_scenario, validate_mapping
+from planner.sizing.dp_serve import other_nodes_note
+from planner.sizing.serve import vllm_serve_command
 from sim.cost_model import CostModel
 from sim.data_parallel import DataParallelSimulation
 from sim.dp_balancer import balancer_score
@@ -187,3 +189,17 @@ def test_a_dense_model_runs_independent_ranks_behind_the_balancer():
     dp = result.data_parallel
     assert dp["lockstep_steps"] == 0 and sum(dp["requests_per_rank"]) == s.workload.num_requests
     assert min(dp["requests_per_rank"]) > 0.3 * s.workload.num_requests
+
+
+def test_the_serve_line_carries_the_group_its_nodes_the_backend_and_eplb():
+    s = load_scenario(DEEPSEEK_DP16, ("engine.enable_eplb=true", "engine.eplb_num_redundant_experts=32"))
+    line = vllm_serve_command(s)
+    for flag in (
+        "--data-parallel-size 16 --data-parallel-size-local 8 --data-parallel-address HEAD_NODE_IP",
+        "--all2all-backend deepep_low_latency",
+        "--enable-eplb --eplb-config '{\"num_redundant_experts\": 32}'",
+        "--enable-expert-parallel",
+    ):
+        assert flag in line
+    assert other_nodes_note(s) == "# on the other node: the same line with --headless --data-parallel-start-rank 8"
+    assert "--data-parallel" not in vllm_serve_command(load_scenario(QWEN3_MOE))

@@ -25,4 +25,6 @@ def data_parallel_lines(s: dict) -> list[str]:
             f" {dp['experts_share']:.1%} (busiest GPU's expert load {dp['mean_imbalance']:.2f}x the mean);"
             f" {dp['dummy_share']:.1%} of rank-steps were dummy batches"
         )
+    if "serve" in dp:
+        lines += ["Serve it with:", *(f"  {line}" for line in dp["serve"])]
     return lines
