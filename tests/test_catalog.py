@@ -293,6 +293,28 @@ def test_gpu_spec_from_mapping() -> None:
         gpu_spec_from_mapping({"memory_bytes": 1.5, "bf16_tflops": 1, "memory_bandwidth_gbps": 1}, "g")
 
 
+def test_every_catalog_gpu_but_the_host_names_its_family_and_an_inline_gpu_may_not() -> None:
+    """The vendor, architecture and memory kind that public profiles transfer by are written once, in the
+    catalog entry (planner/calibration/transfer.py reads them there)."""
+    from planner.calibration.transfer import choose_sources
+    from planner.catalog import gpu_family, gpu_names
+
+    for name in gpu_names():
+        family = gpu_family(name)
+        assert (family is None) == (name == "cpu"), name
+    assert gpu_family("rtx-pro-6000").architecture == "blackwell-sm120"
+    assert gpu_family("b200").architecture == "blackwell-sm100" and gpu_family("mi300x").vendor == "amd"
+    assert gpu_family("an-inline-gpu") is None
+    # The L40S (Ada, GDDR) takes no Ada source among the profiled GPUs: the GDDR ones (A40, RTX PRO 6000).
+    assert choose_sources("l40s", ("a100-80gb", "a40", "h100-sxm", "rtx-pro-6000")) == (
+        ("a40", "rtx-pro-6000"),
+        "same_memory",
+    )
+    assert choose_sources("h200", ("a100-80gb", "a40", "h100-sxm")) == (("h100-sxm",), "same_architecture")
+    with pytest.raises(ValueError, match="unknown field 'family'"):
+        gpu_spec_from_mapping({"family": {}, "memory_bytes": 1, "bf16_tflops": 1, "memory_bandwidth_gbps": 1}, "g")
+
+
 def test_catalogs_are_cached_but_callers_get_their_own_dict() -> None:
     a, b = load_gpu_catalog(), load_gpu_catalog()
     assert a == b and a is not b and a["a10"] is b["a10"]

@@ -20,7 +20,7 @@ import yaml
 from planner.calibration.device_gpu import calibration_gpu
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import PlannerError
-from sim.config import Scenario
+from sim.config import HOST_DEVICES, Scenario
 from sim.cost_model import CostCoefficients
 
 FORMAT = "planner-calibration/1"
@@ -115,7 +115,7 @@ def this_device(scenario: Scenario, device: str | None = None) -> dict:
     import torch  # only calibration measures; simulating never imports torch
 
     if device is None:
-        device = "cpu" if scenario.hardware.gpu.name == "cpu" or not torch.cuda.is_available() else "cuda"
+        device = "cpu" if scenario.hardware.gpu.name in HOST_DEVICES or not torch.cuda.is_available() else "cuda"
     if device == "cpu":
         return {"name": "cpu", "kind": "cpu", "gpu": calibration_gpu(scenario.hardware.gpu).name, "memory_bytes": None,
                 "driver": None, "runtime": None, "torch": str(torch.__version__)}  # fmt: skip

@@ -10,7 +10,7 @@ from planner.calibration.device_gpu import calibration_gpu
 from planner.calibration.provenance import SPEC_SHEET, Provenance, residual_spread
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import NO_SUCH_USER, PlannerError, expand_user, show_value
-from sim.config import Scenario
+from sim.config import HOST_DEVICES, Scenario
 from sim.cost_model import CostCoefficients
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def _public(scenario: Scenario) -> tuple[CostCoefficients, Provenance]:
     transferred from the profiled GPUs with the spread leave-one-GPU-out measured. A CPU is no GPU:
     nothing transfers to it, it keeps the spec-sheet defaults until `planner calibrate --device cpu`."""
     gpu = scenario.hardware.gpu
-    if gpu.name == "cpu":
+    if gpu.name in HOST_DEVICES:
         return CostCoefficients(), SPEC_SHEET
     gpu = calibration_gpu(gpu)
     from planner.calibration.transfer import public_cost_model  # reads one to three small YAML files

@@ -25,46 +25,18 @@ import numpy as np
 import yaml
 
 from planner.calibration.shipped import DATA_DIR, NO_HOST_LAUNCH, PROFILE_DIR, PROFILED_GPUS, profile_path
+from planner.catalog import gpu_family
 from planner.scenario.yaml_loader import parse_packaged_yaml
 from sim.config import GpuSpec
 
 TABLE_PATH = DATA_DIR / "transfer.yaml"  # what start-up reads: the joint fits and the measured spread
 FOLDS_PATH = DATA_DIR / "transfer_folds.yaml"  # the leave-one-GPU-out folds, for docs/fidelity.md
 
-# Architecture generation and memory kind of the catalog's GPUs (planner/catalog/gpus.yaml). Blackwell is two:
-# the data-centre parts (sm_100: B200, B300, GB200; HBM, TMEM, 2-CTA MMA) and the RTX parts (sm_120: RTX PRO
-# 6000; GDDR7, Ada-like SMs), whose kernels differ; AMD's CDNA 3 and 4 have no profile here at all.
-ARCHITECTURE = {
-    "a10": "ampere",
-    "a10g": "ampere",
-    "a40": "ampere",
-    "a100-40gb": "ampere",
-    "a100-80gb": "ampere",
-    "l4": "ada",
-    "l40": "ada",
-    "l40s": "ada",
-    "rtx-4090": "ada",
-    "rtx-6000-ada": "ada",
-    "h100-sxm": "hopper",
-    "h100-pcie": "hopper",
-    "h200": "hopper",
-    "h200-nvl": "hopper",
-    "h20": "hopper",
-    "b200": "blackwell-sm100",
-    "b300": "blackwell-sm100",
-    "gb200": "blackwell-sm100",
-    "rtx-pro-6000": "blackwell-sm120",
-    "mi300x": "cdna3",
-    "mi325x": "cdna3",
-    "mi355x": "cdna4",
-}
-VENDOR = {"mi300x": "amd", "mi325x": "amd", "mi355x": "amd"}  # every other catalog GPU: nvidia
 # The profiled GPUs whose efficiencies transfer to others. Not the GeForce RTX 4090: its rated bf16 peak is
 # GeForce's half-rate FP32-accumulate figure at the rated boost clock, which its GEMMs reach in full (the fit
 # pins flops_efficiency at 1.0: the card clocks past its rating); the data-centre Ada parts (L4, L40, L40S, RTX
 # 6000 Ada) are rated at full rate and power-limited, so 100% of their rating would be optimistic.
 TRANSFER_SOURCES = ("a100-80gb", "a40", "h100-sxm", "rtx-pro-6000")
-GDDR = {"a10", "a10g", "a40", "l4", "l40", "l40s", "rtx-4090", "rtx-6000-ada", "rtx-pro-6000"}
 RULES = ("same_architecture", "same_memory", "all", "other_architecture")
 CALIBRATED_DTYPES = ("float16", "bfloat16")  # Vidur measured float16; bf16 runs the same tensor cores
 
@@ -74,15 +46,24 @@ def profiled_tp(tp: int) -> int:
     return min(8, 1 << (max(tp, 1).bit_length() - 1))
 
 
+def _architecture(name: str) -> str | None:
+    """The catalog's architecture generation of a GPU (planner/catalog/gpus.yaml `family`); None for an inline
+    GPU. Blackwell is two: the data-centre parts (sm_100: HBM, TMEM, 2-CTA MMA) and the RTX parts (sm_120:
+    GDDR7, Ada-like SMs), whose kernels differ; AMD's CDNA 3 and 4 have no profile here at all."""
+    family = gpu_family(name)
+    return None if family is None else family.architecture
+
+
 def choose_sources(target: str, profiled: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
     """The profiled GPUs a target's coefficients come from, and the rule that chose them."""
     others = tuple(g for g in profiled if g != target)
-    arch = ARCHITECTURE.get(target)
-    same_arch = tuple(g for g in others if arch is not None and ARCHITECTURE[g] == arch)
+    arch = _architecture(target)
+    same_arch = tuple(g for g in others if arch is not None and _architecture(g) == arch)
     if same_arch:
         return same_arch, "same_architecture"
     if arch is not None:
-        same_memory = tuple(g for g in others if (g in GDDR) == (target in GDDR))
+        memory = gpu_family(target).memory
+        same_memory = tuple(g for g in others if gpu_family(g).memory == memory)
         if same_memory:
             return same_memory, "same_memory"
     return others, "all"
@@ -138,7 +119,7 @@ def write_table(fits) -> str:
         chosen, rule = choose_sources(held_out, TRANSFER_SOURCES)
         others = tuple(g for g in TRANSFER_SOURCES if g != held_out)
         candidates = {(chosen, rule), (others, "all")}
-        other_arch = tuple(g for g in others if ARCHITECTURE[g] != ARCHITECTURE[held_out])
+        other_arch = tuple(g for g in others if _architecture(g) != _architecture(held_out))
         candidates.add((other_arch, "other_architecture"))
         for sources, fold_rule in sorted(candidates, key=lambda c: RULES.index(c[1])):
             for tp in PROFILED_TP[held_out]:
@@ -324,10 +305,10 @@ def _unprofiled(name: str, uncertainty: dict) -> tuple[dict, str]:
     against the published figures of its points), or the leave-one-architecture-out folds show for another
     architecture, whichever applies, where that is wider than its coefficients' own; the label says which."""
     spreads = load_yaml(SPREAD_PATH)
-    arch = ARCHITECTURE.get(name)
-    if VENDOR.get(name, "nvidia") != "nvidia":
-        spread, why = spreads["other_vendor"], f"another vendor ({VENDOR[name].upper()}): no profile"
-    elif arch is None or not any(ARCHITECTURE[g] == arch for g in PROFILED_GPUS):
+    family, arch = gpu_family(name), _architecture(name)
+    if family is not None and family.vendor != "nvidia":
+        spread, why = spreads["other_vendor"], f"another vendor ({family.vendor.upper()}): no profile"
+    elif arch is None or not any(_architecture(g) == arch for g in PROFILED_GPUS):
         spread, why = spreads["other_architecture"], "an architecture without a profile"
     else:
         return uncertainty, ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,10 @@ from sim.config import GpuSpec, ModelSpec
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "CatalogError",
+    "GpuFamily",
     "catalog_gpu",
     "catalog_model",
+    "gpu_family",
     "gpu_names",
     "gpu_spec_from_mapping",
     "load_gpu_catalog",
@@ -130,7 +133,39 @@ def differs_from_catalog(gpu: GpuSpec, figures: tuple[str, ...] | None = None) -
 @cache
 def catalog_gpu(name: str) -> GpuSpec:
     """One GPU of the catalog (KeyError if there is none of that name); parsed on first use."""
-    return gpu_spec_from_mapping(_catalog_entry("gpus.yaml", name), name)
+    entry = _catalog_entry("gpus.yaml", name)
+    return gpu_spec_from_mapping({k: v for k, v in entry.items() if k != "family"}, name)
+
+
+@dataclass(frozen=True)
+class GpuFamily:
+    """What a catalog GPU is beyond its figures: what a public profile transfers by (planner/calibration/
+    transfer.py). Kept in the catalog entry, the one place a GPU's facts are written."""
+
+    vendor: str  # nvidia | amd
+    architecture: str  # ampere | ada | hopper | blackwell-sm100 | blackwell-sm120 | cdna3 | cdna4
+    memory: str  # hbm | gddr
+
+
+GPU_VENDORS = ("nvidia", "amd")
+GPU_MEMORY_KINDS = ("hbm", "gddr")
+
+
+@cache
+def gpu_family(name: str) -> GpuFamily | None:
+    """A catalog GPU's family; None for a name the catalog lacks (an inline GPU) or its host `cpu` entry."""
+    if name not in gpu_names():
+        return None
+    family = _catalog_entry("gpus.yaml", name).get("family")
+    if family is None:
+        return None
+    if not isinstance(family, Mapping) or set(family) != {"vendor", "architecture", "memory"}:
+        raise CatalogError(f"gpu {name!r}: family = {family!r}: must be {{vendor, architecture, memory}}")
+    if family["vendor"] not in GPU_VENDORS or family["memory"] not in GPU_MEMORY_KINDS:
+        raise CatalogError(
+            f"gpu {name!r}: family = {family!r}: vendor is one of {GPU_VENDORS}, memory one of {GPU_MEMORY_KINDS}"
+        )
+    return GpuFamily(str(family["vendor"]), str(family["architecture"]), str(family["memory"]))
 
 
 @cache

@@ -9,12 +9,16 @@ from planner.scenario.rules import did_you_mean
 
 
 def _catalog_entry(entry) -> dict:
-    """A catalog entry as JSON data; models also carry their derived parameter count."""
+    """A catalog entry as JSON data; models also carry their derived parameter count, GPUs their family."""
     from dataclasses import asdict
+
+    from planner.catalog import gpu_family
 
     data = asdict(entry)
     if hasattr(entry, "num_params"):
         data["num_params"] = entry.num_params
+    elif (family := gpu_family(entry.name)) is not None:
+        data["family"] = asdict(family)
     return data
 
 

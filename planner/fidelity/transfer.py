@@ -8,6 +8,7 @@ import numpy as np
 from planner.fidelity.fit_errors import default_coefficients, errors, step_errors
 from planner.fidelity.form import max_form
 from planner.fidelity.markdown import pct, table
+from sim.config import HOST_DEVICES
 
 
 def section_leave_gpu_out(ops, ar) -> list[str]:
@@ -108,7 +109,7 @@ def section_transfer() -> list[str]:
     ]
     rows = []
     for name, gpu in load_gpu_catalog().items():
-        if name == "cpu":
+        if name in HOST_DEVICES:
             continue
         c, u, label, _ = public_cost_model(gpu, "bfloat16", 1)
         rule = "own profile" if label.startswith("calibrated") else choose_sources(name, TRANSFER_SOURCES)[1]

@@ -56,20 +56,48 @@ def run_size(args) -> int:
             run_intervals(out, ranking, args.intervals, args.workers, args.ray, progress)
         finally:
             progress.close()
+    topologies = _compare_topologies(question, out, ranking, args)
     data = sizing_data(out, ranking)
+    if topologies is not None:
+        from planner.sizing.report.topology import topology_data
+
+        data["disaggregated"] = topology_data(topologies, ranking)
     if args.out:
         from planner.sizing.report.files import write_report
 
-        written = write_report(args.out, out, ranking, command_line(args), data)
+        written = write_report(args.out, out, ranking, command_line(args), data, topologies)
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        print("\n".join(terminal_lines(out, ranking)))
+        lines = terminal_lines(out, ranking)
+        if topologies is not None:
+            from planner.sizing.report.topology import topology_lines
+
+            lines[-2:-2] = ["", *topology_lines(topologies, ranking, question.search.demand.unit)]
+        print("\n".join(lines))
         if args.out:
             print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
-    if ranking.recommended is None:  # the report says how close each came; the exit status says it failed
+    if ranking.recommended is None and (topologies is None or topologies.best is None):
+        # the report says how close each came; the exit status says it failed
         closest = f" (closest: {data['closest']})" if data.get("closest") else ""
         raise PlannerError(
             f"{question.source}: no candidate meets the SLOs at the demand{closest}; see how close each came above"
         )
     return 0
+
+
+def _compare_topologies(question, out, ranking, args):
+    """`search.disaggregated`: prefill/decode units sized for the same demand (planner/sizing/topology.py)."""
+    if question.search.disaggregated is None:
+        return None
+    from planner.sizing.topology import compare_topologies
+
+    best = ranking.recommended
+    per_gpu = None
+    if best is not None and best.evaluation.capacity.load > 0:
+        per_gpu = best.evaluation.capacity.load / best.candidate.tensor_parallel_size
+    progress = ProgressBar("sizing", "prefill/decode units", delay_s=1.0)
+    try:
+        return compare_topologies(question, per_gpu, args.workers or out.workers, args.ray, progress)
+    finally:
+        progress.close()

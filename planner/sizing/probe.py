@@ -1,4 +1,5 @@
-"""One simulation of one replica at one load, and its verdict: do the SLOs hold, and is it a steady state?
+"""One simulation of one replica (or one prefill/decode unit, a fleet) at one load, and its verdict: do the SLOs
+hold, and is it a steady state?
 
 A load is a request rate (open loop, the scenario's arrival process at that rate) or a number of users
 (closed loop). A run stops early, saying why, once its verdict cannot change: more requests have missed a
@@ -18,6 +19,7 @@ from sim.config import ArrivalConfig, Scenario
 from sim.cost_model import CostCoefficients
 from sim.driver import Simulation
 from sim.engine_facts import EngineFacts
+from sim.fleet import FleetSimulation
 from sim.metrics import per_request_latencies_ms, summarize
 
 # A queue growing to the end: requests in the system over the last quarter of the arrivals exceed those
@@ -93,7 +95,7 @@ def run_probe(
     kind: str,
     load: float,
     num_requests: int,
-    coefficients: CostCoefficients,
+    coefficients: CostCoefficients | dict[str, CostCoefficients],
     stop_early: bool = True,
     longest: int | None = None,
     facts: EngineFacts | None = None,
@@ -106,18 +108,23 @@ def run_probe(
     longest = LONGEST_PROBE * num_requests if longest is None else longest
     start, start_cpu = time.perf_counter(), time.process_time()
     s = scenario_at(scenario, kind, load, num_requests)
-    sim = Simulation(s, coefficients, record_steps=False, facts=facts)
+    if s.fleet is None:
+        sim = Simulation(s, coefficients, record_steps=False, facts=facts)
+        replicas, recorder = sim.replicas, sim.recorder
+    else:  # a fleet (planner/sizing/topology.py's prefill/decode units): `coefficients` by pool name
+        sim = FleetSimulation(s, coefficients, record_steps=False)
+        replicas, recorder = [r for pool in sim.pools for r in pool.replicas], sim.client
     total = len(sim.workload)
     if stop_early:
-        sim.progress = _watch(sim, s, total)
+        sim.progress = _watch(sim, replicas, recorder, s, total)
     stopped, saturated = None, False
     try:
         sim.run()
     except _Stop as e:
         stopped, saturated = e.reason, e.saturated
-    summary = summarize(sim.recorder, s.slo)
+    summary = summarize(recorder, s.slo)
     if stopped is None and kind == "rate":
-        done = sim.recorder.requests.view()
+        done = recorder.requests.view()
         grows = queue_grows(sim.workload.arrival_s, done["finished_s"])
         saturated = grows or unserved_fraction(sim.workload.arrival_s, done["finished_s"]) > UNSERVED_FRACTION
         # Too short to tell filling up from growing, or a slow growth that a longer run tells from noise.
@@ -196,8 +203,9 @@ def unserved_fraction(arrival_s: np.ndarray, finished_s: np.ndarray) -> float:
     return slope_per_s * (last_s - half_s) / arrived
 
 
-def _watch(sim: Simulation, s: Scenario, total: int):
-    """A progress callback (every 256 finished requests) that stops a run whose verdict is settled."""
+def _watch(sim: Simulation, replicas: list, recorder, s: Scenario, total: int):
+    """A progress callback (every 256 finished requests) that stops a run whose verdict is settled: `replicas`
+    are every engine's (a fleet's in all its pools), `recorder` the requests as the client sees them."""
     bounds = [
         (metric, float(stat[1:]), bound)
         for metric in ("ttft_ms", "tpot_ms", "e2el_ms")
@@ -208,12 +216,12 @@ def _watch(sim: Simulation, s: Scenario, total: int):
     def watch(done: int, _total: int) -> None:
         if done >= total:
             return  # the run is over anyway: its summary gives the verdict
-        waiting = sum(len(r.scheduler.waiting) for r in sim.replicas)
+        waiting = sum(len(r.scheduler.waiting) for r in replicas)
         if sim.workload.arrival_s is not None and waiting > QUEUE_STOP_FRACTION * total:
             raise _Stop(f"{waiting} requests queued at {sim.env.now:.1f} s: overloaded", True)
         if not bounds:
             return
-        lat = per_request_latencies_ms(sim.recorder.requests.view())
+        lat = per_request_latencies_ms(recorder.requests.view())
         for metric, pct, bound in bounds:
             values = lat[metric.removesuffix("_ms")]
             over = int((values > bound).sum())

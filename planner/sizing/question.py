@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.config import GpuSpec, Scenario
+from sim.config import GpuSpec, KvTransferConfig, Scenario
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,21 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class Disaggregated:
+    """Prefill/decode units to weigh against the aggregated candidates (`search.disaggregated`): every unit of
+    `prefill` replicas of a prefill GPU and tensor parallel size and `decode` replicas of a decode one, behind
+    one proxy, its KV pulled over `kv_transfer` (planner/sizing/topology.py)."""
+
+    prefill_gpus: tuple[GpuSpec, ...]
+    prefill_tensor_parallel_sizes: tuple[int, ...]
+    decode_gpus: tuple[GpuSpec, ...]
+    decode_tensor_parallel_sizes: tuple[int, ...]
+    ratios: tuple[tuple[int, int], ...]  # (prefill replicas, decode replicas) of one unit: xPyD
+    kv_transfer: KvTransferConfig
+    kv_transfer_raw: dict = field(repr=False, hash=False, compare=False)  # as written: a unit's fleet gets it
+
+
+@dataclass(frozen=True)
 class SearchSpec:
     demand: Demand
     gpus: tuple[GpuSpec, ...]
@@ -53,6 +68,7 @@ class SearchSpec:
     money: Money
     probe: Probe
     bound_pruning: bool = True
+    disaggregated: Disaggregated | None = None  # None: aggregated candidates only
 
 
 @dataclass(frozen=True)

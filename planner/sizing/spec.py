@@ -26,16 +26,16 @@ from planner.scenario.rules import (
     did_you_mean,
     in_range,
 )
-from planner.scenario.special_fields import SPECIAL
 from planner.scenario.validation import _convert, _convert_scalar, allowed_keys
-from planner.sizing.question import Demand, Money, Probe, SearchSpec, SizingQuestion
+from planner.sizing.question import Demand, Disaggregated, Money, Probe, SearchSpec, SizingQuestion
 from planner.sizing.spec_checks import (
     check_num_candidates,
     check_pool_override,
     check_requests_fit,
     check_users_have_a_wait_bound,
 )
-from planner.sizing.spec_fields import int_list, mapping, one_of, price_map, scalar, section
+from planner.sizing.spec_disaggregated import parse_disaggregated
+from planner.sizing.spec_fields import gpu_list, int_list, mapping, one_of, price_map, scalar, section
 from sim.config import HOST_DEVICES, ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
@@ -55,7 +55,7 @@ PROBE_REQUESTS = in_range(20, MAX_NUM_REQUESTS)
 PROBES = in_range(2, 64)
 
 
-SEARCH_KEYS = ("demand", "candidates", "money", "probe")
+SEARCH_KEYS = ("demand", "candidates", "money", "probe", "disaggregated")
 DEMAND_KEYS = ("rate", "concurrency", "headroom")
 CANDIDATE_KEYS = ("gpus", "tensor_parallel_sizes", "replicas", "dtypes", "engine", "bound_pruning")
 MONEY_KEYS = (
@@ -89,8 +89,9 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
     if scenario.fleet is not None:
         raise ScenarioError(
             str(path), "fleet", NO_VALUE,
-            "planner size searches deployments of one pool of identical replicas; simulate a fleet with planner"
-            " simulate (a search over fleets and prefill/decode splits is not modelled)",
+            "planner size searches one pool of identical replicas, and prefill/decode units with a"
+            " search.disaggregated section (planner/sizing/topology.py); give hardware instead of fleet (a fleet"
+            " of several mixed pools is not searched: simulate it with planner simulate)",
         )  # fmt: skip
     if scenario.hardware.data_parallel_size > 1:
         raise ScenarioError(
@@ -110,7 +111,8 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
     cands = mapping(section(s, "candidates"), "search.candidates", CANDIDATE_KEYS, ctx)
     gpus, given = _gpus(cands.get("gpus"), scenario, ctx)
     money = _money(section(s, "money"), ctx)
-    _check_prices(gpus, given, money, ctx)
+    disaggregated = parse_disaggregated(s.get("disaggregated"), scenario, TENSOR_PARALLEL_RULE, ctx)
+    _check_prices(gpus, given, money, ctx, disaggregated)
     spec = SearchSpec(
         demand=_demand(section(s, "demand"), scenario, ctx),
         gpus=gpus,
@@ -127,6 +129,7 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
         money=money,
         probe=_probe(section(s, "probe"), ctx),
         bound_pruning=scalar(cands, "bound_pruning", bool, True, "search.candidates", ctx, lambda v: True, ""),
+        disaggregated=disaggregated,
     )
     check_num_candidates(spec, ctx)
     check_users_have_a_wait_bound(spec.demand, scenario, ctx)
@@ -196,15 +199,7 @@ def _gpus(raw: Any, scenario: Scenario, ctx: Ctx) -> tuple[tuple[GpuSpec, ...], 
 
         # the catalog's host-CPU entry is not something to buy for serving
         return tuple(g for name, g in load_gpu_catalog().items() if name not in HOST_DEVICES), False
-    items = raw if isinstance(raw, list) else [raw]
-    if not items:
-        raise ScenarioError(ctx.file, key, raw, "is empty: name at least one GPU (or leave the key out: the catalog)")
-    resolve = SPECIAL[(HardwareConfig, "gpu")][0]  # catalog name or inline mapping, as hardware.gpu
-    gpus = tuple(resolve(item, f"{key}[{i}]", ctx) for i, item in enumerate(items))
-    names = [g.name for g in gpus]
-    for i, name in enumerate(names):
-        if name in names[:i]:
-            raise ScenarioError(ctx.file, f"{key}[{i}]", name, "is listed twice; give each GPU once (inline: a name)")
+    gpus = gpu_list(raw, key, ctx, "name at least one GPU (or leave the key out: the catalog)")
     return gpus, True
 
 
@@ -233,9 +228,13 @@ def _money(raw: Any, ctx: Ctx) -> Money:
     )  # fmt: skip
 
 
-def _check_prices(gpus: tuple[GpuSpec, ...], given: bool, money: Money, ctx: Ctx) -> None:
-    """A GPU the user named must have the prices its objective needs (catalog or search.money)."""
-    names = {gpu.name for gpu in gpus}
+def _check_prices(
+    gpus: tuple[GpuSpec, ...], given: bool, money: Money, ctx: Ctx, disaggregated: Disaggregated | None = None
+) -> None:
+    """A GPU the user named must have the prices its objective needs (catalog or search.money); a prefill/decode
+    unit's GPUs too (`search.disaggregated`, named by the user or the scenario's)."""
+    unit_gpus = () if disaggregated is None else (*disaggregated.prefill_gpus, *disaggregated.decode_gpus)
+    names = {gpu.name for gpu in (*gpus, *unit_gpus)}
     for key in ("rental_usd_per_gpu_hour", "purchase_usd_per_gpu"):
         for name in getattr(money, key):
             if name not in names:
@@ -243,20 +242,23 @@ def _check_prices(gpus: tuple[GpuSpec, ...], given: bool, money: Money, ctx: Ctx
                     ctx.file, f"search.money.{key}.{name}", NO_VALUE,
                     f"is not a candidate GPU{did_you_mean(name, sorted(names))}; candidates: {', '.join(sorted(names))}",
                 )  # fmt: skip
-    if not given:
-        return  # catalog GPUs without a price are pruned, and the report says so
-    for i, gpu in enumerate(gpus):
+    named = [] if not given else [(f"search.candidates.gpus[{i}]", gpu) for i, gpu in enumerate(gpus)]
+    if disaggregated is not None:  # catalog GPUs without a price are pruned from the candidates, and said so
+        for role in ("prefill", "decode"):
+            role_gpus = getattr(disaggregated, f"{role}_gpus")
+            named += [(f"search.disaggregated.{role}.gpus[{i}]", gpu) for i, gpu in enumerate(role_gpus)]
+    for where, gpu in named:
         for need, key, catalog_value in _needs(money, gpu):
             if catalog_value is None and gpu.name not in getattr(money, key):
                 raise ScenarioError(
-                    ctx.file, f"search.candidates.gpus[{i}]", gpu.name,
+                    ctx.file, where, gpu.name,
                     f"has no {need} price and objective {money.objective} needs one; set"
                     f" search.money.{key}: {{{gpu.name}: <USD>}} (or hardware.gpu fields"
                     f" {'rental_usd_per_hour' if need == 'rental' else 'purchase_usd'} in an inline GPU)",
                 )  # fmt: skip
             if need == "purchase" and gpu.tdp_w is None and money.power_usd_per_kwh > 0:
                 raise ScenarioError(
-                    ctx.file, f"search.candidates.gpus[{i}]", gpu.name,
+                    ctx.file, where, gpu.name,
                     "has no tdp_w, which the purchase objective needs for the power bill; give an inline GPU with"
                     " tdp_w, or set search.money.power_usd_per_kwh: 0",
                 )  # fmt: skip

@@ -82,3 +82,21 @@ def price_map(raw: Any, key: str, ctx: Ctx, most_usd: float) -> dict[str, float]
 
 def one_of(choices: Sequence[str]) -> str:
     return "must be one of " + ", ".join(choices)
+
+
+def gpu_list(raw: Any, key: str, ctx: Ctx, empty: str) -> tuple:
+    """GPUs as `hardware.gpu` takes them (catalog names or inline mappings), each once; `empty` says what an
+    empty list should have been."""
+    from planner.scenario.special_fields import SPECIAL
+    from sim.config import HardwareConfig
+
+    items = raw if isinstance(raw, list) else [raw]
+    if not items:
+        raise ScenarioError(ctx.file, key, raw, f"is empty: {empty}")
+    resolve = SPECIAL[(HardwareConfig, "gpu")][0]
+    gpus = tuple(resolve(item, f"{key}[{i}]", ctx) for i, item in enumerate(items))
+    names = [g.name for g in gpus]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise ScenarioError(ctx.file, f"{key}[{i}]", name, "is listed twice; give each GPU once (inline: a name)")
+    return gpus

@@ -11,6 +11,7 @@ from planner.errors import PlannerError
 from planner.sizing.rank import Ranking
 from planner.sizing.report import interval_tables, tables
 from planner.sizing.report.figures import FIGURES
+from planner.sizing.report.topology import topology_section
 from planner.sizing.search import SizingResult
 
 MAX_LISTED = 60  # rows of the not-simulated and cannot-run lists in the report
@@ -26,11 +27,15 @@ def check_report_dir(out_dir: Path) -> None:
     check_out_dir(out_dir, REPORT_NAMES)
 
 
-def write_report(out_dir: Path, out: SizingResult, ranking: Ranking, command: str, data: dict) -> list[Path]:
-    """The report's files in a folder check_report_dir has passed."""
+def write_report(
+    out_dir: Path, out: SizingResult, ranking: Ranking, command: str, data: dict, topologies=None
+) -> list[Path]:
+    """The report's files in a folder check_report_dir has passed; `topologies`: the prefill/decode units'
+    comparison (planner/sizing/topology.py), when the sizing file asked for one."""
     pngs = {name: (title, draw(out, ranking, command)) for name, title, draw in FIGURES}
     written = [_write(out_dir, name, png) for name, (_, png) in pngs.items()]
-    md, page = _markdown(out, ranking, command, pngs), _html(out, ranking, command, pngs)
+    md = _markdown(out, ranking, command, pngs, topologies)
+    page = _html(out, ranking, command, pngs, topologies)
     texts = (md, page, json.dumps(data, indent=2))
     return written + [_write(out_dir, name, text) for name, text in zip(TEXT_NAMES, texts)]
 
@@ -70,7 +75,7 @@ def _md_table(headers, rows) -> list[str]:
     ]
 
 
-def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
+def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=None) -> str:
     rows, skipped, pruned = _sections(out, ranking)
     lines = [f"# Sizing: {out.question.scenario.name}", "", f"Produced by `{command}`.", "", "## The question", ""]
     lines += [f"- {x}" for x in tables.question_lines(out)]
@@ -93,6 +98,14 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
         lines += ["", f"## Intervals (90%, {out.interval_runs} draws)", ""]
         lines += [f"- {x}" for x in interval_tables.interval_notes(out)]
         lines += [""] + _md_table(interval_tables.INTERVAL_HEADERS, _interval_rows(out))
+    if topologies is not None:
+        verdict, headers, unit_rows, serve, cannot = topology_section(
+            topologies, ranking, out.question.search.demand.unit
+        )
+        lines += ["", "## Aggregated against disaggregated", "", verdict, ""] + _md_table(headers, unit_rows)
+        lines += [f"- {label}: cannot run: {why}" for label, why in cannot]
+        if serve:
+            lines += ["", "```", *serve, "```"]
     lines += ["", "## Figures", ""]
     for name, (title, _) in pngs.items():
         lines += [f"![{title}]({name})", "", f"*{title}. Produced by `{command}`.*", ""]
@@ -135,7 +148,7 @@ def _html_table(headers, rows, classes=None) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _html(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
+def _html(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=None) -> str:
     rows, skipped, pruned = _sections(out, ranking)
     classes = ["meets" if r.meets else "misses" for r in tables.table_results(out, ranking)]
     e = html.escape
@@ -163,6 +176,14 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs) -> str:
             + "</ul>",
             _html_table(interval_tables.INTERVAL_HEADERS, _interval_rows(out)),
         ]
+    if topologies is not None:
+        verdict, headers, unit_rows, serve, cannot = topology_section(
+            topologies, ranking, out.question.search.demand.unit
+        )
+        parts += [f"<h2>Aggregated against disaggregated</h2><p>{e(verdict)}</p>", _html_table(headers, unit_rows)]
+        parts += [f"<p class='small'>{e(label)}: cannot run: {e(why)}</p>" for label, why in cannot]
+        if serve:
+            parts.append("<pre>" + e("\n".join(serve)) + "</pre>")
     parts.append("<h2>Figures</h2>")
     for title, png in pngs.values():
         data = base64.b64encode(png).decode("ascii")

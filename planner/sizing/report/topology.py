@@ -1,0 +1,171 @@
+"""Aggregated against disaggregated in the sizing report: the units' table, which topology wins, by how much and
+why, and the winning unit's serve lines (planner/sizing/topology.py computes them)."""
+
+from __future__ import annotations
+
+from planner.sizing.rank import Ranking
+from planner.sizing.topology import TopologyComparison, UnitResult
+
+HEADERS = (
+    "unit",
+    "GPUs/unit",
+    "capacity/unit",
+    "units",
+    "GPUs",
+    "$/month",
+    "p99 TTFT ms",
+    "p99 TPOT ms",
+    "pull p50 ms",
+    "fails first above capacity on",
+)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.1f}"
+
+
+def _usd(v: float | None) -> str:
+    return "-" if v is None else f"${v:,.0f}"
+
+
+def unit_row(r: UnitResult, unit: str) -> list[str]:
+    ev, u = r.evaluation, r.unit
+    at = ev.at_demand
+    detail = ev.detail or {}
+    capacity = "none" if ev.capacity.load <= 0 else f"{ev.capacity.load:,.3g} {unit}"
+    if ev.capacity.lower_bound:
+        capacity = ">= " + capacity
+    limited = fails_first(ev.capacity, unit)
+    return [
+        u.label,
+        str(u.num_gpus()),
+        capacity,
+        "-" if ev.units is None else str(ev.units),
+        "-" if ev.units is None else str(ev.units * u.num_gpus()),
+        _usd(r.objective_usd_per_month),
+        _ms(at.latency_ms["p99_ttft"] if at else None),
+        _ms(at.latency_ms["p99_tpot"] if at else None),
+        _ms(detail.get("median_transfer_ms")),
+        limited + ("" if r.meets or at is None else " (misses the SLOs at the demand)"),
+    ]
+
+
+def fails_first(capacity, unit: str) -> str:
+    """What the lightest failing probe above the capacity failed on: the binding limit of the unit."""
+    above = [p for p in capacity.probes if p.load > capacity.load and not p.met]
+    if not above:
+        return "-"
+    p = min(above, key=lambda p: p.load)
+    at = f"at {p.load:,.3g} {unit}"
+    if p.saturated:
+        return f"saturated {at} (its queue grows)"
+    missed = [
+        f"{metric.removesuffix('_ms').upper()} {stat} {value:,.1f} ms > {bound:g}"
+        for metric, stat, bound, value, met in p.checks
+        if met is False
+    ]
+    if missed:
+        return f"{', '.join(missed)} {at}"
+    return f"{p.stopped} {at}" if p.stopped else f"fails {at}"
+
+
+def verdict(c: TopologyComparison, ranking: Ranking) -> str:
+    """Which topology wins, by how much, and why."""
+    agg = ranking.recommended
+    best = c.best
+    if best is None and agg is None:
+        return "neither topology meets the SLOs at the demand"
+    if best is None:
+        return f"aggregated ({agg.candidate.label}): no prefill/decode unit meets the SLOs at the demand"
+    why = _why(best)
+    if agg is None or agg.objective_usd_per_month is None:
+        return f"disaggregated ({best.unit.label}, {_usd(best.objective_usd_per_month)}/month): no aggregated candidate meets the SLOs; {why}"
+    a, b = agg.objective_usd_per_month, best.objective_usd_per_month
+    at = agg.evaluation.at_demand
+    agg_text = (
+        f"aggregated {agg.candidate.label} x{agg.evaluation.replicas} {_usd(a)}/month"
+        f" (p99 TTFT {_ms(at.latency_ms['p99_ttft'])} ms, TPOT {_ms(at.latency_ms['p99_tpot'])} ms)"
+    )
+    dis_text = f"disaggregated {best.unit.label} x{best.evaluation.units} {_usd(b)}/month ({why})"
+    if b < a:
+        return f"disaggregated wins by {1 - b / a:.0%}: {dis_text} against {agg_text}"
+    if b > a:
+        return f"aggregated wins by {1 - a / b:.0%}: {agg_text} against {dis_text}"
+    return f"a tie: {agg_text}; {dis_text}"
+
+
+def _why(r: UnitResult) -> str:
+    at, detail = r.evaluation.at_demand, r.evaluation.detail or {}
+    share = detail.get("transfer_share_of_median_ttft")
+    pulls = "" if share is None else f", the KV pull {share:.0%} of the median TTFT"
+    return (
+        f"p99 TTFT {_ms(at.latency_ms['p99_ttft'])} ms = prefill queue + prefill + pull + first decode step,"
+        f" p99 TPOT {_ms(at.latency_ms['p99_tpot'])} ms from the decode pool{pulls};"
+        f" prefill busy {detail['prefill_busy_share']:.0%}, decode busy {detail['decode_busy_share']:.0%}"
+    )
+
+
+def topology_section(c: TopologyComparison, ranking: Ranking, unit: str):
+    """(verdict, headers, rows, the winning unit's serve lines, units that cannot run) for report.md and .html."""
+    from planner.sizing.fleet_serve import fleet_serve_lines
+
+    serve = [] if c.best is None else fleet_serve_lines(c.best.unit.scenario)
+    if serve:
+        serve = [f"# {c.best.evaluation.units} unit(s) of {c.best.unit.label}", *serve]
+    return verdict(c, ranking), HEADERS, [unit_row(r, unit) for r in c.results], serve, c.pruned
+
+
+def topology_lines(c: TopologyComparison, ranking: Ranking, unit: str) -> list[str]:
+    from planner.sizing.fleet_serve import fleet_serve_lines
+
+    rows = [unit_row(r, unit) for r in c.results]
+    widths = [
+        max(len(HEADERS[i]), *(len(rw[i]) for rw in rows)) if rows else len(HEADERS[i]) for i in range(len(HEADERS))
+    ]
+    lines = ["Aggregated against disaggregated (prefill/decode units, each behind its own proxy):"]
+    lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip())
+    lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(rw, widths)).rstrip() for rw in rows]
+    lines += [f"  {label}: cannot run: {why}" for label, why in c.pruned]
+    lines.append(f"Topology: {verdict(c, ranking)}")
+    sized = f"{len(c.results)} unit{'s' if len(c.results) != 1 else ''}"
+    lines.append(f"  ({sized} sized in {c.num_simulations} simulations, {c.wall_s:.1f} s wall)")
+    if c.best is not None:
+        lines += [f"Serve the disaggregated units ({c.best.evaluation.units} of them) with:"]
+        lines += ["  " + line for line in fleet_serve_lines(c.best.unit.scenario)]
+    return lines
+
+
+def topology_data(c: TopologyComparison, ranking: Ranking) -> dict:
+    """sizing.json's `disaggregated`."""
+    from planner.sizing.fleet_serve import fleet_serve_lines
+
+    def unit_data(r: UnitResult) -> dict:
+        u, ev = r.unit, r.evaluation
+        return {
+            "label": u.label,
+            "gpus": {role: gpu.name for role, gpu in u.gpus.items()},
+            "tensor_parallel_sizes": u.tensor_parallel_sizes,
+            "replicas_per_unit": u.replicas,
+            "num_gpus_per_unit": u.num_gpus(),
+            "provenance": u.provenance,
+            "capacity_per_unit": ev.capacity.load,
+            "capacity_is_lower_bound": ev.capacity.lower_bound,
+            "units": ev.units,
+            "meets_slos": r.meets,
+            "probes": [p.to_dict() for p in ev.capacity.probes],
+            "at_demand": ev.at_demand.to_dict() if ev.at_demand else None,
+            "at_demand_fleet": ev.detail,
+            "rental_usd_per_month": r.rental_usd_per_month,
+            "purchase_usd_per_month": r.purchase_usd_per_month,
+            "objective_usd_per_month": r.objective_usd_per_month,
+            "vllm_serve": fleet_serve_lines(u.scenario),
+        }
+
+    return {
+        "verdict": verdict(c, ranking),
+        "best": c.best.unit.label if c.best else None,
+        "units": [unit_data(r) for r in c.results],
+        "cannot_run": [{"label": label, "reason": why} for label, why in c.pruned],
+        "num_simulations": c.num_simulations,
+        "wall_s": c.wall_s,
+    }

@@ -1,0 +1,99 @@
+"""The sizing file's `search.disaggregated` section: prefill/decode units to weigh against the aggregated
+candidates, read with the scenario's message shape (file: key = value: what is allowed).
+
+    search:
+      disaggregated:
+        prefill: {gpus: [h100-sxm], tensor_parallel_sizes: [4]}     # default: the scenario's GPU and size
+        decode: {gpus: [h100-sxm, h200], tensor_parallel_sizes: [4, 8]}
+        ratios: [[1, 1], [1, 2], [2, 1]]                             # xPyD: prefill : decode replicas of a unit
+        kv_transfer: {link: infiniband, bandwidth_gbit_per_s: 400}   # a fleet's fleet.kv_transfer (required)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.errors import NO_VALUE, ScenarioError
+from planner.scenario.fleet import BANDWIDTHS
+from planner.scenario.rules import Ctx, in_range
+from planner.scenario.validation import build_dataclass
+from planner.sizing.question import Disaggregated
+from planner.sizing.spec_fields import gpu_list, int_list, mapping, section
+from sim.config import GpuSpec, KvTransferConfig, Scenario
+
+DISAGGREGATED_KEYS = ("prefill", "decode", "ratios", "kv_transfer")
+ROLE_KEYS = ("gpus", "tensor_parallel_sizes")
+# 1P1D, 1P2D, 1P3D, 2P1D, 2P3D: decode-heavy splits first, as long replies need; the prefill-heavy ones for long
+# prompts. A unit's replicas: at most MAX_UNIT_REPLICAS of each role (bigger units are several units).
+DEFAULT_RATIOS = ((1, 1), (1, 2), (1, 3), (2, 1), (2, 3))
+UNIT_REPLICAS = in_range(1, 8)
+MAX_UNITS = 256  # units to search: every one runs a capacity search of its own
+
+
+def parse_disaggregated(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx) -> Disaggregated | None:
+    """None when the section is absent: aggregated candidates only."""
+    if raw is None:
+        return None
+    where = "search.disaggregated"
+    d = mapping(raw, where, DISAGGREGATED_KEYS, ctx)
+    roles = {}
+    for role in ("prefill", "decode"):
+        r = mapping(section(d, role), f"{where}.{role}", ROLE_KEYS, ctx)
+        gpus = _gpus(r.get("gpus"), scenario, f"{where}.{role}.gpus", ctx)
+        tps = int_list(
+            r.get("tensor_parallel_sizes", [scenario.hardware.tensor_parallel_size]),
+            f"{where}.{role}.tensor_parallel_sizes",
+            tp_rule,
+            ctx,
+        )
+        roles[role] = (gpus, tps)
+    ratios = _ratios(d.get("ratios"), f"{where}.ratios", ctx)
+    transfer_raw = d.get("kv_transfer")
+    if transfer_raw is None:
+        raise ScenarioError(
+            ctx.file, f"{where}.kv_transfer", NO_VALUE,
+            f"missing; a prefill replica's KV reaches a decode replica over a link: give its link and"
+            f" bandwidth_gbit_per_s ({BANDWIDTHS})",
+        )  # fmt: skip
+    transfer = build_dataclass(KvTransferConfig, transfer_raw, f"{where}.kv_transfer", ctx)
+    if transfer.bandwidth_gbit_per_s is None:
+        raise ScenarioError(
+            ctx.file, f"{where}.kv_transfer.bandwidth_gbit_per_s", NO_VALUE,
+            f"missing; link {transfer.link} needs its bandwidth per GPU, one direction, in Gb/s ({BANDWIDTHS})",
+        )  # fmt: skip
+    spec = Disaggregated(*roles["prefill"], *roles["decode"], ratios, transfer, dict(transfer_raw))
+    units = len(spec.prefill_gpus) * len(spec.prefill_tensor_parallel_sizes) * len(spec.decode_gpus)
+    units *= len(spec.decode_tensor_parallel_sizes) * len(ratios)
+    if units > MAX_UNITS:
+        raise ScenarioError(
+            ctx.file, where, NO_VALUE,
+            f"{units:,} prefill/decode units (GPUs x sizes per role x ratios): at most {MAX_UNITS}, each runs a"
+            " capacity search of its own; narrow the lists",
+        )  # fmt: skip
+    return spec
+
+
+def _gpus(raw: Any, scenario: Scenario, key: str, ctx: Ctx) -> tuple[GpuSpec, ...]:
+    if raw is None:
+        return (scenario.hardware.gpu,)
+    return gpu_list(raw, key, ctx, "name at least one GPU (or leave the key out: the scenario's)")
+
+
+def _ratios(raw: Any, key: str, ctx: Ctx) -> tuple[tuple[int, int], ...]:
+    if raw is None:
+        return DEFAULT_RATIOS
+    allowed = (
+        f"a list of [prefill replicas, decode replicas] pairs, each {UNIT_REPLICAS.allowed}, e.g. [[1, 2], [2, 3]]"
+    )
+    if not isinstance(raw, list) or not raw:
+        raise ScenarioError(ctx.file, key, raw, allowed)
+    ratios = []
+    for i, pair in enumerate(raw):
+        good = isinstance(pair, list) and len(pair) == 2
+        good = good and all(isinstance(v, int) and not isinstance(v, bool) and UNIT_REPLICAS.ok(v) for v in pair)
+        if not good:
+            raise ScenarioError(ctx.file, f"{key}[{i}]", pair, allowed)
+        if tuple(pair) in ratios:
+            raise ScenarioError(ctx.file, f"{key}[{i}]", pair, "is listed twice; give each ratio once")
+        ratios.append(tuple(pair))
+    return tuple(ratios)
