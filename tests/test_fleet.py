@@ -229,4 +229,5 @@ def test_memory_of_a_fleet_is_each_pools(capsys):
 def test_size_refuses_a_fleet(capsys):
     assert main(["size", str(ROOT / "scenarios" / "cpu_tiny_pd.yaml")]) == 2
     err = capsys.readouterr().err
-    assert "fleet: planner size searches deployments of one pool" in err and "Traceback" not in err
+    assert "fleet: planner size searches one pool of identical replicas, and prefill/decode units" in err
+    assert "search.disaggregated" in err and "Traceback" not in err

@@ -75,16 +75,53 @@ def simulate_intervals(
     changes none); the 90% interval per statistic and the probability each SLO is met."""
     from sim.driver import simulate  # simpy: only when simulating
 
+    def run(run_scenario: Scenario, rng: np.random.Generator):
+        drawn = draw_coefficients(coefficients, provenance.uncertainty, rng)
+        return simulate(run_scenario, drawn, record_steps=False, facts=facts).recorder
+
+    return _intervals(scenario, run, num_runs, _drawn_names(provenance.uncertainty), progress)
+
+
+def simulate_fleet_intervals(
+    scenario: Scenario,
+    coefficients: dict[str, CostCoefficients],
+    provenance: dict[str, Provenance],
+    num_runs: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    """A fleet's N runs, as `simulate_intervals`: the client's figures. Pools whose coefficients rest on the same
+    provenance (the same GPU's profile) share one draw per run, their errors being the same error; the others
+    draw on their own."""
+    from sim.fleet import simulate_fleet
+
+    labels = {pool: provenance[pool].label for pool in coefficients}
+
+    def run(run_scenario: Scenario, rng: np.random.Generator):
+        draws: dict[str, CostCoefficients] = {}
+        drawn = {}
+        for pool, label in labels.items():
+            if label not in draws:
+                draws[label] = draw_coefficients(coefficients[pool], provenance[pool].uncertainty, rng)
+            drawn[pool] = draws[label]
+        return simulate_fleet(run_scenario, drawn, record_steps=False).recorder
+
+    names = sorted({name for prov in provenance.values() for name in _drawn_names(prov.uncertainty)})
+    return _intervals(scenario, run, num_runs, names, progress)
+
+
+def _drawn_names(uncertainty: dict[str, float]) -> list[str]:
+    return sorted(n for n, s in uncertainty.items() if s > 0 and np.isfinite(s))
+
+
+def _intervals(scenario: Scenario, run, num_runs: int, drawn_names: list[str], progress) -> dict:
+    """`run(scenario with the run's seed, rng)` -> the recorder of one run (its coefficients drawn from rng)."""
     rng = np.random.default_rng(scenario.workload.seed)
     values = {m: [] for m in METRICS}
     slo_met: list[list[bool | None]] = []
     checks = []
     for i in range(num_runs):
         workload = dataclasses.replace(scenario.workload, seed=scenario.workload.seed + i)
-        run_scenario = dataclasses.replace(scenario, workload=workload)
-        drawn = draw_coefficients(coefficients, provenance.uncertainty, rng)
-        result = simulate(run_scenario, drawn, record_steps=False, facts=facts)
-        summary = summarize(result.recorder, scenario.slo)
+        summary = summarize(run(dataclasses.replace(scenario, workload=workload), rng), scenario.slo)
         checks = summary["slo"]["checks"]
         if summary["completed"]:  # a run that rejected every request has no figures to add
             for m in METRICS:
@@ -113,7 +150,6 @@ def simulate_intervals(
                 "probability_met": float(np.mean(known)) if known else None,
             }
         )
-    drawn_names = sorted(n for n, s in provenance.uncertainty.items() if s > 0 and np.isfinite(s))
     return {
         "runs": num_runs,
         "runs_with_requests": with_requests,  # the others rejected every request: the figures rest on these

@@ -19,6 +19,7 @@ def cmd_simulate(args) -> int:
         from planner.commands.simulate_fleet import simulate_fleet_command
 
         refuse(scenario, run_problems(scenario, None))
+        _check_intervals(args.intervals)
         return simulate_fleet_command(args, scenario)
     facts = EngineFacts.of(scenario)  # derived once: the fit check, the run and its intervals read these
     refuse(scenario, run_problems(scenario, facts))

@@ -14,18 +14,34 @@ def simulate_fleet_command(args, scenario) -> int:
     from planner.calibration.resolve import resolve_cost_model
     from planner.commands.output import check_out
 
-    if args.intervals:
-        raise PlannerError("--intervals: not yet for a fleet (its pools' spreads are not combined); run without it")
     coefficients, provenance = {}, {}
     for pool in scenario.fleet.pools:
-        coefficients[pool.name], prov = resolve_cost_model(scenario.pool_scenario(pool), args.calibration)
-        provenance[pool.name] = prov.to_dict()
+        coefficients[pool.name], provenance[pool.name] = resolve_cost_model(
+            scenario.pool_scenario(pool), args.calibration
+        )
     check_out(args)
-    summary, result = run_fleet(scenario, coefficients, provenance, record_steps=args.out is not None)
+    as_dicts = {pool: prov.to_dict() for pool, prov in provenance.items()}
+    summary, result = run_fleet(scenario, coefficients, as_dicts, record_steps=args.out is not None)
     from planner.sizing.fleet_serve import fleet_serve_lines
 
     summary["fleet"]["serve"] = fleet_serve_lines(scenario)  # what to run for the fleet simulated
-    return _emit(args, summary, result)
+    extra_lines = []
+    if args.intervals:
+        from planner.calibration.intervals import interval_lines, simulate_fleet_intervals
+
+        progress = ProgressBar(f"{args.intervals} interval runs", "requests", delay_s=2.0)
+        try:
+            summary["intervals"] = simulate_fleet_intervals(
+                scenario, coefficients, provenance, args.intervals, progress
+            )
+        finally:
+            progress.close()
+        by_label: dict[str, list[str]] = {}
+        for pool, prov in provenance.items():
+            by_label.setdefault(prov.label, []).append(pool)
+        labels = "; ".join(f"{label} (pools {', '.join(pools)})" for label, pools in by_label.items())
+        extra_lines = interval_lines(summary["intervals"], labels)
+    return _emit(args, summary, result, extra_lines)
 
 
 def run_pair_command(args, scenario, sampling) -> int:
@@ -43,7 +59,7 @@ def run_pair_command(args, scenario, sampling) -> int:
     return _emit(args, fleet_summary("measured", result, {}), result)
 
 
-def _emit(args, summary: dict, result) -> int:
+def _emit(args, summary: dict, result, extra_lines: list[str] = ()) -> int:
     if args.out:
         written = write_fleet_outputs(args.out, summary, result)
     if args.json:
@@ -53,7 +69,7 @@ def _emit(args, summary: dict, result) -> int:
         return 0
     from planner.outputs.report import summary_lines
 
-    print("\n".join(summary_lines(summary)))
+    print("\n".join([*summary_lines(summary), *extra_lines]))
     if args.out:
         print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")
     return 0
