@@ -276,7 +276,8 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    """The GPUs of a deployment: `replicas` engines of `tensor_parallel_size` GPUs each."""
+    """The GPUs of a deployment: `replicas` engines of `tensor_parallel_size` GPUs each, or one data-parallel
+    group of `data_parallel_size` such ranks (sim/data_parallel.py)."""
 
     gpu: GpuSpec  # a catalog GPU, or the figures of one
     tensor_parallel_size: int = 1  # GPUs per engine; must divide the attention heads (vLLM's rule)
