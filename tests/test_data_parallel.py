@@ -65,6 +65,7 @@ def _refused(path: Path, overrides: tuple[str, ...]) -> str:
         (DEEPSEEK_DP16, ("hardware.gpu=h100-pcie", "hardware.gpus_per_node=8"), r"internode_gbit_per_s: missing; the 16"),
         # pairs not modelled: refused, not dropped
         (QWEN3_MOE, (*DP2_EP, "hardware.replicas=2"), r"hardware\.replicas = 2: copies of a data-parallel group"),
+        (QWEN3_MOE, (*DP2_EP, "hardware.router=least_outstanding"), r"hardware\.router = .*DP balancer"),
         (QWEN3_MOE, ("hardware.data_parallel_size=2",), r"expert_parallel = false: .* set expert_parallel true"),
         (
             QWEN3_MOE,

@@ -53,6 +53,12 @@ def check_data_parallel(s: Scenario, raw: dict, fail: Fail) -> Scenario:
                 "is for expert parallel across data-parallel ranks (vLLM's all-to-all and EPLB run only there):"
                 " it needs hardware.data_parallel_size > 1 and hardware.expert_parallel true",
             )  # fmt: skip
+    if dp > 1 and "router" in given_hw:
+        fail(
+            "hardware.router", given_hw["router"],
+            "a data-parallel group's requests go through vLLM's DP balancer (the rank with the fewest 4 x waiting +"
+            " running); leave router out",
+        )  # fmt: skip
     if dp > 1:
         _check_unmodelled(s, fail)
         s = _with_node_defaults(s, fail)
