@@ -166,10 +166,10 @@ def run_scenario(
     into extra["reference_during_s"]: calibration's check that the machine ran this run as fast as it ran
     the sweep."""
     sampling = sampling or SamplingParams()
-    if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
+    if scenario.hardware.num_gpus > 1 or scenario.hardware.replicas > 1:
         raise EngineError(
-            f"{scenario.source}: the live engine runs one GPU: tensor_parallel_size and replicas "
-            "must be 1 (simulate larger deployments with `planner simulate`)"
+            f"{scenario.source}: the live engine runs one GPU: tensor_parallel_size, data_parallel_size and replicas"
+            " must be 1 (simulate larger deployments with `planner simulate`)"
         )
     if scenario.engine.scheduler == "static":
         raise EngineError(

@@ -34,11 +34,18 @@ class GpuSpec:
     tdp_w: float | None = None  # board power, W: the power bill of a bought GPU (planner size)
     rental_usd_per_hour: float | None = None  # $ per GPU-hour to rent it (planner size)
     purchase_usd: float | None = None  # $ to buy one (planner size)
+    # The node it ships in, a data-parallel group's topology unless its hardware says otherwise (sim/moe_group.py):
+    # GPUs per node (8 on an HGX board, 4 in a GB200 compute tray), GPUs per NVLink domain (8 on an HGX board, 72
+    # in a GB200 NVL72 rack) and the network between domains, Gb/s per GPU, one direction. None: not given.
+    gpus_per_node: int | None = None
+    nvlink_domain_gpus: int | None = None
+    internode_gbit_per_s: float | None = None
 
 
 @dataclass(frozen=True)
 class HardwareConfig:
-    """The GPUs of a deployment: `replicas` engines of `tensor_parallel_size` GPUs each."""
+    """The GPUs of a deployment: `replicas` engines of `tensor_parallel_size` GPUs each, or one data-parallel
+    group of `data_parallel_size` such ranks (sim/data_parallel.py)."""
 
     gpu: GpuSpec  # a catalog GPU, or the figures of one
     tensor_parallel_size: int = 1  # GPUs per engine; must divide the attention heads (vLLM's rule)
@@ -50,10 +57,30 @@ class HardwareConfig:
     # tensor-parallel ranks (each rank holds ceil or floor of num_experts / tp of them) instead of every expert
     # being split across all ranks; attention, dense MLPs and shared experts stay tensor parallel.
     expert_parallel: bool = False
+    # vLLM's --data-parallel-size (sim/data_parallel.py): this many engine ranks of tensor_parallel_size GPUs each,
+    # each with its own scheduler, batch and KV cache, stepping in lockstep behind vLLM's DP load balancer; with
+    # expert_parallel the routed experts span all data_parallel_size x tensor_parallel_size GPUs.
+    data_parallel_size: int = 1
+    # Where the data-parallel ranks' GPUs sit (sim/moe_group.py prices the all-to-all by it). None: every GPU in
+    # one node and one NVLink domain.
+    gpus_per_node: int | None = None
+    num_nodes: int = 1  # nodes the data-parallel group spans (data_parallel_size x tp = num_nodes x gpus_per_node)
+    # GPUs joined by NVLink (8 on an HGX node, 72 in a GB200 NVL72 rack); None: one node's (gpus_per_node)
+    nvlink_domain_gpus: int | None = None
+    # The network between NVLink domains (InfiniBand, RoCE), Gb/s per GPU, one direction: 400 for a ConnectX-7 NDR
+    # NIC per GPU
+    internode_gbit_per_s: float | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        """The GPUs of one engine copy: its data-parallel ranks' tensor-parallel groups."""
+        return self.data_parallel_size * self.tensor_parallel_size
 
     def describe(self) -> str:
-        """'1x a10', or '2 replicas of 4x h100-sxm' when there are several engines."""
+        """'1x a10', '2 replicas of 4x h100-sxm' when there are several engines, 'data parallel 16 x 1x h200'."""
         engine = f"{self.tensor_parallel_size}x {self.gpu.name}"
+        if self.data_parallel_size > 1:
+            engine = f"data parallel {self.data_parallel_size} x {engine}"
         return engine if self.replicas == 1 else f"{self.replicas} replicas of {engine}"
 
 
@@ -120,6 +147,19 @@ class EngineConfig:
     # 1: every step is scheduled.
     num_scheduler_steps: int = 1
     speculative: SpeculativeConfig | None = None  # vLLM's --speculative-config; None: no speculative decoding
+    # vLLM's --all2all-backend: the kernels that dispatch tokens to their experts' ranks and combine the results
+    # under data parallel + expert parallel (sim/moe_group.py); vLLM's default allgather_reducescatter
+    all2all_backend: str = "allgather_reducescatter"
+    # vLLM's --enable-eplb: expert-parallel load balancing (vllm/distributed/eplb/) moves and replicates the busiest
+    # experts so that every rank gets an even share of the routed tokens
+    enable_eplb: bool = False
+    # vLLM's --eplb-config num_redundant_experts: extra copies of experts per MoE layer, spread over the ranks
+    eplb_num_redundant_experts: int = 0
+    # The planner's own: how evenly this model's router spreads the traffic's tokens over the expert-parallel ranks,
+    # as vLLM's EPLB logs it (--eplb-config log_balancedness: mean over max of the ranks' routed tokens, over its
+    # window) for the placement without EPLB. None: a uniform router (only each step's random spread is uneven).
+    # EPLB removes this skew (sim/moe_group.py).
+    expert_load_balancedness: float | None = None
 
     def max_model_len_for(self, model: ModelSpec) -> int:
         """The longest request this engine serves `model`: max_model_len, else the model's own limit."""

@@ -238,6 +238,13 @@ class CostModel:
         if facts.expert_parallel_size > 1:
             routed_flops = 2 * m.num_moe_layers * m.num_experts_per_tok * m.expert_weights
             self.linear_flops_per_token += routed_flops * (self.local_experts / m.num_experts - 1 / tp)
+        if facts.hardware.data_parallel_size > 1 and facts.expert_parallel_size > 1:
+            # Data parallel: a rank's routed experts serve every rank's tokens, priced once per lockstep step for
+            # the group (sim/moe_group.py), so this rank's own step leaves them out.
+            self.linear_flops_per_token -= (
+                2 * m.num_moe_layers * m.num_experts_per_tok * m.expert_weights * (self.local_experts / m.num_experts)
+            )
+            self.num_experts = 0
         self.lm_head_flops_per_row = 2 * m.hidden_size * m.vocab_size / tp
         self.lm_head_bytes = m.hidden_size * m.vocab_size * dtype_bytes / tp
         heads_per_layer = m.num_attention_heads / tp

@@ -35,6 +35,8 @@ class SimResult:
     workload: Workload
     recorder: Recorder
     cost_model: CostModel
+    # A data-parallel deployment's ranks and MoE layers (sim/data_parallel.py); None otherwise
+    data_parallel: dict | None = None
 
 
 class Simulation:
@@ -71,12 +73,20 @@ class Simulation:
         # which may be in the middle of a decode window; windows are not interrupted, so step there.
         closed_loop = self.workload.arrival_s is None
         fast_paths = fast_forward  # False: the reference, every fast path off (the tests compare with it)
-        fast_forward = fast_forward and not (closed_loop and scenario.hardware.replicas > 1)
-        self.replicas = [
+        fast_forward = fast_forward and not (closed_loop and self.num_engines > 1)
+        self.replicas = self.build_replicas(facts, num_blocks, fast_paths, fast_forward, closed_loop)
+
+    @property
+    def num_engines(self) -> int:
+        return self.scenario.hardware.replicas
+
+    def build_replicas(self, facts: EngineFacts, num_blocks: int, fast_paths: bool, fast_forward: bool, closed_loop):
+        """One engine process per replica, each with its scheduler and KV pool."""
+        return [
             Replica(
                 self.env,
                 build_scheduler(
-                    facts, num_blocks, self.recorder, index, fast_paths, fast_paths, scenario.workload.seed
+                    facts, num_blocks, self.recorder, index, fast_paths, fast_paths, self.scenario.workload.seed
                 ),
                 self.cost,
                 self.recorder,
@@ -86,7 +96,7 @@ class Simulation:
                 through_finishes=not closed_loop,
                 drafting=self.drafting,
             )
-            for index in range(scenario.hardware.replicas)
+            for index in range(self.num_engines)
         ]
 
     def next_arrival_s(self) -> float:
@@ -149,7 +159,11 @@ class Simulation:
     def run(self) -> SimResult:
         self.start_load()
         self.env.run()
-        return SimResult(self.scenario, self.memory, self.workload, self.recorder, self.cost)
+        return SimResult(self.scenario, self.memory, self.workload, self.recorder, self.cost, self.stats())
+
+    def stats(self) -> dict | None:
+        """What a kind of simulation adds to its result (sim/data_parallel.py's); None here."""
+        return None
 
 
 def simulate(
@@ -165,4 +179,9 @@ def simulate(
     step its own event, every row through allocate_slots, every full block registered in the prefix cache
     at allocation (for tests). steps_sink takes the step rows in chunks as the run goes (see
     sim.metrics.Recorder). facts: as Simulation's."""
-    return Simulation(scenario, coefficients, record_steps, progress, fast_forward, steps_sink, facts).run()
+    kind = Simulation
+    if scenario.hardware.data_parallel_size > 1:
+        from sim.data_parallel import DataParallelSimulation  # late: it builds on this module
+
+        kind = DataParallelSimulation
+    return kind(scenario, coefficients, record_steps, progress, fast_forward, steps_sink, facts).run()

@@ -116,8 +116,10 @@ class EngineFacts:
             cudagraph_capture_size=0 if eager else min(2 * engine.max_num_seqs, MAX_CUDA_GRAPH_CAPTURE_SIZE),
             expert_parallel_size=ep,
             expert_tensor_parallel_size=expert_tensor_parallel_size(ep, tp),
-            max_local_experts=max_local_experts(model.num_experts, ep),
-            weights_bytes=weights_bytes(model, dense_bytes, expert_bytes, replicated_bytes, tp, ep),
+            max_local_experts=max_local_experts(model.num_experts, ep, engine.eplb_num_redundant_experts),
+            weights_bytes=weights_bytes(
+                model, dense_bytes, expert_bytes, replicated_bytes, tp, ep, engine.eplb_num_redundant_experts
+            ),
             dense_weight_bytes=dense_bytes,
             expert_weight_bytes=expert_bytes,
             replicated_params=replicated_params,

@@ -13,8 +13,8 @@ def expert_parallel_size(m: ModelSpec, hardware: HardwareConfig) -> int:
     """The ranks a mixture of experts' routed experts are placed on whole (vLLM's ep_size), 1 without expert
     parallel. vLLM's `FusedMoEParallelConfig.make` (vllm/model_executor/layers/fused_moe/config.py) makes it
     tp x dp with --enable-expert-parallel, and the experts' own tensor-parallel size 1; the planner's replicas
-    are independent engines (no data parallel), so it is the tensor-parallel size."""
-    return hardware.tensor_parallel_size if hardware.expert_parallel and m.is_moe else 1
+    are independent engines; a data-parallel group's ranks are not (sim/data_parallel.py): tp x dp."""
+    return hardware.num_gpus if hardware.expert_parallel and m.is_moe else 1
 
 
 def expert_tensor_parallel_size(ep: int, tp: int) -> int:
@@ -23,12 +23,13 @@ def expert_tensor_parallel_size(ep: int, tp: int) -> int:
     return 1 if ep > 1 else tp
 
 
-def max_local_experts(num_experts: int, ep: int) -> int:
+def max_local_experts(num_experts: int, ep: int, num_redundant: int = 0) -> int:
     """Routed experts per MoE layer on the rank that holds the most. vLLM's `determine_expert_map`
     (fused_moe/layer.py; expert_map_manager.py in later versions), linear placement: every rank gets
     num_experts // ep_size and the first num_experts % ep_size ranks one more, so the largest holds the
-    ceiling. Without expert parallel every rank holds a slice of every expert."""
-    return ceil(num_experts / ep)
+    ceiling. EPLB's redundant experts are physical experts too (num_experts + num_redundant of them placed).
+    Without expert parallel every rank holds a slice of every expert."""
+    return ceil((num_experts + num_redundant) / ep)
 
 
 def replicated_weights(m: ModelSpec, dtype_bytes: int) -> tuple[int, float]:
@@ -56,7 +57,9 @@ def absorbed_mla_copy_bytes(m: ModelSpec) -> float:
     return float(m.num_hidden_layers * per_layer * 2)  # bfloat16
 
 
-def weights_bytes(m: ModelSpec, dense: float, experts: float, replicated: float, tp: int, ep: int) -> int:
+def weights_bytes(
+    m: ModelSpec, dense: float, experts: float, replicated: float, tp: int, ep: int, num_redundant: int = 0
+) -> int:
     """Every parameter once, every expert included, quantised weights at their stored size with their scales
     (ModelSpec.weight_bytes: `dense` and routed `experts` bytes), on the rank that holds the most. Split evenly over tensor-parallel ranks (vLLM
     shards experts over TP ranks too, by their intermediate dimension), but for what vLLM replicates on every
@@ -67,4 +70,4 @@ def weights_bytes(m: ModelSpec, dense: float, experts: float, replicated: float,
     dense_per_rank = (dense - replicated) / tp + replicated + absorbed_mla_copy_bytes(m) / tp
     if ep == 1:
         return int(dense_per_rank + experts / tp)
-    return int(dense_per_rank) + int(experts * max_local_experts(m.num_experts, ep) / m.num_experts)
+    return int(dense_per_rank) + int(experts * max_local_experts(m.num_experts, ep, num_redundant) / m.num_experts)

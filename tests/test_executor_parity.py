@@ -47,6 +47,11 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
         sum(row["num_prefill_tokens"] for row in d.rows if row["pool"] == 0) == sum(r[1] for r in d.requests)
         and sum(row["num_tokens"] for row in d.rows if row["pool"] == 1) == sum(r[2] for r in d.requests)
     ),
+    # requests on both ranks, and steps where only one rank had work (the other's dummy batch): unequal row counts
+    "data-parallel": lambda d: (
+        {row["replica"] for row in d.rows} == {0, 1}
+        and sum(row["replica"] == 0 for row in d.rows) != sum(row["replica"] == 1 for row in d.rows)
+    ),
 }
 
 

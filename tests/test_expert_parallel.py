@@ -179,7 +179,7 @@ def test_tensor_parallel_suggestion_stops_where_expert_parallel_stops_shrinking(
         ),
         (
             ("hardware.expert_parallel=true",),
-            r"hardware\.expert_parallel = true: needs hardware\.tensor_parallel_size > 1.*allowed: false",
+            r"hardware\.expert_parallel = true: needs hardware\.tensor_parallel_size or data_parallel_size > 1.*allowed",
         ),
         (("hardware.expert_parallel=yes",), r"hardware\.expert_parallel = \"yes\": expected true or false"),
         (("hardware.expert_parallel=2",), r"hardware\.expert_parallel = 2: expected true or false"),

@@ -24,6 +24,8 @@ SHARED = [
     "sim.memory",
     "sim.memory_fit",
     "sim.cost_model",
+    "sim.moe_group",
+    "sim.dp_balancer",
 ]
 
 
@@ -39,8 +41,8 @@ def test_shared_serving_model_imports_neither_torch_nor_simpy():
 def test_live_engine_imports_neither_the_simulator_driver_nor_the_cli():
     pytest.importorskip("torch")
     code = (
-        "import sys, gpu_engine.engine; "
-        "print([m for m in ('simpy', 'sim.driver', 'sim.replica', 'planner') if m in sys.modules])"
+        "import sys, gpu_engine.engine, gpu_engine.data_parallel; "
+        "print([m for m in ('simpy', 'sim.driver', 'sim.replica', 'sim.data_parallel', 'planner') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -40,6 +40,7 @@ __all__ = [
 # --- GPUs ----------------------------------------------------------------------------------------------
 
 _GPU_FIELDS = {f.name: f for f in dataclasses.fields(GpuSpec) if f.name != "name"}
+_GPU_COUNTS = ("memory_bytes", "gpus_per_node", "nvlink_domain_gpus")  # whole numbers: bytes, GPUs
 _GPU_REQUIRED = {name for name, f in _GPU_FIELDS.items() if f.default is dataclasses.MISSING}
 
 
@@ -63,9 +64,9 @@ def gpu_spec_from_mapping(d: Mapping[str, Any], name: str) -> GpuSpec:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise CatalogError(f"gpu {name!r}: {key} = {value!r}: must be a positive number")
-        if key == "memory_bytes":
+        if key in _GPU_COUNTS:
             if not float(value).is_integer():  # 24e9 from YAML arrives as a float; 23.5 bytes is a mistake
-                raise CatalogError(f"gpu {name!r}: memory_bytes = {value!r}: must be a whole number of bytes")
+                raise CatalogError(f"gpu {name!r}: {key} = {value!r}: must be a whole number")
             value = int(value)
         else:
             value = float(value)

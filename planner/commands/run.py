@@ -50,7 +50,18 @@ def cmd_run(args) -> int:
     progress = ProgressBar(f"running on {args.device}", "requests", delay_s=2.0)
     try:
         sampling = SamplingParams(args.temperature, args.top_p)
-        result = run_scenario(scenario, args.device, args.model_path, sampling, progress)
+        if scenario.hardware.data_parallel_size > 1:  # N ranks in one process (gpu_engine/data_parallel.py)
+            from gpu_engine.data_parallel import run_data_parallel
+
+            if args.model_path is not None:
+                raise PlannerError(
+                    f"--model-path {args.model_path}: the live data-parallel group runs seeded random weights;"
+                    " leave it out (timings do not depend on weight values)"
+                )
+
+            result = run_data_parallel(scenario, args.device, sampling, progress)
+        else:
+            result = run_scenario(scenario, args.device, args.model_path, sampling, progress)
     except EngineError as e:
         raise PlannerError(str(e)) from e
     finally:

@@ -82,6 +82,12 @@ def _simulate(args, scenario, facts, coefficients, provenance, plot_workers, ste
             "cost_model_provenance": provenance.to_dict(),
         },
     )
+    if result.data_parallel is not None:
+        from planner.sizing.dp_serve import other_nodes_note
+        from planner.sizing.serve import vllm_serve_command
+
+        serve = [vllm_serve_command(scenario), other_nodes_note(scenario)]
+        summary["data_parallel"] = result.data_parallel | {"serve": [line for line in serve if line]}
     extra_lines = []
     if args.intervals:
         from planner.calibration.intervals import interval_lines, simulate_intervals

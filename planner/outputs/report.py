@@ -98,6 +98,10 @@ def summary_lines(s: dict) -> list[str]:
         lines.append(f"  {label:<14}" + "".join(f"{cell:>{width}}" for cell in cells[key]))
     mem = s["memory"]
     lines += ["", *(_fleet_lines(s) if "fleet" in s else _memory_lines(s))]  # a fleet's memory: each pool's
+    if "data_parallel" in s:
+        from planner.outputs.data_parallel_summary import data_parallel_lines
+
+        lines += data_parallel_lines(s)
     if "memory_predicted" in s:
         predicted = s["memory_predicted"]
         lines.append(

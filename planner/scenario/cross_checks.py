@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
+from planner.scenario.data_parallel import check_data_parallel
 from planner.scenario.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
 from planner.scenario.speculative import check_speculative
 from sim.config import Distribution, GpuSpec, Scenario, WorkloadConfig
@@ -71,12 +72,13 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str],
             "hardware.expert_parallel", True,
             f"is only for mixture-of-experts models; {m.name} is dense (no layer has experts to place); allowed: false",
         )  # fmt: skip
-    if hw.expert_parallel and tp == 1:
+    if hw.expert_parallel and hw.num_gpus == 1:
         fail(
             "hardware.expert_parallel", True,
-            "needs hardware.tensor_parallel_size > 1 (the experts are placed whole across the tensor-parallel"
-            " ranks; on one GPU there is nothing to split); allowed: false at tensor_parallel_size 1",
+            "needs hardware.tensor_parallel_size or data_parallel_size > 1 (the experts are placed whole across the"
+            " ranks; on one GPU there is nothing to split); allowed: false on one GPU",
         )  # fmt: skip
+    s = check_data_parallel(s, raw, fail)
 
     # max_model_len: the model's limit by default; above it is an error, as in vLLM.
     limit = m.max_position_embeddings

@@ -164,6 +164,11 @@ def _resolve_pool(base: Scenario, raw: dict, pool: PoolInput, ctx: Ctx) -> PoolC
 def _check_unmodelled(fleet: FleetConfig, ctx: Ctx) -> None:
     """Engine settings a fleet's pools do not run yet: refused, never dropped."""
     for pool in fleet.pools:
+        if pool.hardware.data_parallel_size != 1:
+            raise ScenarioError(
+                ctx.file, f"fleet.pools.{pool.name}.hardware.data_parallel_size", pool.hardware.data_parallel_size,
+                "data parallel is modelled for one pool (hardware), not yet in a fleet; allowed: 1",
+            )  # fmt: skip
         if pool.engine.speculative is not None:
             raise ScenarioError(
                 ctx.file, f"engine.speculative (pool {pool.name})", pool.engine.speculative.method,

@@ -21,6 +21,7 @@ from typing import Any
 
 from planner.errors import PlannerError, ScenarioError, read_text_file, show_value
 from planner.scenario.cross_checks import check_relations
+from planner.scenario.data_parallel import drop_data_parallel_keys
 from planner.scenario.rules import Ctx
 from planner.scenario.validation import allowed_keys, build_dataclass
 from planner.scenario.yaml_loader import parse_yaml
@@ -127,6 +128,10 @@ def scenario_to_dict(s: Scenario) -> dict:
     ]  # where the weights are downloaded from: no figure of the run (`planner size` prints it)
     out["max_model_len"] = s.max_model_len
     out["kv_dtype"] = s.kv_dtype
+    if s.hardware.data_parallel_size == 1:
+        drop_data_parallel_keys(out["hardware"], out["engine"])
+        for pool in (out.get("fleet") or {}).get("pools", ()):  # refused in a fleet
+            drop_data_parallel_keys(pool["hardware"], pool["engine"])
     if s.engine.speculative is None:
         # Without speculative decoding its keys say nothing of the run: a summary keeps the keys it always had
         del out["engine"]["speculative"]

@@ -30,6 +30,7 @@ from sim.config import (
     WorkloadConfig,
 )
 from sim.kv_transfer import LINK_LATENCY_MS
+from sim.moe_group import ALL2ALL_BACKENDS
 
 
 class Ctx(NamedTuple):
@@ -109,6 +110,13 @@ RULES: dict[tuple[type, str], Rule] = {
     (HardwareConfig, "tensor_parallel_size"): in_range(1, 64),
     (HardwareConfig, "replicas"): in_range(1, 1024),
     (HardwareConfig, "router"): one_of("round_robin", "least_outstanding"),
+    # data parallel (planner/scenario/data_parallel.py checks how these fit together); vLLM's largest wide-EP
+    # deployments run 96-320 ranks
+    (HardwareConfig, "data_parallel_size"): in_range(1, 1024),
+    (HardwareConfig, "gpus_per_node"): in_range(1, 1024),
+    (HardwareConfig, "num_nodes"): in_range(1, 1024),
+    (HardwareConfig, "nvlink_domain_gpus"): in_range(1, 1024),  # NVLink Switch systems join up to 576 GPUs
+    (HardwareConfig, "internode_gbit_per_s"): in_range(0.1, 1e5, " Gb/s"),
     (EngineConfig, "scheduler"): one_of("continuous", "static"),
     (EngineConfig, "kv_cache"): one_of("paged", "contiguous"),
     # vLLM's CUDA kernels take 8..128 (its CacheConfig up to 256); the simulator and our kernels only need
@@ -122,6 +130,9 @@ RULES: dict[tuple[type, str], Rule] = {
     (EngineConfig, "max_model_len"): in_range(1, MAX_TOKENS),
     (EngineConfig, "kv_cache_dtype"): one_of("auto", *DTYPE_BYTES),
     (EngineConfig, "num_scheduler_steps"): in_range(1, 1024),
+    (EngineConfig, "all2all_backend"): one_of(*ALL2ALL_BACKENDS),
+    (EngineConfig, "eplb_num_redundant_experts"): in_range(0, 1 << 16),
+    (EngineConfig, "expert_load_balancedness"): above_to(0, 1),
     (EngineConfig, "num_gpu_blocks_override"): Rule(
         lambda v: 2 <= v <= MAX_NUM_GPU_BLOCKS,
         f"must be in [2, {_num(MAX_NUM_GPU_BLOCKS)}] (block 0 is vLLM's null block, never given to a request)",
@@ -173,6 +184,9 @@ RULES: dict[tuple[type, str], Rule] = {
             ("interconnect_bandwidth_gbps", 0.1, 1e6, " GB/s"),
         )
     },
+    (GpuSpec, "gpus_per_node"): in_range(1, 1024),
+    (GpuSpec, "nvlink_domain_gpus"): in_range(1, 1024),
+    (GpuSpec, "internode_gbit_per_s"): in_range(0.1, 1e5, " Gb/s"),
     **{
         (GpuSpec, name): above_to(0, hi, unit)
         for name, hi, unit in (

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from planner.sizing.dp_serve import data_parallel_flags
 from sim.config import Scenario, SpeculativeConfig
 
 
@@ -38,6 +39,7 @@ def vllm_serve_command(s: Scenario) -> str:
         f"vllm serve {s.model.checkpoint}",
         f"--dtype {s.dtype}",
         f"--tensor-parallel-size {s.hardware.tensor_parallel_size}",
+        *data_parallel_flags(s),
         f"--max-model-len {s.max_model_len}",
         f"--max-num-seqs {e.max_num_seqs}",
         f"--max-num-batched-tokens {e.max_num_batched_tokens}",
@@ -53,7 +55,7 @@ def vllm_serve_command(s: Scenario) -> str:
         parts.append("--enforce-eager")
     if e.num_gpu_blocks_override is not None:
         parts.append(f"--num-gpu-blocks-override {e.num_gpu_blocks_override}")
-    if s.hardware.expert_parallel:  # experts placed whole across the tensor-parallel ranks
+    if s.hardware.expert_parallel:  # experts placed whole across the tensor-parallel (and data-parallel) ranks
         parts.append("--enable-expert-parallel")
     if s.model.model_type == "qwen":  # first-generation Qwen ships its modelling code in the repository
         parts.append("--trust-remote-code")

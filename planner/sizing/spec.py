@@ -93,6 +93,12 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
             " search.disaggregated section (planner/sizing/topology.py); give hardware instead of fleet (a fleet"
             " of several mixed pools is not searched: simulate it with planner simulate)",
         )  # fmt: skip
+    if scenario.hardware.data_parallel_size > 1:
+        raise ScenarioError(
+            str(path), "hardware.data_parallel_size", scenario.hardware.data_parallel_size,
+            "planner size searches tensor parallel and replicas, not data-parallel layouts yet; simulate a"
+            " data-parallel deployment with planner simulate, or size with data_parallel_size 1",
+        )  # fmt: skip
     ctx = Ctx(str(path), path.absolute().parent)
     search = parse_search({} if search_raw is None else search_raw, scenario, ctx)
     check_pool_override(scenario, search, ctx)

@@ -88,9 +88,13 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
     # the two engines step at once in the simulator and in turn in the live pair, so with several requests in
     # flight which of them share a decode step would depend on the durations
     "pd-pair": ["workload.arrival={process: closed, concurrency: 1, think_time_s: 0}"],
+    # a tiny MoE's two data-parallel ranks in lockstep (DP_SCENARIO): the balancer's choice of rank for each request,
+    # every rank's steps, the steps where one rank has nothing to run
+    "data-parallel": ["engine.num_gpu_blocks_override=256"],
 }
 PD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_pd.yaml"
-SCENARIO_OF = {"pd-pair": PD_SCENARIO}  # the cases run on another scenario than SCENARIO
+DP_SCENARIO = ROOT / "scenarios" / "cpu_tiny_moe_dp2.yaml"
+SCENARIO_OF = {"pd-pair": PD_SCENARIO, "data-parallel": DP_SCENARIO}  # the cases run on another scenario than SCENARIO
 
 
 @dataclass

@@ -1,0 +1,175 @@
+"""The SimPy driver of a data-parallel deployment (`hardware.data_parallel_size`, vLLM's --data-parallel-size): N
+engine ranks, each with its own scheduler, batch and KV pool, behind vLLM's DP balancer (sim/dp_balancer.py).
+
+- A mixture of experts under expert parallel: the ranks step in lockstep (sim/dp_balancer.py), an idle one running a
+  dummy batch (a one-token forward that samples nothing). A step lasts as long as the slowest rank's: its attention
+  and dense layers (its own batch, sim/cost_model.py, routed experts left out) plus the group's MoE layers, which
+  the busiest GPU sets (sim/moe_group.py).
+- A dense model: the ranks are independent engines (vLLM runs non-MoE data-parallel ranks as separate engines,
+  with no lockstep), each stepped as sim/replica.py steps a replica.
+
+Simplified: a request arriving during a lockstep step joins its rank's queue at once (async scheduling's one-step
+miss is not modelled in the lockstep group), and no step is a decode window (every step is stepped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import simpy
+
+from sim.cost_model import CostModel
+from sim.dp_balancer import balancer_score, is_dummy, lockstep_schedule, pick_rank
+from sim.driver import Simulation
+from sim.engine_facts import EngineFacts
+from sim.moe_group import MoeGroupCost, MoeStep
+from sim.replica import Replica
+from sim.request import Request
+from sim.scheduler import build_scheduler
+from sim.scheduler_base import Scheduler
+
+
+@dataclass
+class DataParallelStats:
+    """What set a lockstep group's steps, summed over the run."""
+
+    num_ranks: int
+    num_steps: int = 0
+    busy_s: float = 0.0  # the steps' seconds
+    experts_s: float = 0.0  # of which the busiest GPU's expert GEMMs
+    all2all_s: float = 0.0  # of which dispatch and combine
+    imbalance_sum: float = 0.0  # the busiest GPU's (token, expert) pairs over the mean GPU's, summed over steps
+    dummy_rank_steps: int = 0  # rank-steps that were dummy batches (the rank had nothing to run)
+
+    def add(self, duration_s: float, moe: MoeStep, num_dummy: int) -> None:
+        self.num_steps += 1
+        self.busy_s += duration_s
+        self.experts_s += moe.experts_s
+        self.all2all_s += moe.all2all_s
+        self.imbalance_sum += moe.imbalance
+        self.dummy_rank_steps += num_dummy
+
+    def to_dict(self) -> dict:
+        steps, busy = max(self.num_steps, 1), self.busy_s or 1.0
+        return {
+            "lockstep_steps": self.num_steps,
+            "all2all_share": self.all2all_s / busy,
+            "experts_share": self.experts_s / busy,
+            "mean_imbalance": self.imbalance_sum / steps,
+            "dummy_share": self.dummy_rank_steps / (steps * self.num_ranks),
+        }
+
+
+class LockstepRank:
+    """One rank of a lockstep group, as the router sees it."""
+
+    def __init__(self, group: LockstepGroup, scheduler: Scheduler) -> None:
+        self.group, self.scheduler = group, scheduler
+
+    def submit(self, request: Request) -> None:
+        self.scheduler.add_request(request)
+        self.group.wake()
+
+    @property
+    def score(self) -> int:
+        return balancer_score(self.scheduler)
+
+
+class LockstepGroup:
+    """vLLM's DPEngineCoreProc ranks of a mixture of experts: one SimPy process steps them all together."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        schedulers: list[Scheduler],
+        cost: CostModel,
+        on_finished: Callable[[Request], None],
+    ) -> None:
+        self.env, self.cost, self.on_finished = env, cost, on_finished
+        self.moe = MoeGroupCost(cost)
+        self.ranks = [LockstepRank(self, s) for s in schedulers]
+        self.stats = DataParallelStats(len(schedulers))
+        self.idle: simpy.Event | None = None
+        env.process(self.run())
+
+    def wake(self) -> None:
+        if self.idle is not None and not self.idle.triggered:
+            self.idle.succeed()
+
+    def run(self):
+        env, cost = self.env, self.cost
+        schedulers = [rank.scheduler for rank in self.ranks]
+        after_idle = True
+        while True:
+            if not any(s.num_unfinished for s in schedulers):
+                self.idle = env.event()
+                yield self.idle
+                after_idle = True
+                continue
+            outs = lockstep_schedule(schedulers)
+            moe = self.moe.step([1 if is_dummy(out) else out.num_tokens for out in outs])
+            sides = [self._rank_sides(out, moe) for out in outs]
+            duration = max(float(cost.combine(host, device, after_idle)) for host, device in sides)
+            start, blocks = env.now, [s.kv.pool.num_used_blocks for s in schedulers]
+            yield env.timeout(duration)
+            finished = []
+            for s, out, (host, device), used in zip(schedulers, outs, sides, blocks, strict=True):
+                if not is_dummy(out):
+                    finished += s.update(out, env.now)
+                    s.record_step(out, start, duration, used, host, device)
+            self.stats.add(duration, moe, sum(map(is_dummy, outs)))
+            after_idle = False
+            for request in finished:
+                self.on_finished(request)
+            if finished:
+                yield env.timeout(0)  # as sim/replica.py: the users whose replies completed go first
+
+    def _rank_sides(self, out, moe: MoeStep) -> tuple[float, float]:
+        """(host, device) seconds of one rank's step: its own batch, or a dummy batch of one token that samples
+        nothing, plus the group's MoE layers."""
+        cost = self.cost
+        if is_dummy(out):
+            return cost.host_s(0), cost.device_s(1, 1, 0, 1, 0) + moe.total_s
+        device = cost.device_s(
+            out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
+        )
+        return cost.host_s(out.num_seqs), device + moe.total_s
+
+
+class DataParallelSimulation(Simulation):
+    """A one-pool scenario whose hardware has data_parallel_size > 1: its ranks behind vLLM's DP balancer."""
+
+    group: LockstepGroup | None = None
+
+    @property
+    def num_engines(self) -> int:
+        return self.scenario.hardware.data_parallel_size  # validation refuses replicas of a data-parallel group
+
+    def build_replicas(self, facts: EngineFacts, num_blocks: int, fast_paths: bool, fast_forward: bool, closed_loop):
+        self.rank_requests = [0] * self.num_engines  # requests the balancer sent each rank
+        if not facts.expert_parallel_size > 1:  # independent engines; stepped, as the balancer reads their queues
+            return super().build_replicas(facts, num_blocks, fast_paths, False, closed_loop)
+        seed = self.scenario.workload.seed
+        schedulers = [
+            build_scheduler(facts, num_blocks, self.recorder, index, fast_paths, fast_paths, seed)
+            for index in range(self.num_engines)
+        ]
+        self.group = LockstepGroup(self.env, schedulers, self.cost, self.on_finished)
+        return self.group.ranks
+
+    def route(self, request: Request) -> None:
+        index = pick_rank([_score(rank) for rank in self.replicas])
+        self.rank_requests[index] += 1
+        self.replicas[index].submit(request)
+
+    def stats(self) -> dict:
+        """The requests each rank was sent and, for a lockstep group, what set its steps (DataParallelStats)."""
+        group = self.group.stats.to_dict() if self.group is not None else {"lockstep_steps": 0}
+        return {"data_parallel_size": self.num_engines, "requests_per_rank": self.rank_requests, **group}
+
+
+def _score(rank: LockstepRank | Replica) -> int:
+    if isinstance(rank, LockstepRank):
+        return rank.score
+    return balancer_score(rank.scheduler, len(rank.deferred or ()))
