@@ -32,6 +32,7 @@ from sim.config import Scenario
 from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 from sim.metrics import Recorder
+from sim.prefix_stats import PrefixCacheCounts
 from sim.request import Request
 from sim.scheduler import Scheduler, build_scheduler
 from sim.workload import Workload, generate_workload, make_request
@@ -228,6 +229,8 @@ def run_scenario(
         torch.cuda.reset_peak_memory_stats(torch_device)
 
     recorder = Recorder(num_blocks, e.block_size, record_steps=True)
+    if workload.block_ids is not None:  # as the simulator's (sim/driver.py)
+        recorder.prefix = PrefixCacheCounts()
     scheduler = build_scheduler(facts, num_blocks, recorder, seed=scenario.workload.seed)
     arrivals = Arrivals(workload)
     finished_count = 0

@@ -394,7 +394,13 @@ class TraceConfig:
     path: str  # absolute once loaded (resolved against the scenario's folder)
     prompt_column: str = "num_prefill_tokens"  # a CSV column or JSONL key of prompt tokens
     output_column: str = "num_decode_tokens"  # ... of output tokens
-    arrival_column: str | None = "arrived_at"  # ... of arrival times in seconds (arrival.process: trace)
+    arrival_column: str | None = "arrived_at"  # ... of arrival times (arrival.process: trace)
+    arrival_unit: str = "s"  # s | ms: the arrival column's unit (Mooncake's timestamps are ms)
+    # Prefix identity (JSON Lines only): the key of each row's list of prompt block ids, each naming
+    # `block_tokens` prompt tokens, chained (Mooncake's hash_ids: a block's id implies every block before it),
+    # so rows whose first k ids agree share their first k * block_tokens prompt tokens.
+    block_ids_column: str | None = None
+    block_tokens: int = 512  # prompt tokens per trace block (Mooncake's 512), the last one possibly partial
     # Lengths from the trace: replay (rows in file order from row 0, wrapping around) | sample (rows
     # drawn uniformly at random with replacement). Trace arrivals are always replayed in order.
     row_order: str = "replay"

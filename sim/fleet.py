@@ -219,6 +219,8 @@ class FleetSimulation(Simulation):
             request.prompt_token_ids,
             request.prefix_group,
             request.prefix_tokens,
+            request.trace_block_ids,
+            request.trace_block_tokens,
             do_remote_decode=True,
         )
         replica = self.router.route(prefilled)

@@ -19,6 +19,7 @@ import numpy as np
 
 from sim.columns import Columns
 from sim.config import SloConfig
+from sim.prefix_stats import PrefixCacheCounts
 from sim.request import Request
 from sim.speculation import SpecDecodeCounts
 from sim.statistics import BusyTotals, GapHistogram, percentile
@@ -92,6 +93,8 @@ class Recorder:
         self.num_preemptions = 0
         # Speculative decoding's counts (sim/speculation.py), shared by every replica's scheduler; None: off
         self.spec: SpecDecodeCounts | None = None
+        # The prefix cache's hits at admission, over every replica (sim/prefix_stats.py); None: not reported
+        self.prefix: PrefixCacheCounts | None = None
 
     def step(
         self,
@@ -349,4 +352,6 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
     summary["slo"] = slo_result
     if rec.spec is not None:
         summary["spec_decode"] = rec.spec.to_dict()
+    if rec.prefix is not None:
+        summary["prefix_cache"] = rec.prefix.to_dict()
     return summary

@@ -235,6 +235,8 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
             reserve = 0 if self.speculation is None else self.speculation.reserve(request, num_new, len(hits))
             if not self.kv.allocate_slots(request, num_new, hits, reserve):
                 break
+            if self.recorder.prefix is not None and not request.num_preemptions:
+                self.recorder.prefix.admitted(request.num_tokens, len(hits) * self.kv.block_size)
             self._admit(request)
             out.add(request, num_new)
             budget -= num_new

@@ -47,6 +47,8 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
         sum(row["num_prefill_tokens"] for row in d.rows if row["pool"] == 0) == sum(r[1] for r in d.requests)
         and sum(row["num_tokens"] for row in d.rows if row["pool"] == 1) == sum(r[2] for r in d.requests)
     ),
+    # cache hits where the trace's ids repeat: the prompts less the hits are computed
+    "trace-prefix-ids": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
 }
 
 

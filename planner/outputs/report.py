@@ -7,6 +7,7 @@ import math
 from planner.errors import one_line
 from planner.outputs.speculative import spec_decode_line
 from sim.memory import GIB, MemoryBreakdown
+from sim.prefix_stats import prefix_cache_line
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
 
@@ -160,6 +161,7 @@ def _memory_lines(s: dict) -> list[str]:
             f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
         ),
         *([spec_decode_line(s["spec_decode"])] if "spec_decode" in s else []),
+        *([prefix_cache_line(s["prefix_cache"])] if "prefix_cache" in s else []),
     ]
 
 

@@ -170,6 +170,8 @@ def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
             ctx.file, "workload.trace", NO_VALUE,
             "is set but unused: set prompt_tokens.dist, output_tokens.dist and/or arrival.process to trace",
         )  # fmt: skip
+    if t.block_ids_column is not None:
+        _check_block_ids(wl, ctx)
     if not t.path.lower().endswith(".csv"):
         return  # another format: the workload reader checks it
     try:
@@ -189,3 +191,27 @@ def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
                 column,
                 f"no such column in {t.path}{hint}; columns: {', '.join(header)}",
             )
+
+
+def _check_block_ids(wl: WorkloadConfig, ctx: Ctx) -> None:
+    """A trace's prompt block ids name the prompts the trace's own lengths give, once each, in no other prefix."""
+    t, where = wl.trace, "workload.trace.block_ids_column"
+    if t.path.lower().endswith(".csv"):
+        raise ScenarioError(
+            ctx.file, where, t.block_ids_column, "needs a JSON Lines trace (.jsonl): a CSV holds no lists"
+        )
+    if wl.prompt_tokens.dist != "trace":
+        raise ScenarioError(
+            ctx.file, "workload.prompt_tokens.dist", wl.prompt_tokens.dist,
+            "must be trace with workload.trace.block_ids_column: the block ids name the trace's own prompts",
+        )  # fmt: skip
+    if wl.shared_prefix is not None:
+        raise ScenarioError(
+            ctx.file, "workload.shared_prefix", NO_VALUE,
+            "cannot be combined with workload.trace.block_ids_column: the trace's block ids say what is shared",
+        )  # fmt: skip
+    if t.row_order != "replay":
+        raise ScenarioError(
+            ctx.file, "workload.trace.row_order", t.row_order,
+            "must be replay with workload.trace.block_ids_column: sampled rows would send one prompt several times",
+        )  # fmt: skip

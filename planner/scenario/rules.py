@@ -154,6 +154,8 @@ RULES: dict[tuple[type, str], Rule] = {
     (Distribution, "min"): in_range(1, MAX_TOKENS, " tokens"),
     (Distribution, "max"): in_range(1, MAX_TOKENS, " tokens"),
     (TraceConfig, "row_order"): one_of("replay", "sample"),
+    (TraceConfig, "arrival_unit"): one_of("s", "ms"),
+    (TraceConfig, "block_tokens"): in_range(1, 1 << 20, " tokens"),
     (SharedPrefixConfig, "tokens"): in_range(1, MAX_TOKENS),
     (SharedPrefixConfig, "group_size"): in_range(1, MAX_NUM_REQUESTS),
     **{(SloConfig, f.name): above_to(0, 1e9, " ms") for f in dataclasses.fields(SloConfig)},  # the bounds

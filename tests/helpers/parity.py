@@ -88,6 +88,16 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
     # the two engines step at once in the simulator and in turn in the live pair, so with several requests in
     # flight which of them share a decode step would depend on the durations
     "pd-pair": ["workload.arrival={process: closed, concurrency: 1, think_time_s: 0}"],
+    # prompts from a trace whose block ids (of 32 tokens) say which prefixes repeat: hits exactly there
+    "trace-prefix-ids": [
+        "engine.enable_prefix_caching=true",
+        "engine.num_gpu_blocks_override=256",
+        "workload.prompt_tokens={dist: trace}",
+        (
+            "workload.trace={path: traces/cpu_tiny_prefix_ids.jsonl, prompt_column: input_length, output_column:"
+            " output_length, block_ids_column: hash_ids, block_tokens: 32}"
+        ),
+    ],
 }
 PD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_pd.yaml"
 SCENARIO_OF = {"pd-pair": PD_SCENARIO}  # the cases run on another scenario than SCENARIO
