@@ -316,6 +316,18 @@ class SpeculativeConfig:
 
 
 @dataclass(frozen=True)
+class KvOffloadConfig:
+    """A KV tier in host memory under the GPU's prefix cache (vLLM's native OffloadingConnector,
+    --kv-offloading-backend native --kv-offloading-size; sim/host_tier.py)."""
+
+    size_gib: float  # pinned host memory per GPU for offloaded KV blocks (vLLM's flag: this times the TP size)
+    host_link_gb_s: float  # GB/s (1e9 bytes/s) per GPU, host to GPU: the PCIe link's measured or spec bandwidth
+    # The host memory (GiB) the engine may pin, when given (a node's RAM over the engines it runs): the tier of
+    # every GPU of the engine must fit in it
+    host_memory_gib: float | None = None
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """The engine's settings; those named as vLLM's flags mean what the flags mean."""
 
@@ -352,6 +364,7 @@ class EngineConfig:
     # 1: every step is scheduled.
     num_scheduler_steps: int = 1
     speculative: SpeculativeConfig | None = None  # vLLM's --speculative-config; None: no speculative decoding
+    kv_offload: KvOffloadConfig | None = None  # a KV tier in host memory; None: evicted blocks are gone
 
     def max_model_len_for(self, model: ModelSpec) -> int:
         """The longest request this engine serves `model`: max_model_len, else the model's own limit."""

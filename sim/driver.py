@@ -61,8 +61,9 @@ class Simulation:
         self.drafting = DraftCost.of(facts, coefficients)  # speculative decoding's drafter; None without
         num_blocks = kv_pool_blocks(facts, self.memory)  # sliding-window groups: vLLM's pool of layer slots
         self.recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps, steps_sink)
-        if self.workload.block_ids is not None:  # a trace that says which prefixes repeat: what did the cache hit?
-            self.recorder.prefix = PrefixCacheCounts()
+        offload = scenario.engine.kv_offload
+        if self.workload.block_ids is not None or offload is not None:  # what did the cache (and the tier) hit?
+            self.recorder.prefix = PrefixCacheCounts(host_hit_tokens=None if offload is None else 0)
         self.progress = progress
         self.env = simpy.Environment()
         self.num_finished = 0

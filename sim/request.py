@@ -56,6 +56,9 @@ class Request:
     num_preemptions: int = 0
     admission_order: int = 0  # when it last joined the running requests (the scheduler's count): their order
     first_token_s: float | None = None
+    # With a host KV tier (sim/host_tier.py): when it was first scheduled, and the seconds it waited for its loads
+    first_scheduled_s: float | None = None
+    host_load_s: float = 0.0
     last_token_s: float | None = None  # inter-token gaps go to the metrics as they happen, not kept here
     finished_s: float | None = None
     # Speculative decoding: the request's seeded acceptance draws (sim/acceptance.py), from its first decode step

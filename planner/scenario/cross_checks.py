@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
+from planner.scenario.kv_offload import check_kv_offload
 from planner.scenario.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
 from planner.scenario.speculative import check_speculative
 from sim.config import Distribution, GpuSpec, Scenario, WorkloadConfig
@@ -154,6 +155,7 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str],
         _check_trace_columns(wl, ctx)
     s = dataclasses.replace(s, engine=eng)
     check_speculative(s, ctx)  # engine.speculative against the model, the drafter and the engine
+    check_kv_offload(s, ctx)  # engine.kv_offload against what it does not combine with, and the host memory
     return s
 
 

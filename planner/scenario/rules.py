@@ -19,6 +19,7 @@ from sim.config import (
     FleetRouterConfig,
     GpuSpec,
     HardwareConfig,
+    KvOffloadConfig,
     KvTransferConfig,
     ModelSpec,
     PoolConfig,
@@ -155,6 +156,10 @@ RULES: dict[tuple[type, str], Rule] = {
     (Distribution, "max"): in_range(1, MAX_TOKENS, " tokens"),
     (TraceConfig, "row_order"): one_of("replay", "sample"),
     (TraceConfig, "arrival_unit"): one_of("s", "ms"),
+    # A host tier of a few MiB to 16 TiB per GPU; PCIe 3.0 x4 (4 GB/s) to past PCIe 6.0 x16 (128 GB/s)
+    (KvOffloadConfig, "size_gib"): in_range(0.001, 16384, " GiB"),
+    (KvOffloadConfig, "host_link_gb_s"): in_range(0.1, 1000, " GB/s"),
+    (KvOffloadConfig, "host_memory_gib"): in_range(0.001, 1 << 20, " GiB"),
     (TraceConfig, "block_tokens"): in_range(1, 1 << 20, " tokens"),
     (SharedPrefixConfig, "tokens"): in_range(1, MAX_TOKENS),
     (SharedPrefixConfig, "group_size"): in_range(1, MAX_NUM_REQUESTS),
