@@ -428,6 +428,22 @@ class SharedPrefixConfig:
 
 
 @dataclass(frozen=True)
+class SessionsConfig:
+    """Multi-turn conversations or agent loops (sim/sessions.py): sessions arriving at `rate`, each of
+    min_turns..max_turns requests; a turn's prompt is the previous turn's prompt and reply plus a new message."""
+
+    rate: float  # sessions/s, Poisson
+    min_turns: int  # turns per session: uniform in [min_turns, max_turns]
+    max_turns: int
+    # Each later turn's new message (a user's, or a tool's output in an agent loop), added to the context; the first
+    # turn's prompt is workload.prompt_tokens, every reply workload.output_tokens
+    message_tokens: Distribution
+    # Mean seconds from one turn's arrival to the next's (exponential): the reply and the user's (or tool's) time
+    # together. Open loop: a turn does not wait for the previous reply
+    turn_gap_s: float
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """The requests: how many, when they arrive and how long their prompts and replies are."""
 
@@ -438,6 +454,7 @@ class WorkloadConfig:
     output_tokens: Distribution = field(default_factory=lambda: Distribution("fixed", value=128))
     trace: TraceConfig | None = None
     shared_prefix: SharedPrefixConfig | None = None
+    sessions: SessionsConfig | None = None  # multi-turn sessions instead of independent requests
     too_long: str = "reject"  # reject | truncate: requests with prompt + output > max_model_len
 
 

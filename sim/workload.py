@@ -111,6 +111,10 @@ def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int |
     groups of `group_size` surviving requests share their first min(tokens, prompt length) tokens.
     `vocab_size` is only recorded, as the default of `prompt_token_ids`.
     """
+    if cfg.sessions is not None:
+        from sim.sessions import session_workload  # sessions build on this module's length draws
+
+        return session_workload(cfg, max_model_len, vocab_size)
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(NUM_STREAMS)]
     n = cfg.num_requests
     trace = _trace_columns(cfg)

@@ -118,6 +118,7 @@ def summary_lines(s: dict) -> list[str]:
         cached = (scenario.get("workload") or {}).get("shared_prefix") and (scenario.get("engine") or {}).get(
             "enable_prefix_caching"
         )
+        cached = cached or (s.get("prefix_cache") or {}).get("hit_tokens")  # a trace's or sessions' repeats
         lines.append(
             f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once"
             + (

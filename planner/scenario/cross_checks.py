@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
-from planner.scenario.kv_offload import check_kv_offload
+from planner.scenario.kv_reuse import check_kv_offload, check_sessions
 from planner.scenario.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
 from planner.scenario.speculative import check_speculative
 from sim.config import Distribution, GpuSpec, Scenario, WorkloadConfig
@@ -113,9 +113,12 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str],
     eng = dataclasses.replace(eng, max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=seqs)
 
     # What each distribution and arrival process needs.
-    for field_name in ("prompt_tokens", "output_tokens"):
-        d: Distribution = getattr(wl, field_name)
-        where = f"workload.{field_name}"
+    dists: dict[str, Distribution] = {
+        f"workload.{name}": getattr(wl, name) for name in ("prompt_tokens", "output_tokens")
+    }
+    if wl.sessions is not None:
+        dists["workload.sessions.message_tokens"] = wl.sessions.message_tokens
+    for where, d in dists.items():
         for p in DIST_PARAMS:
             given = getattr(d, p) is not None
             if p in DISTS[d.dist] and not given:
@@ -138,13 +141,16 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str],
             fail(f"{where}.dist", d.dist, "needs workload.trace (path and columns of a CSV trace)")
     a = wl.arrival
     raw_arrival = ((raw.get("workload") or {}).get("arrival")) or {}
+    if wl.sessions is not None:
+        check_sessions(wl, raw, ctx)
+        raw_arrival = {}
     for p in raw_arrival:
         if p != "process" and p not in ARRIVAL_TAKES[a.process]:
             fail(
                 f"workload.arrival.{p}", raw_arrival[p],
                 f"not used by process {a.process}, which takes {', '.join(ARRIVAL_TAKES[a.process])}",
             )  # fmt: skip
-    for p in PROCESSES[a.process]:
+    for p in PROCESSES[a.process] if wl.sessions is None else ():
         if getattr(a, p) is None:
             fail(f"workload.arrival.{p}", NO_VALUE, f"missing; process {a.process} needs {p} ({ARRIVAL_UNITS[p]})")
     if a.process == "trace" and wl.trace is None:

@@ -134,6 +134,8 @@ def scenario_to_dict(s: Scenario) -> dict:
             del out["model"][key]
     if s.engine.kv_offload is None:
         del out["engine"]["kv_offload"]  # likewise without a host tier
+    if s.workload.sessions is None:
+        del out["workload"]["sessions"]  # ... and independent requests
     trace = s.workload.trace
     if trace is not None and trace.block_ids_column is None:  # ... and a trace without block ids, read in seconds
         for key in ("block_ids_column", "block_tokens", *(("arrival_unit",) if trace.arrival_unit == "s" else ())):
