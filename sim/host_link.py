@@ -17,7 +17,6 @@ import simpy
 from sim.link_clock import LinkClock
 from sim.request import Request
 from sim.scheduler_base import Scheduler
-from sim.scheduler_output import SchedulerOutput
 
 HOST, GPU = "host", "gpu"  # the link's two ends: every load of a replica shares them
 
@@ -50,10 +49,3 @@ def host_link_of(env: simpy.Environment, scheduler: Scheduler, done: Callable[[R
     link = HostLink(env, offload.host_link_gb_s * 1e9, host.block_bytes, done)
     scheduler.on_host_load = link.load
     return link
-
-
-def mark_first_scheduled(out: SchedulerOutput, now_s: float) -> None:
-    """The step's requests scheduled for the first time: now (the TTFT's queueing ends, its compute begins)."""
-    for request, _ in out.scheduled:
-        if request.first_scheduled_s is None:
-            request.first_scheduled_s = now_s

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from sim.config import KvOffloadConfig
     from sim.memory import MemoryBreakdown
     from sim.prefix_stats import PrefixCacheCounts
+    from sim.scheduler_output import SchedulerOutput
 
 
 class HostTier:
@@ -37,19 +38,27 @@ class HostTier:
         self.num_loaded = 0  # blocks copied host -> GPU
         self.num_evicted = 0
         self.num_loads = 0  # loads started (a request's blocks past its GPU hits, at once)
+        # The live engine's copies (gpu_engine/host_copies.py): ("store", key, GPU block id) and ("evict", key,
+        # None) in the order they happen, for it to copy once the step has computed the blocks; None: not kept
+        self.journal: list[tuple[str, Hashable, int | None]] | None = None
 
-    def store(self, keys: Sequence[Hashable]) -> None:
-        """Blocks just computed: those not held yet are copied in (and touched, as the rest)."""
-        lru = self._lru
-        for key in keys:
+    def store(self, keys: Sequence[Hashable], block_ids: Sequence[int]) -> None:
+        """Blocks just computed (keys, and the GPU blocks that hold them): those not held yet are copied in (and
+        touched, as the rest)."""
+        lru, journal = self._lru, self.journal
+        for key, block_id in zip(keys, block_ids, strict=True):
             if key in lru:
                 lru.move_to_end(key)
                 continue
             lru[key] = None
             self.num_stored += 1
+            if journal is not None:
+                journal.append(("store", key, block_id))
         while len(lru) > self.num_blocks:
-            lru.popitem(last=False)
+            key, _ = lru.popitem(last=False)
             self.num_evicted += 1
+            if journal is not None:
+                journal.append(("evict", key, None))
 
     def lookup(self, keys: Sequence[Hashable]) -> int:
         """How many of the leading keys the tier holds (each found one touched)."""
@@ -97,3 +106,10 @@ def host_memory_line(d: dict) -> str:
         f" {d['pinned_bytes_per_engine'] / 2**30:,.2f} GiB per engine{node} = {d['num_blocks']:,} blocks,"
         f" {d['kv_tokens']:,} KV tokens"
     )
+
+
+def mark_first_scheduled(out: SchedulerOutput, now_s: float) -> None:
+    """The step's requests scheduled for the first time: now (the TTFT's queueing ends, its compute begins)."""
+    for request, _ in out.scheduled:
+        if request.first_scheduled_s is None:
+            request.first_scheduled_s = now_s

@@ -73,6 +73,10 @@ class KVCacheManager:
             return []
         return self.pool.lookup_prefix(self._chain_keys(request, num_blocks)[:num_blocks])
 
+    def block_keys(self, request: Request, first: int, stop: int) -> list[tuple]:
+        """The prefix-cache keys of the request's blocks first .. stop - 1 (the host tier's keys too)."""
+        return self._chain_keys(request, stop)[first:stop]
+
     def get_host_blocks(self, request: Request, num_gpu_hits: int) -> int:
         """How many blocks past its GPU hits a new request finds in the host tier (vLLM's OffloadingConnector,
         `get_num_new_matched_tokens`: the leading run after the GPU's, the last prompt token left to compute)."""
@@ -178,7 +182,8 @@ class KVCacheManager:
             request.block_hashes.append(hash(keys[i]))
             self.pool.cache_block(request.block_ids[i], keys[i])
         if self.host is not None:
-            self.host.store(keys[request.num_cached_blocks : num_full])
+            first = request.num_cached_blocks
+            self.host.store(keys[first:num_full], request.block_ids[first:num_full])
         request.num_cached_blocks = num_full
 
     def free_preempted(self, request: Request) -> None:

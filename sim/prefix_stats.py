@@ -67,9 +67,9 @@ def prefix_cache_lines(d: dict, offload: dict | None) -> list[str]:
     if offload is not None:
         lines.append(
             f"Host KV tier: {offload['size_gib']:g} GiB per GPU ({offload['num_blocks']:,} blocks),"
-            f" {offload['stored_bytes'] / 2**30:,.1f} GiB stored, {offload['loaded_bytes'] / 2**30:,.1f} GiB loaded"
+            f" {_bytes(offload['stored_bytes'])} stored, {_bytes(offload['loaded_bytes'])} loaded"
             f" over {offload['host_link_gb_s']:g} GB/s in {offload['num_loads']:,} loads"
-            f" ({offload['load_s']:,.1f} s loading, summed over requests)"
+            f" ({offload['load_s'] * 1e3:,.1f} ms loading, summed over requests)"
         )
     if "mean_ttft_split_ms" in d:
         split = d["mean_ttft_split_ms"]
@@ -78,3 +78,8 @@ def prefix_cache_lines(d: dict, offload: dict | None) -> list[str]:
             f" computing {split['compute']:,.1f} ms"
         )
     return lines
+
+
+def _bytes(n: float) -> str:
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20)) if n >= s), ("KiB", 2**10))
+    return f"{n / scale:,.1f} {unit}"

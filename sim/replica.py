@@ -27,7 +27,8 @@ import simpy
 from sim.cost_model import CostModel
 from sim.decode_windows import WindowStart
 from sim.draft_cost import DraftCost
-from sim.host_link import host_link_of, mark_first_scheduled
+from sim.host_link import host_link_of
+from sim.host_tier import mark_first_scheduled
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import ContinuousScheduler, Scheduler

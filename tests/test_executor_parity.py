@@ -49,6 +49,9 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
     ),
     # cache hits where the trace's ids repeat: the prompts less the hits are computed
     "trace-prefix-ids": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
+    # ... and on the host tier's scenario, more hits than the GPU pool alone keeps (tests/test_kv_offload.py
+    # checks that the tier found some of them)
+    "host-tier": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
 }
 
 

@@ -45,9 +45,9 @@ def _summary(path, overrides):
 
 def test_the_tier_is_an_lru_of_every_block_stored():
     tier = HostTier(2, 100, KvOffloadConfig(size_gib=1.0, host_link_gb_s=10.0))
-    tier.store(["a", "b"])
+    tier.store(["a", "b"], [1, 2])
     assert tier.lookup(["a", "b", "c"]) == 2  # both held: a, then b touched
-    tier.store(["b", "c"])  # b is held already (not stored again); c evicts the least recently used, a
+    tier.store(["b", "c"], [2, 3])  # b is held already (not stored again); c evicts the least recently used, a
     assert (tier.num_stored, tier.num_evicted) == (3, 1)
     assert tier.lookup(["a"]) == 0 and tier.lookup(["b", "c"]) == 2
     assert tier.lookup(["c", "x", "b"]) == 1  # the leading run only
@@ -117,3 +117,39 @@ def test_what_a_host_tier_cannot_take_is_refused(capsys, overrides, words):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_the_cpu_scenario_loads_from_its_tier():
+    # what the host-tier parity case (tests/test_executor_parity.py) runs on both executors
+    summary = _summary(ROOT / "scenarios" / "cpu_tiny_offload.yaml", [])[2]
+    assert summary["prefix_cache"]["host_hit_tokens"] > 0 and summary["kv_offload"]["num_loads"] > 0
+
+
+def test_the_live_engine_copies_a_block_out_and_back_exactly():
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from gpu_engine.host_copies import HostCopies
+    from sim.kv_manager import KVCacheManager
+    from sim.request import Request
+
+    kv = KVCacheManager(8, 16, enable_caching=True)
+    kv.host = HostTier(4, 1, KvOffloadConfig(size_gib=1.0, host_link_gb_s=10.0))
+    caches = [(torch.randn(8, 16, 2, 4), torch.randn(8, 16, 2, 4)) for _ in range(3)]  # 3 layers of K and V
+    runner = SimpleNamespace(device=torch.device("cpu"), kv_caches=caches)
+    added = []
+    copies = HostCopies(SimpleNamespace(kv=kv, on_host_load=None, add_request=added.append), runner)
+    first = Request(0, 0.0, 40, 4, prompt_token_ids=list(range(40)))
+    assert kv.allocate_slots(first, 40)  # its two full blocks are registered, and stored in the tier
+    copies._copy_out()  # after the step that computed them
+    computed = [(k[first.block_ids[:2]].clone(), v[first.block_ids[:2]].clone()) for k, v in caches]
+    for k, v in caches:  # the GPU's copies are gone
+        k.zero_()
+        v.zero_()
+    again = Request(1, 0.0, 40, 4, prompt_token_ids=list(range(40)))
+    again.block_ids = [5, 6]  # the blocks the scheduler gave its load
+    copies.loads.append((again, 2))
+    copies._load(lambda: 0.0)
+    for (k, v), (k_then, v_then) in zip(caches, computed, strict=True):
+        assert torch.equal(k[[5, 6]], k_then) and torch.equal(v[[5, 6]], v_then)
+    assert added == [again] and copies.loads == []

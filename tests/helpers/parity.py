@@ -98,9 +98,18 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
             " output_length, block_ids_column: hash_ids, block_tokens: 32}"
         ),
     ],
+    # ... one user at a time on 11 usable blocks with a host tier (OFFLOAD_SCENARIO): the prefixes the pool evicts
+    # are loaded back from the tier, copied out of and into the live engine's cache
+    "host-tier": [
+        "workload.num_requests=24",
+        "workload.arrival={process: closed, concurrency: 1, think_time_s: 0}",
+        "workload.prompt_tokens={dist: trace}",
+        "workload.output_tokens={dist: fixed, value: 4}",
+    ],
 }
 PD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_pd.yaml"
-SCENARIO_OF = {"pd-pair": PD_SCENARIO}  # the cases run on another scenario than SCENARIO
+OFFLOAD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_offload.yaml"
+SCENARIO_OF = {"pd-pair": PD_SCENARIO, "host-tier": OFFLOAD_SCENARIO}  # the cases run on another scenario than SCENARIO
 
 
 @dataclass
