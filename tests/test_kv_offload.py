@@ -153,3 +153,16 @@ def test_the_live_engine_copies_a_block_out_and_back_exactly():
     for (k, v), (k_then, v_then) in zip(caches, computed, strict=True):
         assert torch.equal(k[[5, 6]], k_then) and torch.equal(v[[5, 6]], v_then)
     assert added == [again] and copies.loads == []
+
+
+@pytest.mark.parametrize("key", ["engine.kv_offload", "fleet.pools.prefill.engine.kv_offload"])
+def test_a_fleet_with_a_host_tier_is_refused(capsys, key):
+    args = [
+        "simulate",
+        str(ROOT / "scenarios" / "cpu_tiny_pd.yaml"),
+        "--set",
+        f"{key}={{size_gib: 1, host_link_gb_s: 10}}",
+    ]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "engine.kv_offload (pool " in err and "not yet in a fleet" in err and "Traceback" not in err
