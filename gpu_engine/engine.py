@@ -22,6 +22,7 @@ import torch
 
 from gpu_engine import speculative
 from gpu_engine.cuda_graphs import capture_sizes
+from gpu_engine.host_copies import HostCopies
 from gpu_engine.host_load import OtherCpuMeter
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.reference_step import ReferenceProbe
@@ -32,6 +33,7 @@ from sim.config import Scenario
 from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 from sim.metrics import Recorder
+from sim.prefix_stats import PrefixCacheCounts
 from sim.request import Request
 from sim.scheduler import Scheduler, build_scheduler
 from sim.workload import Workload, generate_workload, make_request
@@ -112,6 +114,7 @@ def execute(scheduler: Scheduler, runner: ModelRunner, clock, on_finished, out, 
 
 
 def warm_up(facts: EngineFacts, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
+    facts = dataclasses.replace(facts, engine=dataclasses.replace(facts.engine, kv_offload=None))  # no host tier
     scheduler = build_scheduler(facts, num_blocks, Recorder(num_blocks, facts.engine.block_size, False), seed=0)
     for index in range(min(WARMUP_REQUESTS, len(workload))):
         request = make_request(workload, index, 0.0, with_token_ids=True)
@@ -228,7 +231,10 @@ def run_scenario(
         torch.cuda.reset_peak_memory_stats(torch_device)
 
     recorder = Recorder(num_blocks, e.block_size, record_steps=True)
+    if workload.block_ids is not None or e.kv_offload is not None:  # as the simulator's (sim/driver.py)
+        recorder.prefix = PrefixCacheCounts(host_hit_tokens=None if e.kv_offload is None else 0)
     scheduler = build_scheduler(facts, num_blocks, recorder, seed=scenario.workload.seed)
+    host = HostCopies(scheduler, runner) if scheduler.kv.host is not None else None  # a host KV tier's copies
     arrivals = Arrivals(workload)
     finished_count = 0
 
@@ -268,7 +274,10 @@ def run_scenario(
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             step_start = None
             continue
-        step(scheduler, runner, clock, on_finished, start=loop_start)
+        if host is None:
+            step(scheduler, runner, clock, on_finished, start=loop_start)
+        else:
+            host.step(clock, on_finished, loop_start)
         step_start = clock()
         busy_wall_s += step_start - loop_start
         busy_cpu_s += time.thread_time() - cpu_s

@@ -111,6 +111,18 @@ class SpeculativeConfig:
 
 
 @dataclass(frozen=True)
+class KvOffloadConfig:
+    """A KV tier in host memory under the GPU's prefix cache (vLLM's native OffloadingConnector,
+    --kv-offloading-backend native --kv-offloading-size; sim/host_tier.py)."""
+
+    size_gib: float  # pinned host memory per GPU for offloaded KV blocks (vLLM's flag: this times the TP size)
+    host_link_gb_s: float  # GB/s (1e9 bytes/s) per GPU, host to GPU: the PCIe link's measured or spec bandwidth
+    # The host memory (GiB) the engine may pin, when given (a node's RAM over the engines it runs): the tier of
+    # every GPU of the engine must fit in it
+    host_memory_gib: float | None = None
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """The engine's settings; those named as vLLM's flags mean what the flags mean."""
 
@@ -160,6 +172,7 @@ class EngineConfig:
     # window) for the placement without EPLB. None: a uniform router (only each step's random spread is uneven).
     # EPLB removes this skew (sim/moe_group.py).
     expert_load_balancedness: float | None = None
+    kv_offload: KvOffloadConfig | None = None  # a KV tier in host memory; None: evicted blocks are gone
 
     def max_model_len_for(self, model: ModelSpec) -> int:
         """The longest request this engine serves `model`: max_model_len, else the model's own limit."""
@@ -202,7 +215,13 @@ class TraceConfig:
     path: str  # absolute once loaded (resolved against the scenario's folder)
     prompt_column: str = "num_prefill_tokens"  # a CSV column or JSONL key of prompt tokens
     output_column: str = "num_decode_tokens"  # ... of output tokens
-    arrival_column: str | None = "arrived_at"  # ... of arrival times in seconds (arrival.process: trace)
+    arrival_column: str | None = "arrived_at"  # ... of arrival times (arrival.process: trace)
+    arrival_unit: str = "s"  # s | ms: the arrival column's unit (Mooncake's timestamps are ms)
+    # Prefix identity (JSON Lines only): the key of each row's list of prompt block ids, each naming
+    # `block_tokens` prompt tokens, chained (Mooncake's hash_ids: a block's id implies every block before it),
+    # so rows whose first k ids agree share their first k * block_tokens prompt tokens.
+    block_ids_column: str | None = None
+    block_tokens: int = 512  # prompt tokens per trace block (Mooncake's 512), the last one possibly partial
     # Lengths from the trace: replay (rows in file order from row 0, wrapping around) | sample (rows
     # drawn uniformly at random with replacement). Trace arrivals are always replayed in order.
     row_order: str = "replay"
@@ -217,6 +236,22 @@ class SharedPrefixConfig:
 
 
 @dataclass(frozen=True)
+class SessionsConfig:
+    """Multi-turn conversations or agent loops (sim/sessions.py): sessions arriving at `rate`, each of
+    min_turns..max_turns requests; a turn's prompt is the previous turn's prompt and reply plus a new message."""
+
+    rate: float  # sessions/s, Poisson
+    min_turns: int  # turns per session: uniform in [min_turns, max_turns]
+    max_turns: int
+    # Each later turn's new message (a user's, or a tool's output in an agent loop), added to the context; the first
+    # turn's prompt is workload.prompt_tokens, every reply workload.output_tokens
+    message_tokens: Distribution
+    # Mean seconds from one turn's arrival to the next's (exponential): the reply and the user's (or tool's) time
+    # together. Open loop: a turn does not wait for the previous reply
+    turn_gap_s: float
+
+
+@dataclass(frozen=True)
 class WorkloadConfig:
     """The requests: how many, when they arrive and how long their prompts and replies are."""
 
@@ -227,6 +262,7 @@ class WorkloadConfig:
     output_tokens: Distribution = field(default_factory=lambda: Distribution("fixed", value=128))
     trace: TraceConfig | None = None
     shared_prefix: SharedPrefixConfig | None = None
+    sessions: SessionsConfig | None = None  # multi-turn sessions instead of independent requests
     too_long: str = "reject"  # reject | truncate: requests with prompt + output > max_model_len
 
 

@@ -20,6 +20,7 @@ from sim.engine_facts import EngineFacts
 from sim.kv_groups import kv_pool_blocks
 from sim.memory import MemoryBreakdown, memory_breakdown
 from sim.metrics import Recorder
+from sim.prefix_stats import PrefixCacheCounts
 from sim.replica import Replica
 from sim.request import Request
 from sim.scheduler import build_scheduler
@@ -62,6 +63,9 @@ class Simulation:
         self.drafting = DraftCost.of(facts, coefficients)  # speculative decoding's drafter; None without
         num_blocks = kv_pool_blocks(facts, self.memory)  # sliding-window groups: vLLM's pool of layer slots
         self.recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps, steps_sink)
+        offload = scenario.engine.kv_offload
+        if self.workload.block_ids is not None or offload is not None:  # what did the cache (and the tier) hit?
+            self.recorder.prefix = PrefixCacheCounts(host_hit_tokens=None if offload is None else 0)
         self.progress = progress
         self.env = simpy.Environment()
         self.num_finished = 0

@@ -43,7 +43,8 @@ from sim.driver import Simulation
 from sim.engine_facts import EngineFacts
 from sim.fleet_router import FleetRouter
 from sim.kv_groups import kv_pool_blocks
-from sim.kv_transfer import LINK_LATENCY_MS, SharedLinks, TransferLog, kv_transfer_bytes, link_bytes_per_s
+from sim.kv_transfer import LINK_LATENCY_MS, TransferLog, kv_transfer_bytes, link_bytes_per_s
+from sim.link_clock import LinkClock
 from sim.memory import MemoryBreakdown, memory_breakdown
 from sim.metrics import Recorder
 from sim.replica import Replica
@@ -191,10 +192,8 @@ class FleetSimulation(Simulation):
         self.latency_s = self.transfer_latency_ms() / 1e3
         self.layerwise_floor = 1 / decode.facts.model.num_hidden_layers if link.layerwise else None
         self.prefill_recorder = prefill.recorder
-        self.links = SharedLinks()
+        self.links = LinkClock(self.env, lambda request_id: self._pulled(self.pulls.pop(request_id)))
         self.transfers = TransferLog()
-        self.link_changed = self.env.event()
-        self.env.process(self._link())
 
     def transfer_latency_ms(self) -> float | None:
         """The fixed cost of a pull: the file's latency_ms, else its link kind's."""
@@ -219,6 +218,8 @@ class FleetSimulation(Simulation):
             request.prompt_token_ids,
             request.prefix_group,
             request.prefix_tokens,
+            request.trace_block_ids,
+            request.trace_block_tokens,
             do_remote_decode=True,
         )
         replica = self.router.route(prefilled)
@@ -248,23 +249,7 @@ class FleetSimulation(Simulation):
         solo_s = pull.num_bytes / self.link_bytes_per_s
         if self.layerwise_floor is not None:
             solo_s = max(solo_s - pull.overlap_s, solo_s * self.layerwise_floor)
-        self.links.add(pull.request.request_id, solo_s, pull.source, pull.destination, self.env.now)
-        if not self.link_changed.triggered:
-            self.link_changed.succeed()
-
-    def _link(self):
-        """Moves the pulls in flight on, finishing each when its bytes are through."""
-        env = self.env
-        while True:
-            finish_s = self.links.next_finish_s()
-            if finish_s is None:
-                yield self.link_changed
-            else:
-                yield env.any_of([env.timeout(max(finish_s - env.now, 0.0)), self.link_changed])
-            if self.link_changed.triggered:
-                self.link_changed = env.event()
-            for request_id in self.links.pop_finished(env.now):
-                self._pulled(self.pulls.pop(request_id))
+        self.links.add(pull.request.request_id, solo_s, pull.source, pull.destination)
 
     def _pulled(self, pull: _Pull) -> None:
         self.transfers.add(pull.start_s, self.env.now, pull.num_tokens, pull.num_bytes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sim.block_pool import BlockPool
+from sim.host_tier import HostTier
 from sim.request import Request
 
 ROOT_HASH = 0  # the parent hash of a request's first block
@@ -53,6 +54,9 @@ class KVCacheManager:
         # allocation, as vLLM does (the reference the property tests compare with).
         self.defer_private_blocks = defer_private_blocks
         self._keys: dict[Request, list[tuple]] = {}  # _chain_keys' (by identity: Request compares by identity)
+        # A KV tier in host memory (engine.kv_offload; sim/host_tier.py): every block registered here is stored
+        # there too, and a waiting request looks there for the blocks past its GPU hits. None: no tier.
+        self.host: HostTier | None = None
 
     def get_computed_blocks(self, request: Request) -> list[int]:
         """Leading full blocks of a new request already in the prefix cache.
@@ -68,6 +72,21 @@ class KVCacheManager:
         if num_blocks <= 0:
             return []
         return self.pool.lookup_prefix(self._chain_keys(request, num_blocks)[:num_blocks])
+
+    def block_keys(self, request: Request, first: int, stop: int) -> list[tuple]:
+        """The prefix-cache keys of the request's blocks first .. stop - 1 (the host tier's keys too)."""
+        return self._chain_keys(request, stop)[first:stop]
+
+    def get_host_blocks(self, request: Request, num_gpu_hits: int) -> int:
+        """How many blocks past its GPU hits a new request finds in the host tier (vLLM's OffloadingConnector,
+        `get_num_new_matched_tokens`: the leading run after the GPU's, the last prompt token left to compute)."""
+        num_blocks = (request.num_tokens - 1) // self.block_size
+        shareable = request.num_shareable_blocks(self.block_size)
+        if shareable is not None and not request.num_preemptions:
+            num_blocks = min(num_blocks, shareable)
+        if num_blocks <= num_gpu_hits:
+            return 0
+        return self.host.lookup(self._chain_keys(request, num_blocks)[num_gpu_hits:num_blocks])
 
     def _chain_keys(self, request: Request, num_blocks: int) -> list[tuple]:
         """The chained prefix-cache keys of the request's first num_blocks blocks (at least). A full block's
@@ -162,6 +181,9 @@ class KVCacheManager:
         for i in range(request.num_cached_blocks, num_full):
             request.block_hashes.append(hash(keys[i]))
             self.pool.cache_block(request.block_ids[i], keys[i])
+        if self.host is not None:
+            first = request.num_cached_blocks
+            self.host.store(keys[first:num_full], request.block_ids[first:num_full])
         request.num_cached_blocks = num_full
 
     def free_preempted(self, request: Request) -> None:

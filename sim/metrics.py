@@ -19,6 +19,8 @@ import numpy as np
 
 from sim.columns import Columns
 from sim.config import SloConfig
+from sim.host_tier import HostTier, host_tiers_summary
+from sim.prefix_stats import PrefixCacheCounts
 from sim.request import Request
 from sim.speculation import SpecDecodeCounts
 from sim.statistics import BusyTotals, GapHistogram, percentile
@@ -92,6 +94,9 @@ class Recorder:
         self.num_preemptions = 0
         # Speculative decoding's counts (sim/speculation.py), shared by every replica's scheduler; None: off
         self.spec: SpecDecodeCounts | None = None
+        # The prefix cache's hits at admission, over every replica (sim/prefix_stats.py); None: not reported
+        self.prefix: PrefixCacheCounts | None = None
+        self.host_tiers: list[HostTier] = []  # every replica's host KV tier (engine.kv_offload)
 
     def step(
         self,
@@ -219,6 +224,8 @@ class Recorder:
         self.itl.add_counted([now_s - last_s for last_s in since_s], counts)
 
     def finished(self, request: Request) -> None:
+        if self.prefix is not None and request.first_scheduled_s is not None:
+            self.prefix.finished(request)
         self._finished.append(
             (
                 request.request_id,
@@ -349,4 +356,8 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
     summary["slo"] = slo_result
     if rec.spec is not None:
         summary["spec_decode"] = rec.spec.to_dict()
+    if rec.prefix is not None:
+        summary["prefix_cache"] = rec.prefix.to_dict()
+    if rec.host_tiers:
+        summary["kv_offload"] = host_tiers_summary(rec.host_tiers, rec.prefix)
     return summary

@@ -27,6 +27,8 @@ import simpy
 from sim.cost_model import CostModel
 from sim.decode_windows import WindowStart
 from sim.draft_cost import DraftCost
+from sim.host_link import host_link_of
+from sim.host_tier import mark_first_scheduled
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import ContinuousScheduler, Scheduler
@@ -98,6 +100,7 @@ class Replica:
         # ... and a request finished in step N holds its slot and blocks while step N+1 is planned (vLLM's
         # AsyncScheduler: sim/scheduler_base.py, hold_finished).
         scheduler.hold_finished = self.overlapped and isinstance(scheduler, ContinuousScheduler)
+        self.host_link = host_link_of(env, scheduler, self.submit)  # a host KV tier's loads; None: no tier
         env.process(self.run())
 
     def submit(self, request: Request) -> None:
@@ -191,6 +194,8 @@ class Replica:
         env, sched, cost = self.env, self.scheduler, self.cost
         self._release_deferred()  # arrivals during the previous step: too late for this one
         start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
+        if self.host_link is not None:
+            mark_first_scheduled(out, start)
         host = cost.host_s(out.num_seqs) if out.host_scheduled else cost.block_step_host_s(out.num_seqs)
         if priced is None:
             # The LM head runs over every sampled row and every verified draft (the rejection sampler's logits)

@@ -36,6 +36,10 @@ class Request:
     # Prefix caching: the first `prefix_tokens` tokens are shared by every request of `prefix_group`.
     prefix_group: int = -1
     prefix_tokens: int = 0
+    # Prefix identity from a trace (sim/trace_blocks.py): the prompt's block ids, each naming trace_block_tokens
+    # tokens; requests with the same id hold the same tokens there (and before: the ids are chained).
+    trace_block_ids: tuple[int, ...] = ()
+    trace_block_tokens: int = 0
     # Disaggregated serving, as vLLM's kv_transfer_params: the prefill instance's copy (one token) keeps its blocks
     # once finished, until the decode instance has pulled them; the decode instance's copy pulls its prompt's KV
     # before it is scheduled (cleared once the pull is under way: one transfer per request).
@@ -52,6 +56,9 @@ class Request:
     num_preemptions: int = 0
     admission_order: int = 0  # when it last joined the running requests (the scheduler's count): their order
     first_token_s: float | None = None
+    # With a host KV tier (sim/host_tier.py): when it was first scheduled, and the seconds it waited for its loads
+    first_scheduled_s: float | None = None
+    host_load_s: float = 0.0
     last_token_s: float | None = None  # inter-token gaps go to the metrics as they happen, not kept here
     finished_s: float | None = None
     # Speculative decoding: the request's seeded acceptance draws (sim/acceptance.py), from its first decode step
@@ -81,18 +88,22 @@ class Request:
         """What identifies a full block's tokens, for the prefix-cache hash.
 
         Live: the token ids themselves. Simulated: a block inside the shared prefix is the same for the
-        whole group; any other block is this request's own.
+        whole group; a prompt block inside the trace's block ids is named by the id of the trace block holding
+        its last token (chained ids: that one names every token before it too); any other block is this
+        request's own.
         """
         start, stop = block_index * block_size, (block_index + 1) * block_size
         if self.prompt_token_ids is not None:
             return tuple(self.token_ids(start, stop))
+        if self.trace_block_ids:
+            return self._trace_block_key(block_index, block_size)
         if stop <= self.prefix_tokens:
             return (0, self.prefix_group, block_index)  # ints hash the same in every process
         return (1, self.request_id, block_index)
 
     def block_content_keys(self, first: int, stop: int, block_size: int) -> list[tuple]:
         """block_content_key of blocks first .. stop - 1."""
-        if self.prompt_token_ids is not None:
+        if self.prompt_token_ids is not None or self.trace_block_ids:
             return [self.block_content_key(i, block_size) for i in range(first, stop)]
         in_prefix = min(max(self.prefix_tokens // block_size, first), stop)  # blocks below: inside the prefix
         group, own = self.prefix_group, self.request_id
@@ -107,4 +118,19 @@ class Request:
         """
         if self.prompt_token_ids is not None:
             return None
+        if self.trace_block_ids:
+            return self._num_trace_tokens() // block_size
         return self.prefix_tokens // block_size
+
+    def _num_trace_tokens(self) -> int:
+        """Leading prompt tokens that the trace's block ids name."""
+        return min(self.num_prompt_tokens, len(self.trace_block_ids) * self.trace_block_tokens)
+
+    def _trace_block_key(self, block_index: int, block_size: int) -> tuple:
+        """An engine block's key from the trace's ids. The engine's block_size (16) need not divide the trace's
+        block (Mooncake: 512): a block straddling two trace blocks is named by the second, whose id implies the
+        first. Blocks reaching past the tokens the ids name (the reply, a prompt clipped longer) are its own."""
+        last_token = (block_index + 1) * block_size - 1
+        if last_token >= self._num_trace_tokens():
+            return (1, self.request_id, block_index)
+        return (2, self.trace_block_ids[last_token // self.trace_block_tokens], block_index)

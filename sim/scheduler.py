@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from sim.decode_windows import DecodeWindows
 from sim.engine_facts import EngineFacts
+from sim.host_tier import HostTier
 from sim.kv_groups import HybridKVCacheManager, kv_groups
 from sim.kv_manager import KVCacheManager
 from sim.metrics import Recorder
@@ -219,9 +220,16 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
             if request.status is Status.WAITING_FOR_REMOTE_KVS:
                 skipped.append(self.waiting.popleft())
                 continue
-            hits = self.kv.get_computed_blocks(request) if request.num_computed_tokens == 0 else []
+            fresh = request.num_computed_tokens == 0
+            hits = self.kv.get_computed_blocks(request) if fresh else []
             if request.do_remote_prefill:
                 if not self._start_remote_load(request, hits):
+                    break
+                skipped.append(self.waiting.popleft())
+                continue
+            num_host = self.kv.get_host_blocks(request, len(hits)) if fresh and self.kv.host is not None else 0
+            if num_host:
+                if not self._start_host_load(request, hits, num_host):
                     break
                 skipped.append(self.waiting.popleft())
                 continue
@@ -235,6 +243,8 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
             reserve = 0 if self.speculation is None else self.speculation.reserve(request, num_new, len(hits))
             if not self.kv.allocate_slots(request, num_new, hits, reserve):
                 break
+            if self.recorder.prefix is not None and fresh and not request.num_preemptions:
+                self.recorder.prefix.admitted(request.num_tokens, len(hits) * self.kv.block_size)
             self._admit(request)
             out.add(request, num_new)
             budget -= num_new
@@ -259,6 +269,26 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
         self.on_remote_load(request, num_pulled)
         return True
 
+    def _start_host_load(self, request: Request, hits: list[int], num_host: int) -> bool:
+        """A request whose blocks past its GPU hits are in the host tier (vLLM's OffloadingConnector): blocks are
+        allocated for the hits and the loaded blocks, no token is scheduled, and the request waits, skipped in the
+        queue, until the executor has copied them in (`on_host_load`); then it is scheduled for the rest. False
+        (nothing changed) when they do not fit."""
+        kv = self.kv
+        num_loaded = (len(hits) + num_host) * kv.block_size
+        if self.config.scheduler_reserve_full_isl and not kv.full_sequence_fits(request, hits):
+            return False
+        if not kv.allocate_slots(request, 0, hits, reserve_tokens=num_loaded):
+            return False
+        if self.recorder.prefix is not None and not request.num_preemptions:
+            self.recorder.prefix.admitted(request.num_tokens, len(hits) * kv.block_size, num_host * kv.block_size)
+        request.num_computed_tokens = num_loaded
+        request.status = Status.WAITING_FOR_REMOTE_KVS
+        kv.host.num_loaded += num_host
+        kv.host.num_loads += 1
+        self.on_host_load(request, num_host)
+        return True
+
 
 def build_scheduler(
     facts: EngineFacts,
@@ -281,9 +311,15 @@ def build_scheduler(
         cap = facts.sliding_window_blocks
         kv = HybridKVCacheManager(num_gpu_blocks, e.block_size, e.enable_prefix_caching, groups, cap)
     else:
+        # A host tier stores every block as the prefix cache registers it: none is deferred (sim/kv_manager.py)
+        defer = fast_paths and e.kv_offload is None
         kv = KVCacheManager(
-            num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, fast_paths, count_blocks_lazily
+            num_gpu_blocks, e.block_size, e.enable_prefix_caching, contiguous, defer, count_blocks_lazily
         )
+        if e.kv_offload is not None:
+            block_bytes = e.block_size * facts.kv_bytes_per_token
+            kv.host = HostTier(int(e.kv_offload.size_gib * 2**30) // block_bytes, block_bytes, e.kv_offload)
+            recorder.host_tiers.append(kv.host)
     policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
     scheduler = policy(e, kv, recorder, replica)
     # The fast paths assume a request's blocks only grow; a sliding window frees blocks at every allocation.

@@ -48,6 +48,9 @@ class Scheduler(ABC):
         # on_remote_load(request, num_tokens) is told of each pull a decode instance starts.
         self.sending: dict[int, Request] = {}
         self.on_remote_load: Callable[[Request, int], None] | None = None
+        # A host KV tier (engine.kv_offload): on_host_load(request, num_blocks) is told of each load the scheduler
+        # starts; the executor copies them in and hands the request back (add_request) once they are there.
+        self.on_host_load: Callable[[Request, int], None] | None = None
 
     def add_request(self, request: Request) -> None:
         if request.status is Status.WAITING_FOR_REMOTE_KVS:  # its pulled KV has arrived: it stays in the queue

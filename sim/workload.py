@@ -15,7 +15,12 @@ Decisions a user can see:
   the survivors keep their times (as a server answering an error to the others would see them).
 - Traces are replayed from row 0 in order (arrival order when the arrival column is read); past the
   last row they wrap around, trace arrivals shifted by one period (span + one mean gap) per wrap.
-A trace file's columns are read and checked by sim/trace_file.py.
+- A trace's prompt block ids (workload.trace.block_ids_column) are each request's prefix identity: the trace's
+  block of `block_tokens` tokens with id h holds the same tokens in every request that has it, so requests share
+  exactly the prefixes the trace says (Request.block_content_key maps the engine's blocks onto them). A wrapped
+  replay's ids are shifted past every id of the file per wrap: a second pass sends new prompts, not the first
+  pass's again.
+A trace file's columns are read and checked by sim/trace_file.py, its block ids by sim/trace_blocks.py.
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ import numpy as np
 from sim.config import ArrivalConfig, Distribution, TraceConfig, WorkloadConfig
 from sim.errors import WorkloadError
 from sim.request import Request
+from sim.trace_blocks import read_block_ids
 from sim.trace_file import read_trace
 
 # Children of SeedSequence(cfg.seed): fixed numbers, so adding a source never moves an existing stream.
 ARRIVAL_STREAM, PROMPT_STREAM, OUTPUT_STREAM, TRACE_ROW_STREAM, TOKEN_STREAM = range(5)
 NUM_STREAMS = 5
-_PREFIX_IDS, _REQUEST_IDS = 0, 1  # grandchildren of TOKEN_STREAM: per shared-prefix group, per request
+# grandchildren of TOKEN_STREAM: per shared-prefix group, per request, per trace block id
+_PREFIX_IDS, _REQUEST_IDS, _TRACE_BLOCK_IDS = 0, 1, 2
 LENGTH_CEILING = 1 << 40  # the longest length kept (see _lengths)
 
 
@@ -72,6 +79,10 @@ class Workload:
     concurrency: int | None = None  # closed loop: users
     think_time_s: float = 0.0  # closed loop: pause between a reply and that user's next request
     clipped: tuple[Clipped, ...] = ()  # length distributions that clipping to [min, max] changed
+    # Prefix identity from a trace: request i's prompt block ids, each naming block_tokens prompt tokens (the
+    # ids cover at most its prompt; tokens past them are its own). None: no ids.
+    block_ids: tuple[tuple[int, ...], ...] | None = None
+    block_tokens: int = 0
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
@@ -100,6 +111,10 @@ def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int |
     groups of `group_size` surviving requests share their first min(tokens, prompt length) tokens.
     `vocab_size` is only recorded, as the default of `prompt_token_ids`.
     """
+    if cfg.sessions is not None:
+        from sim.sessions import session_workload  # sessions build on this module's length draws
+
+        return session_workload(cfg, max_model_len, vocab_size)
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(cfg.seed).spawn(NUM_STREAMS)]
     n = cfg.num_requests
     trace = _trace_columns(cfg)
@@ -113,12 +128,14 @@ def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int |
         if clip is not None
     )
 
+    positions = np.arange(n)  # the requests kept: their positions in the replay
     too_long = prompt + output > max_model_len
     num_too_long = int(too_long.sum())
     if cfg.too_long == "reject":
         keep = ~too_long
         prompt, output = prompt[keep], output[keep]
         arrival_s = None if arrival_s is None else arrival_s[keep]
+        positions = positions[keep]
     else:
         output = np.minimum(output, max_model_len - 1)
         prompt = np.minimum(prompt, max_model_len - output)
@@ -128,6 +145,9 @@ def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int |
     else:
         prefix_group = np.arange(len(prompt), dtype=np.int64) // cfg.shared_prefix.group_size
         prefix_tokens = np.minimum(prompt, cfg.shared_prefix.tokens)
+    block_ids = (
+        _request_block_ids(trace["blocks"], positions, prompt, cfg.trace.block_tokens) if "blocks" in trace else None
+    )
     return Workload(
         arrival_s=_read_only(arrival_s),
         prompt_tokens=_read_only(prompt),
@@ -141,6 +161,8 @@ def generate_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int |
         concurrency=cfg.arrival.concurrency,
         think_time_s=cfg.arrival.think_time_s,
         clipped=clipped,
+        block_ids=block_ids,
+        block_tokens=cfg.trace.block_tokens if block_ids is not None else 0,
     )
 
 
@@ -157,6 +179,8 @@ def prompt_token_ids(
     if vocab_size is None:
         raise ValueError("prompt_token_ids needs a vocab_size (none was given to generate_workload)")
     seed = workload.seed if seed is None else seed
+    if workload.block_ids is not None:
+        return _trace_token_ids(workload, index, vocab_size, seed)
     num_prefix = int(workload.prefix_tokens[index])
     num_rest = int(workload.prompt_tokens[index]) - num_prefix
     rest = _token_rng(seed, _REQUEST_IDS, int(index)).integers(0, vocab_size, num_rest)
@@ -181,10 +205,42 @@ def _trace_columns(cfg: WorkloadConfig) -> dict[str, np.ndarray]:
     columns = {role: table[names[role]] for role in roles}
     if len(columns[roles[0]]) == 0:
         raise WorkloadError(f"trace file {trace.path} has no rows")
+    if trace.arrival_unit == "ms" and "arrival" in columns:
+        columns["arrival"] = columns["arrival"] / 1000.0
+    if trace.block_ids_column is not None:
+        blocks = read_block_ids(trace.path, trace.block_ids_column, trace.prompt_column, trace.block_tokens)
+        columns["blocks"] = np.empty(len(blocks), dtype=object)
+        columns["blocks"][:] = blocks
     if "arrival" in columns:
         order = np.argsort(columns["arrival"], kind="stable")
         columns = {role: values[order] for role, values in columns.items()}
     return columns
+
+
+def _request_block_ids(
+    rows_ids: np.ndarray, positions: np.ndarray, prompt: np.ndarray, block_tokens: int
+) -> tuple[tuple[int, ...], ...]:
+    """Each request's block ids: its row's (the replay's position modulo the rows), cut to its prompt (a truncated
+    one holds fewer blocks), shifted by (largest id + 1) per wrap of the replay, so that a second pass through the
+    file shares nothing with the first."""
+    num_rows = len(rows_ids)
+    stride = 1 + max((max(ids) for ids in rows_ids if ids), default=0)
+    out = []
+    for position, num_prompt in zip(positions.tolist(), prompt.tolist(), strict=True):
+        ids = rows_ids[position % num_rows][: -(-num_prompt // block_tokens)]
+        shift = (position // num_rows) * stride
+        out.append(tuple(i + shift for i in ids) if shift else ids)
+    return tuple(out)
+
+
+def _trace_token_ids(workload: Workload, index: int, vocab_size: int, seed: int) -> list[int]:
+    """A trace request's prompt: each block id's block_tokens tokens drawn from (seed, id), so every request with
+    that id holds the same tokens there; the prompt's tokens past its ids from (seed, index)."""
+    num_prompt, size = int(workload.prompt_tokens[index]), workload.block_tokens
+    ids = workload.block_ids[index]
+    tokens = [t for i in ids for t in _token_rng(seed, _TRACE_BLOCK_IDS, i).integers(0, vocab_size, size).tolist()]
+    rest = max(num_prompt - len(tokens), 0)
+    return tokens[:num_prompt] + _token_rng(seed, _REQUEST_IDS, int(index)).integers(0, vocab_size, rest).tolist()
 
 
 def _trace_rows(trace: TraceConfig, columns: dict[str, np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
@@ -286,4 +342,6 @@ def make_request(workload: Workload, index: int, arrival_s: float, with_token_id
         prompt_token_ids=prompt_token_ids(workload, index) if with_token_ids else None,
         prefix_group=int(workload.prefix_group[index]),
         prefix_tokens=int(workload.prefix_tokens[index]),
+        trace_block_ids=() if workload.block_ids is None else workload.block_ids[index],
+        trace_block_tokens=workload.block_tokens,
     )

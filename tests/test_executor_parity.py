@@ -52,6 +52,11 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
         {row["replica"] for row in d.rows} == {0, 1}
         and sum(row["replica"] == 0 for row in d.rows) != sum(row["replica"] == 1 for row in d.rows)
     ),
+    # cache hits where the trace's ids repeat: the prompts less the hits are computed
+    "trace-prefix-ids": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
+    # ... and on the host tier's scenario, more hits than the GPU pool alone keeps (tests/test_kv_offload.py
+    # checks that the tier found some of them)
+    "host-tier": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
 }
 
 

@@ -48,6 +48,7 @@ def cmd_memory(args) -> int:
 def _memory_of(args, scenario) -> int:
     from planner.outputs.report import memory_lines
     from sim.engine_facts import EngineFacts
+    from sim.host_tier import host_memory, host_memory_line
     from sim.memory import memory_breakdown
     from sim.memory_fit import fit_problems
 
@@ -56,6 +57,7 @@ def _memory_of(args, scenario) -> int:
     mean_tokens = _mean_request_tokens(scenario)
     held, held_said = tokens_held(scenario, mean_tokens)
     problems = fit_problems(facts, mem)
+    offload, tp = scenario.engine.kv_offload, scenario.hardware.tensor_parallel_size
     if args.json:
         print(
             json.dumps(
@@ -72,7 +74,8 @@ def _memory_of(args, scenario) -> int:
                     "requests_at_mean_length": mem.requests_that_fit(held) if held else None,
                     "fits": not problems,
                     "problems": problems,
-                },
+                }
+                | ({"kv_offload": host_memory(offload, mem, tp)} if offload is not None else {}),
                 indent=2,
             )
         )
@@ -82,6 +85,8 @@ def _memory_of(args, scenario) -> int:
             f"{scenario.dtype}) on {scenario.hardware.describe()}"
         )
         print("\n".join(memory_lines(mem, scenario.hardware.tensor_parallel_size, held, held_said)))
+        if offload is not None:
+            print(host_memory_line(host_memory(offload, mem, tp)))
         for problem in problems:
             print(f"cannot run: {problem}")
     return EXIT_USAGE if problems else 0

@@ -7,6 +7,7 @@ import math
 from planner.errors import one_line
 from planner.outputs.speculative import spec_decode_line
 from sim.memory import GIB, MemoryBreakdown
+from sim.prefix_stats import prefix_cache_lines
 
 LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
 
@@ -121,6 +122,7 @@ def summary_lines(s: dict) -> list[str]:
         cached = (scenario.get("workload") or {}).get("shared_prefix") and (scenario.get("engine") or {}).get(
             "enable_prefix_caching"
         )
+        cached = cached or (s.get("prefix_cache") or {}).get("hit_tokens")  # a trace's or sessions' repeats
         lines.append(
             f"Physical floors on this GPU: TPOT >= {f['tpot_floor_ms']:.1f} ms (read every weight once"
             + (
@@ -164,6 +166,7 @@ def _memory_lines(s: dict) -> list[str]:
             f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
         ),
         *([spec_decode_line(s["spec_decode"])] if "spec_decode" in s else []),
+        *(prefix_cache_lines(s["prefix_cache"], s.get("kv_offload")) if "prefix_cache" in s else []),
     ]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
 from planner.scenario.data_parallel import check_data_parallel
+from planner.scenario.kv_reuse import check_kv_offload, check_sessions
 from planner.scenario.rules import ARRIVAL_TAKES, ARRIVAL_UNITS, DIST_PARAMS, DISTS, PROCESSES, Ctx, did_you_mean
 from planner.scenario.speculative import check_speculative
 from sim.config import Distribution, GpuSpec, Scenario, WorkloadConfig
@@ -114,9 +115,12 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str],
     eng = dataclasses.replace(eng, max_model_len=max_len, max_num_batched_tokens=budget, max_num_seqs=seqs)
 
     # What each distribution and arrival process needs.
-    for field_name in ("prompt_tokens", "output_tokens"):
-        d: Distribution = getattr(wl, field_name)
-        where = f"workload.{field_name}"
+    dists: dict[str, Distribution] = {
+        f"workload.{name}": getattr(wl, name) for name in ("prompt_tokens", "output_tokens")
+    }
+    if wl.sessions is not None:
+        dists["workload.sessions.message_tokens"] = wl.sessions.message_tokens
+    for where, d in dists.items():
         for p in DIST_PARAMS:
             given = getattr(d, p) is not None
             if p in DISTS[d.dist] and not given:
@@ -139,13 +143,16 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str],
             fail(f"{where}.dist", d.dist, "needs workload.trace (path and columns of a CSV trace)")
     a = wl.arrival
     raw_arrival = ((raw.get("workload") or {}).get("arrival")) or {}
+    if wl.sessions is not None:
+        check_sessions(wl, raw, ctx)
+        raw_arrival = {}
     for p in raw_arrival:
         if p != "process" and p not in ARRIVAL_TAKES[a.process]:
             fail(
                 f"workload.arrival.{p}", raw_arrival[p],
                 f"not used by process {a.process}, which takes {', '.join(ARRIVAL_TAKES[a.process])}",
             )  # fmt: skip
-    for p in PROCESSES[a.process]:
+    for p in PROCESSES[a.process] if wl.sessions is None else ():
         if getattr(a, p) is None:
             fail(f"workload.arrival.{p}", NO_VALUE, f"missing; process {a.process} needs {p} ({ARRIVAL_UNITS[p]})")
     if a.process == "trace" and wl.trace is None:
@@ -156,6 +163,7 @@ def check_relations(s: Scenario, raw: dict, ctx: Ctx, key_named: Callable[[str],
         _check_trace_columns(wl, ctx)
     s = dataclasses.replace(s, engine=eng)
     check_speculative(s, ctx)  # engine.speculative against the model, the drafter and the engine
+    check_kv_offload(s, ctx)  # engine.kv_offload against what it does not combine with, and the host memory
     return s
 
 
@@ -172,6 +180,8 @@ def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
             ctx.file, "workload.trace", NO_VALUE,
             "is set but unused: set prompt_tokens.dist, output_tokens.dist and/or arrival.process to trace",
         )  # fmt: skip
+    if t.block_ids_column is not None:
+        _check_block_ids(wl, ctx)
     if not t.path.lower().endswith(".csv"):
         return  # another format: the workload reader checks it
     try:
@@ -191,3 +201,27 @@ def _check_trace_columns(wl: WorkloadConfig, ctx: Ctx) -> None:
                 column,
                 f"no such column in {t.path}{hint}; columns: {', '.join(header)}",
             )
+
+
+def _check_block_ids(wl: WorkloadConfig, ctx: Ctx) -> None:
+    """A trace's prompt block ids name the prompts the trace's own lengths give, once each, in no other prefix."""
+    t, where = wl.trace, "workload.trace.block_ids_column"
+    if t.path.lower().endswith(".csv"):
+        raise ScenarioError(
+            ctx.file, where, t.block_ids_column, "needs a JSON Lines trace (.jsonl): a CSV holds no lists"
+        )
+    if wl.prompt_tokens.dist != "trace":
+        raise ScenarioError(
+            ctx.file, "workload.prompt_tokens.dist", wl.prompt_tokens.dist,
+            "must be trace with workload.trace.block_ids_column: the block ids name the trace's own prompts",
+        )  # fmt: skip
+    if wl.shared_prefix is not None:
+        raise ScenarioError(
+            ctx.file, "workload.shared_prefix", NO_VALUE,
+            "cannot be combined with workload.trace.block_ids_column: the trace's block ids say what is shared",
+        )  # fmt: skip
+    if t.row_order != "replay":
+        raise ScenarioError(
+            ctx.file, "workload.trace.row_order", t.row_order,
+            "must be replay with workload.trace.block_ids_column: sampled rows would send one prompt several times",
+        )  # fmt: skip

@@ -180,6 +180,12 @@ def _check_unmodelled(fleet: FleetConfig, ctx: Ctx) -> None:
                 ctx.file, f"engine.num_scheduler_steps (pool {pool.name})", pool.engine.num_scheduler_steps,
                 "multi-step scheduling (vLLM V0) is modelled for one pool of replicas, not in a fleet; allowed: 1",
             )  # fmt: skip
+        if pool.engine.kv_offload is not None:
+            raise ScenarioError(
+                ctx.file, f"engine.kv_offload (pool {pool.name})", NO_VALUE,
+                "a host KV tier is modelled for one pool of replicas, not yet in a fleet; remove it, or simulate the"
+                " pool on its own with hardware instead of fleet",
+            )  # fmt: skip
 
 
 def _check_roles(fleet: FleetConfig, ctx: Ctx) -> None:

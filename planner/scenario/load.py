@@ -137,4 +137,21 @@ def scenario_to_dict(s: Scenario) -> dict:
         del out["engine"]["speculative"]
         for key in ("num_nextn_predict_layers", "draft_vocab_size"):
             del out["model"][key]
+    for engine, config in ((out["engine"], s.engine), *zip(_pool_engines(out), _pool_configs(s), strict=True)):
+        if config.kv_offload is None:
+            del engine["kv_offload"]  # likewise without a host tier
+    if s.workload.sessions is None:
+        del out["workload"]["sessions"]  # ... and independent requests
+    trace = s.workload.trace
+    if trace is not None and trace.block_ids_column is None:  # ... and a trace without block ids, read in seconds
+        for key in ("block_ids_column", "block_tokens", *(("arrival_unit",) if trace.arrival_unit == "s" else ())):
+            del out["workload"]["trace"][key]
     return out
+
+
+def _pool_engines(out: dict) -> list[dict]:
+    return [pool["engine"] for pool in (out.get("fleet") or {}).get("pools", ())]
+
+
+def _pool_configs(s: Scenario) -> list:
+    return [pool.engine for pool in s.fleet.pools] if s.fleet is not None else []

@@ -91,10 +91,30 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
     # a tiny MoE's two data-parallel ranks in lockstep (DP_SCENARIO): the balancer's choice of rank for each request,
     # every rank's steps, the steps where one rank has nothing to run
     "data-parallel": ["engine.num_gpu_blocks_override=256"],
+    # prompts from a trace whose block ids (of 32 tokens) say which prefixes repeat: hits exactly there
+    "trace-prefix-ids": [
+        "engine.enable_prefix_caching=true",
+        "engine.num_gpu_blocks_override=256",
+        "workload.prompt_tokens={dist: trace}",
+        (
+            "workload.trace={path: traces/cpu_tiny_prefix_ids.jsonl, prompt_column: input_length, output_column:"
+            " output_length, block_ids_column: hash_ids, block_tokens: 32}"
+        ),
+    ],
+    # ... one user at a time on 11 usable blocks with a host tier (OFFLOAD_SCENARIO): the prefixes the pool evicts
+    # are loaded back from the tier, copied out of and into the live engine's cache
+    "host-tier": [
+        "workload.num_requests=24",
+        "workload.arrival={process: closed, concurrency: 1, think_time_s: 0}",
+        "workload.prompt_tokens={dist: trace}",
+        "workload.output_tokens={dist: fixed, value: 4}",
+    ],
 }
 PD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_pd.yaml"
 DP_SCENARIO = ROOT / "scenarios" / "cpu_tiny_moe_dp2.yaml"
-SCENARIO_OF = {"pd-pair": PD_SCENARIO, "data-parallel": DP_SCENARIO}  # the cases run on another scenario than SCENARIO
+OFFLOAD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_offload.yaml"
+# the cases run on another scenario than SCENARIO
+SCENARIO_OF = {"pd-pair": PD_SCENARIO, "data-parallel": DP_SCENARIO, "host-tier": OFFLOAD_SCENARIO}
 
 
 @dataclass

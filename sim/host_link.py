@@ -1,0 +1,51 @@
+"""The simulator's host link: a replica's loads from its host KV tier (sim/host_tier.py) timed on the SimPy clock.
+
+A load moves its blocks' bytes (per GPU: each GPU of a tensor-parallel engine copies its own heads over its own
+PCIe link) at `engine.kv_offload.host_link_gb_s`; loads in flight at once share the link evenly
+(sim/link_clock.py, as the fleet's KV pulls). Stores (GPU to host) travel the other direction of the
+full-duplex link on their own CUDA stream in vLLM (the offloading worker's transfer handlers), so they delay
+neither loads nor steps here. The loads run beside the replica's steps: a request waits for its own load, others
+are scheduled meanwhile (vLLM's `load_kv_async`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import simpy
+
+from sim.link_clock import LinkClock
+from sim.request import Request
+from sim.scheduler_base import Scheduler
+
+HOST, GPU = "host", "gpu"  # the link's two ends: every load of a replica shares them
+
+
+class HostLink:
+    """A replica's host link: its loads in flight, each request handed back (done) once its blocks are in."""
+
+    def __init__(self, env: simpy.Environment, bytes_per_s: float, block_bytes: int, done: Callable[[Request], None]):
+        self.env, self.bytes_per_s, self.block_bytes, self.done = env, bytes_per_s, block_bytes, done
+        self.loading: dict[int, tuple[Request, float]] = {}  # request id -> (request, load start)
+        self.clock = LinkClock(env, self._loaded)
+
+    def load(self, request: Request, num_blocks: int) -> None:
+        """Start copying num_blocks blocks in for request; `done(request)` once they are there."""
+        self.loading[request.request_id] = (request, self.env.now)
+        self.clock.add(request.request_id, num_blocks * self.block_bytes / self.bytes_per_s, HOST, GPU)
+
+    def _loaded(self, request_id: int) -> None:
+        request, start_s = self.loading.pop(request_id)
+        request.host_load_s += self.env.now - start_s
+        self.done(request)
+
+
+def host_link_of(env: simpy.Environment, scheduler: Scheduler, done: Callable[[Request], None]) -> HostLink | None:
+    """The link of a scheduler's host tier, wired to it (its loads start there, `done` gets each request back once
+    loaded); None without a tier."""
+    host, offload = scheduler.kv.host, scheduler.config.kv_offload
+    if host is None:
+        return None
+    link = HostLink(env, offload.host_link_gb_s * 1e9, host.block_bytes, done)
+    scheduler.on_host_load = link.load
+    return link

@@ -1,0 +1,85 @@
+"""What the prefix cache saved: prompt tokens looked up at admission and those found computed (vLLM's
+PrefixCacheStats, vllm/v1/metrics/stats.py: `queries` and `hits` in tokens, whose ratio its logger prints as the
+prefix cache hit rate; here counted once per request, at its first admission, as vLLM's `num_cached_tokens`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.request import Request
+
+
+@dataclass
+class PrefixCacheCounts:
+    """Tokens over every replica's first admissions (a preempted request's return is not counted again)."""
+
+    num_requests: int = 0
+    queried_tokens: int = 0  # the prompts' tokens at admission
+    hit_tokens: int = 0  # of those, found in the GPU prefix cache
+    host_hit_tokens: int | None = None  # ... and past those, in the host tier (engine.kv_offload); None: no tier
+    # With a host tier, each finished request's TTFT in three parts, summed (s): waiting to be scheduled (its load
+    # aside), waiting for its blocks from the host, and from its first scheduled step to its first token
+    num_split: int = 0
+    queueing_s: float = 0.0
+    load_s: float = 0.0
+    compute_s: float = 0.0
+
+    def admitted(self, num_tokens: int, num_hit_tokens: int, num_host_hit_tokens: int = 0) -> None:
+        self.num_requests += 1
+        self.queried_tokens += num_tokens
+        self.hit_tokens += num_hit_tokens
+        if num_host_hit_tokens:
+            self.host_hit_tokens += num_host_hit_tokens
+
+    def finished(self, request: Request) -> None:
+        self.num_split += 1
+        self.queueing_s += request.first_scheduled_s - request.arrival_s - request.host_load_s
+        self.load_s += request.host_load_s
+        self.compute_s += request.first_token_s - request.first_scheduled_s
+
+    def to_dict(self) -> dict:
+        share = (lambda n: n / self.queried_tokens) if self.queried_tokens else (lambda n: 0.0)
+        out = {
+            "num_requests": self.num_requests,
+            "queried_tokens": self.queried_tokens,
+            "hit_tokens": self.hit_tokens,
+            "hit_rate": share(self.hit_tokens),
+        }
+        if self.host_hit_tokens is not None:
+            out |= {"host_hit_tokens": self.host_hit_tokens, "host_hit_rate": share(self.host_hit_tokens)}
+        if self.num_split:
+            out["mean_ttft_split_ms"] = {
+                "queueing": self.queueing_s / self.num_split * 1e3,
+                "load": self.load_s / self.num_split * 1e3,
+                "compute": self.compute_s / self.num_split * 1e3,
+            }
+        return out
+
+
+def prefix_cache_lines(d: dict, offload: dict | None) -> list[str]:
+    host = f"; {d['host_hit_rate'] * 100:.1f}% more loaded from the host tier" if "host_hit_rate" in d else ""
+    lines = [
+        (
+            f"Prefix cache: {d['hit_rate'] * 100:.1f}% of prompt tokens found computed on the GPU{host}"
+            f" ({d['queried_tokens']:,} prompt tokens over {d['num_requests']:,} admissions)"
+        )
+    ]
+    if offload is not None:
+        lines.append(
+            f"Host KV tier: {offload['size_gib']:g} GiB per GPU ({offload['num_blocks']:,} blocks),"
+            f" {_bytes(offload['stored_bytes'])} stored, {_bytes(offload['loaded_bytes'])} loaded"
+            f" over {offload['host_link_gb_s']:g} GB/s in {offload['num_loads']:,} loads"
+            f" ({offload['load_s'] * 1e3:,.1f} ms loading, summed over requests)"
+        )
+    if "mean_ttft_split_ms" in d:
+        split = d["mean_ttft_split_ms"]
+        lines.append(
+            f"TTFT, mean: queueing {split['queueing']:,.1f} ms, loading from the host {split['load']:,.1f} ms,"
+            f" computing {split['compute']:,.1f} ms"
+        )
+    return lines
+
+
+def _bytes(n: float) -> str:
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20)) if n >= s), ("KiB", 2**10))
+    return f"{n / scale:,.1f} {unit}"
