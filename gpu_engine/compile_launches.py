@@ -97,6 +97,12 @@ DECODE = [(1, 1), (1, 15), (1, 16), (1, 17), (1, 4097)]  # tests/kernels/test_pa
 MIXED = [(1, 33), (7, 7), (5, 40), (16, 17), (1, 1), (3, 4097)]
 
 
+# (BLOCK_M, TILE_N, warps) launches other than the chosen configs, that the kernel must also get right:
+# tests/kernels/test_paged_attention.py::test_launch_configs runs them, the compile check compiles them. 8 warps
+# at BLOCK_M 128: with 4, sm_80 spills (255 registers, 8 B a thread).
+LAUNCH_CONFIG_SWEEP = ((16, 32, 4), (64, 16, 4), (128, 16, 8))
+
+
 def kernel_test_launches() -> Iterator[tuple[str, str, Callable[[], None]]]:
     """(dtype, where, launch) for the GPU-size launches of tests/kernels (FULL=True: HEAD_DIM 128)."""
     from planner_kernels.activation import silu_and_mul
@@ -178,12 +184,12 @@ def kernel_test_launches() -> Iterator[tuple[str, str, Callable[[], None]]]:
                 *_paged(ls, 8, 2, 128, 16, torch.bfloat16), num_splits=2, config=LaunchConfig(16, 16, 4, 1)
             ),
         )
-    for block_m, tile_n in ((16, 32), (64, 16), (128, 16)):
+    for block_m, tile_n, num_warps in LAUNCH_CONFIG_SWEEP:
         yield (
             "fp16",
             "test_launch_configs",
-            lambda m=block_m, n=tile_n: _launch(
-                *_paged(MIXED, 8, 2, 128, 16, fp16), num_splits=1, config=LaunchConfig(m, n, 4, 2)
+            lambda m=block_m, n=tile_n, w=num_warps: _launch(
+                *_paged(MIXED, 8, 2, 128, 16, fp16), num_splits=1, config=LaunchConfig(m, n, w, 2)
             ),
         )
     yield (

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 from helpers.kernels import DEVICE, FULL, free_blocks_before_window, make_case, require_triton
 
 require_triton()
+from gpu_engine.compile_launches import LAUNCH_CONFIG_SWEEP
 from planner_kernels.paged_attention import _launch, compile_split_path, paged_attention
 from planner_kernels.paged_attention_config import (
     DECODE_CONFIG,
@@ -94,8 +95,7 @@ def test_split_context_path(num_splits, lens):
     torch.testing.assert_close(out, paged_attention_ref(*case.args(scale)), atol=2e-2, rtol=2e-2)
 
 
-# 8 warps at BLOCK_M 128: with 4, sm_80 spills (gpu_engine.compile_check)
-@pytest.mark.parametrize("block_m,tile_n,num_warps", [(16, 32, 4), (64, 16, 4), (128, 16, 8)])
+@pytest.mark.parametrize("block_m,tile_n,num_warps", LAUNCH_CONFIG_SWEEP)
 def test_launch_configs(block_m, tile_n, num_warps):
     # the prefill config's larger BLOCK_M: several query blocks per sequence, partial last blocks
     case = make_case(MIXED, 8, 2, HEAD_DIM, 16, torch.float16, DEVICE)
