@@ -255,6 +255,11 @@ class Recorder:
             self._finished = []
 
 
+# The per-request latencies a summary reports, in the order it lists them (`mean_{key}_ms`, `median_{key}_ms`,
+# `p{N}_{key}_ms`): time to first token, time per output token, inter-token latency, end to end.
+LATENCY_KEYS = ("ttft", "tpot", "itl", "e2el")
+
+
 def _stats(name: str, values_ms: np.ndarray | GapHistogram) -> dict[str, float]:
     if len(values_ms) == 0:
         return {

@@ -18,11 +18,11 @@ from planner.scenario.rules import MIN_INTERVAL_RUNS
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
 from sim.engine_facts import EngineFacts
-from sim.metrics import summarize
+from sim.metrics import LATENCY_KEYS, summarize
 
 STATS = ("mean", "median", "p90", "p99")
 METRICS = ("request_throughput", "output_throughput") + tuple(
-    f"{stat}_{key}_ms" for key in ("ttft", "tpot", "itl", "e2el") for stat in STATS
+    f"{stat}_{key}_ms" for key in LATENCY_KEYS for stat in STATS
 )
 LOW_Q, HIGH_Q = 5, 95  # a 90% interval
 

@@ -12,13 +12,14 @@ from planner.calibration.busy import MAX_OTHER_LOAD, MIN_CPU_SHARE
 from planner.calibration.intervals import chance_inside
 from planner.calibration.machine_check import SLOWDOWN_LIMIT
 from planner.calibration.validate import HELD_OUT_INTERVAL_RUNS, HeldOutRun
+from sim.metrics import LATENCY_KEYS
 
 METRICS = (
     ("request_throughput", "requests/s"),
     ("output_throughput", "output tokens/s"),
     *[
         (f"{stat}_{key}_ms", f"{label} {stat_label}")
-        for key, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E"))
+        for key, label in zip(LATENCY_KEYS, ("TTFT", "TPOT", "ITL", "E2E"))
         for stat, stat_label in (("mean", "mean"), ("median", "p50"), ("p90", "p90"), ("p99", "p99"))
     ],
     ("num_gpu_blocks", "num_gpu_blocks"),

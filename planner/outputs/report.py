@@ -7,9 +7,10 @@ import math
 from planner.errors import one_line
 from planner.outputs.speculative import spec_decode_line
 from sim.memory import GIB, MemoryBreakdown
+from sim.metrics import LATENCY_KEYS
 from sim.prefix_stats import prefix_cache_lines
 
-LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency"))
+LATENCIES = tuple(zip(LATENCY_KEYS, ("TTFT", "TPOT", "ITL", "E2E latency")))
 
 
 def _gib(n: float) -> str:
