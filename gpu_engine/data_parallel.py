@@ -30,11 +30,11 @@ from gpu_engine.engine import (
     LiveResult,
     _device,
     _peak_memory_bytes,
-    execute,
     warm_up,
 )
 from gpu_engine.model import SparseMoE
 from gpu_engine.runner import ModelRunner, SamplingParams
+from gpu_engine.step_execute import execute
 from sim.config import Scenario
 from sim.dp_balancer import balancer_score, is_dummy, lockstep_schedule, pick_rank
 from sim.engine_facts import EngineFacts

@@ -27,6 +27,7 @@ from gpu_engine.host_load import OtherCpuMeter
 from gpu_engine.profiling import profile_num_blocks
 from gpu_engine.reference_step import ReferenceProbe
 from gpu_engine.runner import ModelRunner, SamplingParams
+from gpu_engine.step_execute import execute
 from gpu_engine.sweep_grid import Shape
 from gpu_engine.weights import WeightLoadError
 from sim.config import Scenario
@@ -96,21 +97,6 @@ def step(
     if not out.scheduled:
         raise RuntimeError(f"no request can be scheduled with {scheduler.kv.pool.num_free_blocks} free blocks")
     execute(scheduler, runner, clock, on_finished, out, start)
-
-
-def execute(scheduler: Scheduler, runner: ModelRunner, clock, on_finished, out, start: float) -> None:
-    """The rest of step() once `out` is scheduled (gpu_engine/pd_pair.py schedules itself: a disaggregated
-    engine may have nothing to schedule while its requests wait for KV)."""
-    blocks_in_use = scheduler.kv.pool.num_used_blocks
-    executed = clock()
-    sampled = runner.execute(out.scheduled)
-    end = clock()
-    finished = scheduler.update(out, end, sampled)
-    done = clock()
-    host_s = (executed - start) + (done - end)
-    scheduler.record_step(out, start, done - start, blocks_in_use, host_s, end - executed)
-    for request in finished:
-        on_finished(request)
 
 
 def warm_up(facts: EngineFacts, runner: ModelRunner, workload: Workload, num_blocks: int) -> None:
@@ -231,7 +217,7 @@ def run_scenario(
         torch.cuda.reset_peak_memory_stats(torch_device)
 
     recorder = Recorder(num_blocks, e.block_size, record_steps=True)
-    if workload.block_ids is not None or e.kv_offload is not None:  # as the simulator's (sim/driver.py)
+    if workload.block_ids is not None or e.kv_offload is not None:  # as the simulator's (sim/simulation.py)
         recorder.prefix = PrefixCacheCounts(host_hit_tokens=None if e.kv_offload is None else 0)
     scheduler = build_scheduler(facts, num_blocks, recorder, seed=scenario.workload.seed)
     host = HostCopies(scheduler, runner) if scheduler.kv.host is not None else None  # a host KV tier's copies

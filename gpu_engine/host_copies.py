@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 
 from gpu_engine.runner import ModelRunner
+from gpu_engine.step_execute import execute
 from sim.host_tier import mark_first_scheduled
 from sim.request import Request
 from sim.scheduler_base import Scheduler
@@ -25,8 +26,6 @@ class HostCopies:
 
     def step(self, clock: Callable[[], float], on_finished: Callable[[Request], None], start: float) -> None:
         """gpu_engine.engine.step with a host tier: a step may schedule nothing while requests wait for loads."""
-        from gpu_engine.engine import execute  # the engine's step loop imports this module
-
         out = self.scheduler.schedule()
         if out.scheduled:
             mark_first_scheduled(out, start)

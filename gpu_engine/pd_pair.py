@@ -20,8 +20,9 @@ from collections.abc import Callable
 
 import torch
 
-from gpu_engine.engine import CPU_THREADS, Arrivals, EngineError, _device, execute, warm_up
+from gpu_engine.engine import CPU_THREADS, Arrivals, EngineError, _device, warm_up
 from gpu_engine.runner import ModelRunner, SamplingParams
+from gpu_engine.step_execute import execute
 from sim.engine_facts import EngineFacts
 from sim.fleet import FleetResult, PoolRecorder, PoolRun
 from sim.kv_transfer import TransferLog, kv_transfer_bytes

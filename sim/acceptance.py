@@ -26,7 +26,7 @@ import numpy as np
 
 from sim.config import ModelSpec, SpeculativeConfig
 
-ACCEPTANCE_STREAM = 5  # the workload's streams are 0..4 (sim/workload.py): the next child of the same seed
+ACCEPTANCE_STREAM = 5  # the workload's streams are 0..4 (sim/workload_draws.py): the next child of the same seed
 
 
 @dataclass(frozen=True)

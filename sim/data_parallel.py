@@ -21,13 +21,13 @@ import simpy
 
 from sim.cost_model import CostModel
 from sim.dp_balancer import balancer_score, is_dummy, lockstep_schedule, pick_rank
-from sim.driver import Simulation
 from sim.engine_facts import EngineFacts
 from sim.moe_group import MoeGroupCost, MoeStep
 from sim.replica import Replica
 from sim.request import Request
 from sim.scheduler import build_scheduler
 from sim.scheduler_base import Scheduler
+from sim.simulation import Simulation
 
 
 @dataclass

@@ -39,7 +39,6 @@ import simpy
 
 from sim.config import PoolConfig, Scenario
 from sim.cost_model import CostCoefficients, CostModel
-from sim.driver import Simulation
 from sim.engine_facts import EngineFacts
 from sim.fleet_router import FleetRouter
 from sim.kv_groups import kv_pool_blocks
@@ -50,6 +49,7 @@ from sim.metrics import Recorder
 from sim.replica import Replica
 from sim.request import Request
 from sim.scheduler import build_scheduler
+from sim.simulation import Simulation
 from sim.workload import Workload, generate_workload
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.config import WorkloadConfig
-from sim.workload import TOKEN_STREAM, Workload, _lengths, _read_only
+from sim.workload_draws import TOKEN_STREAM, Workload, draw_lengths, read_only
 
 SESSION_BLOCK_TOKENS = 16  # the stream's block: vLLM's default block size (a larger engine block spans several)
 # Children of SeedSequence(seed) beside the workload's (sim/workload.py: 0-4): the session starts, and per session
@@ -48,11 +48,11 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
     kept = turns[:n]
     last_s = kept[-1][0] if kept else 0.0
     return Workload(
-        arrival_s=_read_only(np.array([t[0] for t in kept])),
-        prompt_tokens=_read_only(np.array([t[1] for t in kept], np.int64)),
-        output_tokens=_read_only(np.array([t[2] for t in kept], np.int64)),
-        prefix_group=_read_only(np.full(len(kept), -1, np.int64)),
-        prefix_tokens=_read_only(np.zeros(len(kept), np.int64)),
+        arrival_s=read_only(np.array([t[0] for t in kept])),
+        prompt_tokens=read_only(np.array([t[1] for t in kept], np.int64)),
+        output_tokens=read_only(np.array([t[2] for t in kept], np.int64)),
+        prefix_group=read_only(np.full(len(kept), -1, np.int64)),
+        prefix_tokens=read_only(np.zeros(len(kept), np.int64)),
         num_rejected=sum(1 for at_s in rejected_s if at_s <= last_s),
         num_truncated=0,
         seed=cfg.seed,
@@ -71,9 +71,9 @@ def _session(cfg, max_model_len, session, start_s, first_id, turns, rejected_s) 
     rng = [np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(_SESSION, session, k))) for k in range(5)]
     num_turns = int(rng[_TURNS].integers(ss.min_turns, ss.max_turns, endpoint=True))
     gaps_s = rng[_GAPS].exponential(ss.turn_gap_s, num_turns) if ss.turn_gap_s > 0 else np.zeros(num_turns)
-    context = int(_lengths(cfg.prompt_tokens, 1, rng[_FIRST], None, None)[0][0])
-    messages = _lengths(ss.message_tokens, num_turns, rng[_MESSAGES], None, None)[0].tolist()
-    replies = _lengths(cfg.output_tokens, num_turns, rng[_REPLIES], None, None)[0].tolist()
+    context = int(draw_lengths(cfg.prompt_tokens, 1, rng[_FIRST], None, None)[0][0])
+    messages = draw_lengths(ss.message_tokens, num_turns, rng[_MESSAGES], None, None)[0].tolist()
+    replies = draw_lengths(cfg.output_tokens, num_turns, rng[_REPLIES], None, None)[0].tolist()
     at_s = start_s
     for k in range(num_turns):
         if k:

@@ -154,7 +154,7 @@ def test_a_sliding_window_model_fits_more_requests_than_full_attention_would(mon
     assert steps["kv_blocks_used"].max() <= 1199
     # before: the plain manager, each of 600 blocks holding both groups' slots, charged for every token
     monkeypatch.setattr("sim.scheduler.kv_groups", lambda facts: None)
-    monkeypatch.setattr("sim.driver.kv_pool_blocks", lambda facts, mem: mem.num_gpu_blocks)
+    monkeypatch.setattr("sim.simulation.kv_pool_blocks", lambda facts, mem: mem.num_gpu_blocks)
     full_only = simulate(scenario)
     assert hybrid.recorder.num_preemptions < full_only.recorder.num_preemptions or (
         steps["num_running"].mean() > full_only.recorder.steps.view()["num_running"].mean()

@@ -16,6 +16,8 @@ SHARED = [
     "sim.decode_windows",
     "sim.trace_file",
     "sim.workload",
+    "sim.workload_draws",
+    "sim.sessions",
     "sim.metrics",
     "sim.statistics",
     "sim.kv_sizing",
@@ -42,7 +44,7 @@ def test_live_engine_imports_neither_the_simulator_driver_nor_the_cli():
     pytest.importorskip("torch")
     code = (
         "import sys, gpu_engine.engine, gpu_engine.data_parallel; "
-        "print([m for m in ('simpy', 'sim.driver', 'sim.replica', 'sim.data_parallel', 'planner') if m in sys.modules])"
+        "print([m for m in ('simpy', 'sim.driver', 'sim.simulation', 'sim.replica', 'sim.data_parallel', 'planner') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -31,7 +31,7 @@ def workload_problems(scenario) -> list[str]:
 
 
 def warn_clipped(scenario, workload) -> None:
-    """A normal or lognormal length whose clipping to [min, max] moved the mean (sim.workload.CLIP_NOTICE): the
+    """A normal or lognormal length whose clipping to [min, max] moved the mean (sim.workload_draws.CLIP_NOTICE): the
     user asked for one distribution and gets another, so it is said, not silently run."""
     for c in workload.clipped:
         d = getattr(scenario.workload, c.field)

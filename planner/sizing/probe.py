@@ -17,10 +17,10 @@ import numpy as np
 
 from sim.config import ArrivalConfig, Scenario
 from sim.cost_model import CostCoefficients
-from sim.driver import Simulation
 from sim.engine_facts import EngineFacts
 from sim.fleet import FleetSimulation
 from sim.metrics import per_request_latencies_ms, summarize
+from sim.simulation import Simulation
 
 # A queue growing to the end: requests in the system over the last quarter of the arrivals exceed those
 # over the second quarter by this factor (plus a couple, for nearly empty systems). Steady states
