@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.catalog import catalog_gpu, gpu_names
+from planner.catalog import differs_from_catalog, gpu_names
 from planner.errors import ScenarioError
 from planner.scenario.load import validate_mapping
 from planner.sizing.bound import Shape, analyse
@@ -52,6 +52,7 @@ class Unit:
     tensor_parallel_sizes: dict[str, int]
     replicas: dict[str, int]
     scenario: Scenario  # the unit as a fleet
+    facts: dict[str, EngineFacts]  # each pool's engine, derived once (by pool = role name)
     coefficients: dict[str, CostCoefficients]  # by pool (= role) name
     provenance: dict[str, str]
 
@@ -114,7 +115,7 @@ def enumerate_units(q: SizingQuestion) -> tuple[list[Unit], list[tuple[str, str]
                             {"prefill": x, "decode": y},
                         )
                         label = f"{x}P{y}D: prefill {pg.name} tp{ptp}, decode {dg.name} tp{dtp}"
-                        scenario, why = _build(q, gpus, tps, reps)
+                        scenario, facts, why = _build(q, gpus, tps, reps)
                         if why is not None:
                             pruned.append((label, why))
                             continue
@@ -122,12 +123,15 @@ def enumerate_units(q: SizingQuestion) -> tuple[list[Unit], list[tuple[str, str]
                         for pool in scenario.fleet.pools:
                             coefficients[pool.name], prov = resolve_coefficients(scenario.pool_scenario(pool))
                             provenance[pool.name] = prov.label
-                        units.append(Unit(len(units), label, gpus, tps, reps, scenario, coefficients, provenance))
+                        units.append(
+                            Unit(len(units), label, gpus, tps, reps, scenario, facts, coefficients, provenance)
+                        )
     return units, pruned
 
 
-def _build(q: SizingQuestion, gpus: dict, tps: dict, reps: dict) -> tuple[Scenario | None, str | None]:
-    """The unit as a fleet scenario, through the scenario loader's own fleet checks and the memory model."""
+def _build(q: SizingQuestion, gpus: dict, tps: dict, reps: dict) -> tuple[Scenario | None, dict | None, str | None]:
+    """The unit as a fleet scenario and its pools' engine facts, through the scenario loader's own fleet checks and
+    the memory model; or why not."""
     raw = copy.deepcopy(q.raw)
     hardware = raw.pop("hardware", None) or {}
     pools = {}
@@ -144,21 +148,23 @@ def _build(q: SizingQuestion, gpus: dict, tps: dict, reps: dict) -> tuple[Scenar
     try:
         scenario = validate_mapping(raw, q.source, Path(q.source).absolute().parent)
     except ScenarioError as e:
-        return None, str(e).removeprefix(f"{q.source}: ")
+        return None, None, str(e).removeprefix(f"{q.source}: ")
+    facts = {}
     for pool in scenario.fleet.pools:
         if pool.hardware.tensor_parallel_size > 1 and not pool.hardware.gpu.interconnect_bandwidth_gbps:
-            return None, f"{pool.name}: tensor parallel needs {pool.hardware.gpu.name}'s interconnect_bandwidth_gbps"
-        facts = EngineFacts.of(scenario.pool_scenario(pool))
-        problems = fit_problems(facts, memory_breakdown(facts))
+            why = f"{pool.name}: tensor parallel needs {pool.hardware.gpu.name}'s interconnect_bandwidth_gbps"
+            return None, None, why
+        facts[pool.name] = EngineFacts.of(scenario.pool_scenario(pool))
+        problems = fit_problems(facts[pool.name], memory_breakdown(facts[pool.name]))
         if problems:
-            return None, f"{pool.name} does not fit: " + "; ".join(problems)
-    return scenario, None
+            return None, None, f"{pool.name} does not fit: " + "; ".join(problems)
+    return scenario, facts, None
 
 
 def _gpu_value(gpu: GpuSpec):
     """A GPU as a scenario file writes it: its catalog name, or its figures (an inline GPU, or a catalog one
     with other figures)."""
-    if gpu.name in gpu_names() and catalog_gpu(gpu.name) == gpu:
+    if gpu.name in gpu_names() and not differs_from_catalog(gpu):
         return gpu.name
     return dataclasses.asdict(gpu)
 
@@ -228,7 +234,7 @@ def compare_topologies(
         floors[u.index] = _cost_floor(q, u, bound)
     pending = sorted(tasks, key=lambda t: (floors[t.unit.index] is None, floors[t.unit.index] or 0, t.unit.index))
     best = aggregated_usd_per_month
-    evaluations: dict[int, UnitEvaluation] = {}
+    priced: dict[int, UnitResult] = {}
     wave_size = max(workers, WAVE_SIZE)
     with Executor(evaluate_unit, workers, ray_address) as submit:
         while pending:
@@ -243,17 +249,15 @@ def compare_topologies(
                 wave.append(task)
             futures = [(task, submit(task)) for task in wave]
             for task, future in futures:
-                evaluations[task.unit.index] = future.result()
+                r = priced[task.unit.index] = _priced(q, task.unit, future.result())
                 if progress is not None:
-                    progress(len(evaluations), len(tasks))
-            for task, _ in futures:
-                r = _priced(q, task.unit, evaluations[task.unit.index])
+                    progress(len(priced), len(tasks))
                 if r.meets and r.objective_usd_per_month is not None:
                     best = r.objective_usd_per_month if best is None else min(best, r.objective_usd_per_month)
-    results = [_priced(q, u, evaluations[u.index]) for u in units if u.index in evaluations]
+    results = [priced[u.index] for u in units if u.index in priced]
     meeting = [r for r in results if r.meets and r.objective_usd_per_month is not None]
     best_unit = min(meeting, key=lambda r: (r.objective_usd_per_month, r.unit.index), default=None)
-    sims = sum(len(ev.capacity.probes) + (ev.at_demand is not None) * 2 for ev in evaluations.values())
+    sims = sum(len(r.evaluation.capacity.probes) + (r.evaluation.at_demand is not None) * 2 for r in results)
     return TopologyComparison(results, pruned, best_unit, sims, time.perf_counter() - start)
 
 
@@ -273,8 +277,9 @@ def unit_bound(u: Unit, shape: Shape, tpot_bound_ms: float | None, slo, kind: st
             if pool.role == "prefill"
             else dataclasses.replace(shape, prompt_tokens=1.0, cacheable_prompt_tokens=0.0)
         )
-        facts = EngineFacts.of(u.scenario.pool_scenario(pool))
-        a = analyse(facts, u.coefficients[pool.name], role_shape, None if pool.role == "prefill" else tpot_bound_ms)
+        a = analyse(
+            u.facts[pool.name], u.coefficients[pool.name], role_shape, None if pool.role == "prefill" else tpot_bound_ms
+        )
         per_role[pool.role] = a.rate_bound * pool.hardware.replicas
     rate = min(per_role.values())
     if kind == "rate":

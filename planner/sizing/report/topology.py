@@ -122,22 +122,20 @@ def topology_section(c: TopologyComparison, ranking: Ranking, unit: str):
 
 
 def topology_lines(c: TopologyComparison, ranking: Ranking, unit: str) -> list[str]:
-    from planner.sizing.fleet_serve import fleet_serve_lines
-
-    rows = [unit_row(r, unit) for r in c.results]
+    text, headers, rows, serve, cannot = topology_section(c, ranking, unit)
     widths = [
-        max(len(HEADERS[i]), *(len(rw[i]) for rw in rows)) if rows else len(HEADERS[i]) for i in range(len(HEADERS))
+        max(len(headers[i]), *(len(rw[i]) for rw in rows)) if rows else len(headers[i]) for i in range(len(headers))
     ]
     lines = ["Aggregated against disaggregated (prefill/decode units, each behind its own proxy):"]
-    lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip())
+    lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(rw, widths)).rstrip() for rw in rows]
-    lines += [f"  {label}: cannot run: {why}" for label, why in c.pruned]
-    lines.append(f"Topology: {verdict(c, ranking)}")
+    lines += [f"  {label}: cannot run: {why}" for label, why in cannot]
+    lines.append(f"Topology: {text}")
     sized = f"{len(c.results)} unit{'s' if len(c.results) != 1 else ''}"
     lines.append(f"  ({sized} sized in {c.num_simulations} simulations, {c.wall_s:.1f} s wall)")
-    if c.best is not None:
+    if serve:
         lines += [f"Serve the disaggregated units ({c.best.evaluation.units} of them) with:"]
-        lines += ["  " + line for line in fleet_serve_lines(c.best.unit.scenario)]
+        lines += ["  " + line for line in serve[1:]]
     return lines
 
 
