@@ -27,5 +27,10 @@ def simulate(
     step its own event, every row through allocate_slots, every full block registered in the prefix cache
     at allocation (for tests). steps_sink takes the step rows in chunks as the run goes (see
     sim.metrics.Recorder). facts: as Simulation's."""
-    kind = DataParallelSimulation if scenario.hardware.data_parallel_size > 1 else Simulation
+    kind = simulation_class(scenario)
     return kind(scenario, coefficients, record_steps, progress, fast_forward, steps_sink, facts).run()
+
+
+def simulation_class(scenario: Scenario) -> type[Simulation]:
+    """The one-pool simulation, or the data-parallel group's (its ranks behind vLLM's DP balancer)."""
+    return DataParallelSimulation if scenario.hardware.data_parallel_size > 1 else Simulation

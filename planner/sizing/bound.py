@@ -8,8 +8,10 @@ is at least the sum's roofline), and the tensor-parallel all-reduces, on the dev
 overheads on the host. Under async scheduling a step takes the longer of its two sides, so a request costs at
 least the longer of its two sums (a sum of maxima is at least the max of the sums); serial, their sum.
 Attention and the KV writes are left out, and every shared prefix counts as cached but for its group's first
-request, so it is an upper bound. The largest batch is what `max_num_seqs` and the KV pool allow at
-the shortest context and, with a TPOT bound, the largest batch whose decode step meets it (a replica whose
+request, so it is an upper bound. A data-parallel replica's figures are its ranks' sum (a rank's batch and KV
+pool are its own; the balancer spreads the requests), each rank priced without the group's MoE layers and
+all-to-all, which sim/moe_group.py adds per lockstep step: still an upper bound, and the one-request step a
+lower bound. The largest batch is what `max_num_seqs` and the KV pool allow at the shortest context and, with a TPOT bound, the largest batch whose decode step meets it (a replica whose
 steps are mostly slower than the bound misses it on most requests). It prunes candidates that cannot win
 and brackets the simulator's search; it is never reported as a capacity.
 """
@@ -63,7 +65,10 @@ def analyse(facts: EngineFacts, coefficients: CostCoefficients, shape: Shape, tp
         within = int(ok[-1]) + 1 if len(ok) else 0
         batch = max(within, 1)
     request_s = _request_floor_s(cost, coefficients, shape, batch, facts.engine.enable_prefix_caching)
-    return Analytic(max_batch, float(steps_s[0]) * 1e3, 1.0 / request_s, within)
+    ranks = facts.hardware.data_parallel_size
+    return Analytic(
+        max_batch * ranks, float(steps_s[0]) * 1e3, ranks / request_s, None if within is None else within * ranks
+    )
 
 
 def _request_floor_s(cost: CostModel, c: CostCoefficients, shape: Shape, batch: int, caching: bool) -> float:

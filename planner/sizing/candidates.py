@@ -1,5 +1,5 @@
-"""Every combination of the search's GPUs, tensor parallel sizes, weight dtypes and engine settings, as one
-replica's scenario each, and the reasons those that cannot run were pruned: the scenario's own rules
+"""Every combination of the search's GPUs, tensor parallel sizes, data-parallel layouts (ranks, expert parallel),
+weight dtypes and engine settings, as one replica's scenario each, and the reasons those that cannot run were pruned: the scenario's own rules
 (tensor parallel not dividing the heads, a token budget below max_num_seqs...), the memory model (weights
 and activations do not fit), a tensor parallel size on a GPU without an interconnect, a swept max_model_len
 that every request of a probe is longer than, a missing price."""
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from planner.errors import ScenarioError
 from planner.scenario.cross_checks import check_relations
+from planner.scenario.data_parallel import GPU_TOPOLOGY_KEYS, GROUP_ENGINE_KEYS, TOPOLOGY_KEYS
 from planner.scenario.rules import Ctx
 from planner.sizing.coefficients import resolve_coefficients
 from planner.sizing.question import SearchSpec, SizingQuestion
@@ -36,6 +37,8 @@ LABELS = {
     "scheduler": "sched",
     "kv_cache": "kv-layout",
     "speculative": "spec",
+    "all2all_backend": "a2a",
+    "enable_eplb": "eplb",
 }
 
 
@@ -45,6 +48,8 @@ class Candidate:
     label: str
     gpu: GpuSpec
     tensor_parallel_size: int
+    data_parallel_size: int  # ranks of tensor_parallel_size GPUs in one replica (vLLM's --data-parallel-size)
+    expert_parallel: bool
     dtype: str
     settings: tuple[tuple[str, object], ...]  # the swept engine values of this candidate
     scenario: Scenario  # one replica
@@ -53,6 +58,16 @@ class Candidate:
     provenance: str  # what the figures rest on (coefficients.resolve_coefficients): its label
     provenance_kind: str  # calibrated | transferred | spec-sheet
     uncertainty: dict[str, float]  # coefficient -> std, what `--intervals` draws from (empty: none known)
+
+    @property
+    def num_gpus(self) -> int:
+        """The GPUs of one replica: its data-parallel ranks' tensor-parallel groups."""
+        return self.tensor_parallel_size * self.data_parallel_size
+
+    @property
+    def layout(self) -> tuple[str, int, int, bool]:
+        """GPU, tensor parallel, data parallel, expert parallel: candidates alike but for engine settings."""
+        return self.gpu.name, self.tensor_parallel_size, self.data_parallel_size, self.expert_parallel
 
 
 @dataclass(frozen=True)
@@ -70,11 +85,21 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
     pruned: list[Pruned] = []
     # max_model_len -> a probe's requests it keeps, and truncates (the scenario's own: counted when it was loaded)
     request_counts = {q.scenario.max_model_len: q.probe_requests}
-    combos = itertools.product(s.gpus, s.tensor_parallel_sizes, s.dtypes, *(s.engine[n] for n in sweep_names))
-    for gpu, tp, dtype, *values in combos:
+    combos = itertools.product(
+        s.gpus, s.tensor_parallel_sizes, s.data_parallel_sizes, s.expert_parallel, s.dtypes,
+        *(s.engine[n] for n in sweep_names),
+    )  # fmt: skip
+    seen: set[tuple] = set()
+    for gpu, tp, dp, ep, dtype, *values in combos:
+        ep = ep and tp * dp > 1  # vLLM ignores --enable-expert-parallel on one GPU
         settings = tuple(zip(sweep_names, values))
-        label = candidate_label(gpu.name, tp, dtype, settings, q.scenario.dtype, len(s.dtypes) > 1)
-        scenario, facts, reason = _build(q, gpu, tp, dtype, dict(settings))
+        if not (dp > 1 and ep):  # the all-to-all and EPLB are a group's settings: swept, they make no other candidate
+            settings = tuple((n, v) for n, v in settings if n not in GROUP_ENGINE_KEYS)
+        if (key := (gpu.name, tp, dp, ep, dtype, settings)) in seen:
+            continue
+        seen.add(key)
+        label = candidate_label(gpu.name, tp, dtype, settings, q.scenario.dtype, len(s.dtypes) > 1, dp, ep)
+        scenario, facts, reason = _build(q, gpu, (tp, dp, ep), dtype, dict(settings))
         if reason is None:
             reason = _requests_problem(q, scenario.max_model_len, request_counts) or _price_problem(s, gpu)
         if reason is not None:
@@ -83,15 +108,17 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
         coefficients, prov = resolve_coefficients(scenario)
         kept.append(
             Candidate(
-                len(kept), label, gpu, tp, dtype, settings, scenario, facts, coefficients, prov.label, prov.kind,
+                len(kept), label, gpu, tp, dp, ep, dtype, settings, scenario, facts, coefficients, prov.label, prov.kind,
                 dict(prov.uncertainty),
             )
         )  # fmt: skip
     return kept, pruned
 
 
-def candidate_label(gpu: str, tp: int, dtype: str, settings, base_dtype: str, show_dtype: bool) -> str:
-    parts = [f"{gpu} tp{tp}"]
+def candidate_label(
+    gpu: str, tp: int, dtype: str, settings, base_dtype: str, show_dtype: bool, dp: int = 1, ep: bool = False
+) -> str:
+    parts = [f"{gpu} tp{tp}" + (f" dp{dp}" if dp > 1 else "") + (" ep" if ep else "")]
     if show_dtype or dtype != base_dtype:
         parts.append(dtype)
     for name, value in settings:
@@ -103,21 +130,26 @@ def candidate_label(gpu: str, tp: int, dtype: str, settings, base_dtype: str, sh
 
 
 def _build(
-    q: SizingQuestion, gpu: GpuSpec, tp: int, dtype: str, settings: dict
+    q: SizingQuestion, gpu: GpuSpec, layout: tuple[int, int, bool], dtype: str, settings: dict
 ) -> tuple[Scenario | None, EngineFacts | None, str | None]:
     """One replica's scenario and its engine's facts through the scenario's own relation checks and the memory
-    model; or why not."""
+    model; or why not. `layout`: tensor parallel, data parallel, expert parallel."""
     base = q.scenario
+    tp, dp, ep = layout
     raw_engine = dict(q.raw.get("engine") or {}) | settings
     engine = dataclasses.replace(base.engine, **settings)
     if "max_num_batched_tokens" not in raw_engine:  # the default for this candidate's chunked-prefill setting
         engine = dataclasses.replace(engine, max_num_batched_tokens=EngineConfig().max_num_batched_tokens)
-    # The scenario's expert_parallel applies to the candidates of more than one GPU (vLLM ignores the flag on
-    # one; the scenario check refuses it there, which would drop every 1-GPU candidate).
-    hardware = HardwareConfig(gpu, tp, 1, base.hardware.router, base.hardware.expert_parallel and tp > 1)
+    hardware, raw_hardware, reason = group_hardware(base.hardware, dict(q.raw.get("hardware") or {}), gpu, layout)
+    if reason is not None:
+        return None, None, reason
+    if not (dp > 1 and ep):  # the all-to-all and EPLB settings are the group's: another layout runs without them
+        engine = dataclasses.replace(engine, **{k: getattr(EngineConfig(), k) for k in GROUP_ENGINE_KEYS})
+        raw_engine = {k: v for k, v in raw_engine.items() if k not in GROUP_ENGINE_KEYS}
     scenario = dataclasses.replace(base, dtype=dtype, hardware=hardware, engine=engine)
+    raw = {**q.raw, "hardware": raw_hardware, "engine": raw_engine}
     try:
-        scenario = check_relations(scenario, {**q.raw, "engine": raw_engine}, Ctx(q.source, Path(q.source).parent))
+        scenario = check_relations(scenario, raw, Ctx(q.source, Path(q.source).parent))
     except ScenarioError as e:
         return None, None, str(e).removeprefix(f"{q.source}: ")
     if tp > 1 and not gpu.interconnect_bandwidth_gbps:
@@ -127,6 +159,46 @@ def _build(
     if problems:
         return None, None, "does not fit: " + "; ".join(problems)
     return scenario, facts, None
+
+
+def group_hardware(
+    base: HardwareConfig, raw_hardware: dict, gpu: GpuSpec, layout: tuple[int, int, bool]
+) -> tuple[HardwareConfig, dict, str | None]:
+    """One replica's hardware for a layout, the hardware keys as the scenario checks should read them, and why the
+    layout cannot run (None: it can). A data-parallel group fills whole nodes of the GPU's catalog node (or the
+    scenario's gpus_per_node); the scenario's network and NVLink domain apply to every group; the router, which
+    a group replaces with vLLM's DP balancer, and the data-parallel keys apply only to groups."""
+    tp, dp, ep = layout
+    # vLLM ignores --enable-expert-parallel on one GPU; the scenario check refuses it there
+    hardware = HardwareConfig(gpu, tp, 1, base.router, ep and tp * dp > 1)
+    given = {k: raw_hardware[k] for k in GPU_TOPOLOGY_KEYS if k in raw_hardware}  # the user's cluster, as written
+    raw_hardware = {k: v for k, v in raw_hardware.items() if k not in ("data_parallel_size", *TOPOLOGY_KEYS)}
+    if dp == 1:
+        return hardware, raw_hardware, None
+    raw_hardware.pop("router", None)
+    per_node = given.get("gpus_per_node") or gpu.gpus_per_node
+    gpus = tp * dp
+    nodes = 1 if per_node is None or gpus <= per_node else gpus // per_node
+    if per_node is not None and gpus > per_node and gpus % per_node:
+        return (
+            hardware,
+            raw_hardware,
+            (
+                f"data parallel {dp} x tensor parallel {tp} = {gpus} GPUs do not fill whole nodes of {per_node}"
+                f" {gpu.name} GPUs (vLLM runs the same number of ranks on every node)"
+            ),
+        )
+    domain = given.get("nvlink_domain_gpus")  # a rack's domain holds a smaller group whole
+    hardware = dataclasses.replace(
+        hardware,
+        router=HardwareConfig.router,
+        data_parallel_size=dp,
+        num_nodes=nodes,
+        gpus_per_node=given.get("gpus_per_node"),
+        nvlink_domain_gpus=None if domain is None else min(domain, nodes * (per_node or gpus)),
+        internode_gbit_per_s=given.get("internode_gbit_per_s"),
+    )
+    return hardware, raw_hardware, None
 
 
 def _requests_problem(q: SizingQuestion, max_model_len: int, counts: dict[int, tuple[int, int]]) -> str | None:

@@ -59,8 +59,13 @@ def _role(s: Scenario, replicas: int, kv_transfer: str | None) -> dict:
 def llmd_values(replica: Scenario | None, replicas: int, unit: Scenario | None = None, units: int = 0) -> str | None:
     """The chart's values for `replicas` copies of the aggregated `replica`, or for `units` prefill/decode units
     (`unit`: a fleet of a prefill and a decode pool); None when the model has no checkpoint to serve, its serve
-    line is not vLLM's (the planner's baselines) or the units' KV connector is not NixlConnector."""
+    line is not vLLM's (the planner's baselines), the units' KV connector is not NixlConnector, or the replica is
+    a data-parallel group (the chart runs one as a LeaderWorkerSet of one pod per node with its own start-rank
+    script, llm-d-infra's wide-ep-lws example, whose `parallelism.data` counts nodes by its own TODO: a layout
+    too unsettled to write for a user; the serve lines say how to start the group)."""
     s = unit if unit is not None else replica
+    if unit is None and replica.hardware.data_parallel_size > 1:
+        return None
     if unit is not None and unit.fleet.kv_transfer.connector != "NixlConnector":
         return None  # the chart's routing sidecar drives NixlConnector's flow (connector nixlv2)
     if vllm_serve_command(replica if unit is None else unit.pool_scenario(unit.fleet.pools[0])).startswith("#"):

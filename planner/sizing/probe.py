@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.config import ArrivalConfig, Scenario
 from sim.cost_model import CostCoefficients
+from sim.driver import simulation_class
 from sim.engine_facts import EngineFacts
 from sim.fleet import FleetSimulation
 from sim.metrics import per_request_latencies_ms, summarize
@@ -58,6 +59,9 @@ class ProbeResult:
     checks: tuple  # (metric, stat, bound_ms, value_ms, met)
     wall_s: float
     cpu_s: float  # this process's CPU time for the run: the same on a busy machine as on an idle one
+    # A data-parallel group's run: what set its lockstep steps (sim/data_parallel.py's stats: all-to-all and
+    # routed experts' shares of the step time, the busiest GPU's load over the mean, dummy batches); else None
+    data_parallel: dict | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -109,7 +113,7 @@ def run_probe(
     start, start_cpu = time.perf_counter(), time.process_time()
     s = scenario_at(scenario, kind, load, num_requests)
     if s.fleet is None:
-        sim = Simulation(s, coefficients, record_steps=False, facts=facts)
+        sim = simulation_class(s)(s, coefficients, record_steps=False, facts=facts)
         replicas, recorder = sim.replicas, sim.recorder
     else:  # a fleet (planner/sizing/topology.py's prefill/decode units): `coefficients` by pool name
         sim = FleetSimulation(s, coefficients, record_steps=False)
@@ -158,6 +162,7 @@ def run_probe(
         checks=checks,
         wall_s=time.perf_counter() - start,
         cpu_s=time.process_time() - start_cpu,
+        data_parallel=sim.stats() if s.hardware.data_parallel_size > 1 else None,
     )
 
 

@@ -67,6 +67,10 @@ class SearchSpec:
     engine: dict[str, tuple]  # EngineConfig field -> values to sweep
     money: Money
     probe: Probe
+    # Data-parallel ranks per replica (vLLM's --data-parallel-size) and expert parallel on or off: the layouts a
+    # mixture of experts is served in (planner/sizing/candidates.py builds each as one replica's scenario)
+    data_parallel_sizes: tuple[int, ...] = (1,)
+    expert_parallel: tuple[bool, ...] = (False,)
     bound_pruning: bool = True
     disaggregated: Disaggregated | None = None  # None: aggregated candidates only
 

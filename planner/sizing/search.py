@@ -180,9 +180,7 @@ def _analyse(q: SizingQuestion, c: Candidate, shape: Shape, tpot_bound: float | 
     floor = None
     if upper is not None:
         replicas = replicas_needed(d, upper, None)
-        floor = objective_usd_per_month_bound(
-            prices(c.gpu, q.search.money), q.search.money, replicas * c.tensor_parallel_size
-        )
+        floor = objective_usd_per_month_bound(prices(c.gpu, q.search.money), q.search.money, replicas * c.num_gpus)
     mem = memory_breakdown(c.facts)
     tpot_floor = CostModel(c.facts, c.coefficients).floors(shape.prompt_tokens)["tpot_floor_ms"]
     return Result(c, a, tpot_floor, floor, mem.to_dict())
@@ -217,7 +215,7 @@ def _run_waves(q: SizingQuestion, out: SizingResult, shape: Shape, submit, progr
                                   -r.analytic.rate_bound, r.candidate.index))  # fmt: skip
     best: dict[str, float] = {}  # GPU -> the cheapest cost found on it
     best_gpus: dict[str, int] = {}  # GPU -> how many GPUs that cheapest deployment uses
-    siblings: dict[tuple[str, int], float] = {}  # (GPU, tensor parallel) -> the first capacity found
+    siblings: dict[tuple, float] = {}  # a layout (Candidate.layout) -> the first capacity found
     done = 0
     while any(by_gpu.values()):
         wave = _next_wave(q, by_gpu, best)
@@ -231,9 +229,9 @@ def _run_waves(q: SizingQuestion, out: SizingResult, shape: Shape, submit, progr
         done += len(wave)
         for fut, r in futures.items():  # in candidate order: the same result whatever finished first
             _record(q, out, r, fut.result(), shape)
-            gpu, tp = r.candidate.gpu.name, r.candidate.tensor_parallel_size
+            gpu = r.candidate.gpu.name
             if r.evaluation.capacity.load > 0:
-                siblings.setdefault((gpu, tp), r.evaluation.capacity.load)
+                siblings.setdefault(r.candidate.layout, r.evaluation.capacity.load)
             if r.objective_usd_per_month is not None and r.objective_usd_per_month < best.get(gpu, math.inf):
                 best[gpu], best_gpus[gpu] = r.objective_usd_per_month, r.costs.num_gpus
 
@@ -266,9 +264,7 @@ def _cannot_win(r: Result, best_on_gpu: float | None) -> bool:
     return r.cost_floor_usd_per_month >= best_on_gpu - 1e-6
 
 
-def _task(
-    q: SizingQuestion, r: Result, shape: Shape, siblings: dict[tuple[str, int], float], best_gpus: dict[str, int]
-) -> Task:
+def _task(q: SizingQuestion, r: Result, shape: Shape, siblings: dict[tuple, float], best_gpus: dict[str, int]) -> Task:
     d, a, c = q.search.demand, r.analytic, r.candidate
     if a.batch_within_tpot == 0:  # hopeless: one probe at the lightest load shows how close it comes
         lightest = 1.0 if d.kind == "users" else a.rate_bound * MIN_RATE_FRACTION
@@ -287,12 +283,12 @@ def _task(
         if upper is not None:
             guess = min(guess, upper)
     step, must_reach = 2.0, None
-    sibling = siblings.get((c.gpu.name, c.tensor_parallel_size))
-    if sibling is not None:  # the same GPU and tensor parallel with other settings: a close first guess
+    sibling = siblings.get(c.layout)
+    if sibling is not None:  # the same GPUs in the same layout with other settings: a close first guess
         guess, step = sibling, 1 + q.search.probe.tolerance
     if c.gpu.name in best_gpus and q.search.replicas is None and q.search.bound_pruning:
         # Same GPU, same price per GPU: cheaper means fewer GPUs, i.e. at most this many replicas.
-        max_replicas = (best_gpus[c.gpu.name] - 1) // c.tensor_parallel_size
+        max_replicas = (best_gpus[c.gpu.name] - 1) // c.num_gpus
         if max_replicas >= 1:  # (0: its cost floor already pruned it)
             must_reach = d.value * d.headroom / max_replicas
             must_reach = math.ceil(must_reach - 1e-9) if d.kind == "users" else must_reach
@@ -321,7 +317,7 @@ def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation, sha
         return
     tokens_per_s = output_tokens_per_s(d, shape, ev.at_demand)
     r.costs = costs(prices(r.candidate.gpu, q.search.money), q.search.money,
-                    ev.replicas * r.candidate.tensor_parallel_size, tokens_per_s)  # fmt: skip
+                    ev.replicas * r.candidate.num_gpus, tokens_per_s)  # fmt: skip
     if ev.at_demand is not None and not ev.at_demand.met:
         r.note = "misses the SLOs at the demand: " + _misses(ev.at_demand, d.unit)
         return

@@ -46,6 +46,7 @@ DEFAULT_TENSOR_PARALLEL = (1, 2, 4, 8)
 # A candidate's tensor parallel size and replica count: the scenario's own limits on the same quantities.
 TENSOR_PARALLEL_RULE = RULES[(HardwareConfig, "tensor_parallel_size")]
 REPLICAS_RULE = RULES[(HardwareConfig, "replicas")]
+DATA_PARALLEL_RULE = RULES[(HardwareConfig, "data_parallel_size")]
 # A probe's requests: at least enough for a p99 to mean something, at most a scenario's run.
 PROBE_REQUESTS = in_range(20, MAX_NUM_REQUESTS)
 # Probes per capacity search: doubling from the first guess down to its floor (1/64 of it) or up to the
@@ -57,7 +58,16 @@ PROBES = in_range(2, 64)
 
 SEARCH_KEYS = ("demand", "candidates", "money", "probe", "disaggregated")
 DEMAND_KEYS = ("rate", "concurrency", "headroom")
-CANDIDATE_KEYS = ("gpus", "tensor_parallel_sizes", "replicas", "dtypes", "engine", "bound_pruning")
+CANDIDATE_KEYS = (
+    "gpus",
+    "tensor_parallel_sizes",
+    "data_parallel_sizes",
+    "expert_parallel",
+    "replicas",
+    "dtypes",
+    "engine",
+    "bound_pruning",
+)
 MONEY_KEYS = (
     "objective",
     "rental_usd_per_gpu_hour",
@@ -93,12 +103,6 @@ def load_sizing(path: str | Path, overrides: Sequence[str] = ()) -> SizingQuesti
             " search.disaggregated section (planner/sizing/topology.py); give hardware instead of fleet (a fleet"
             " of several mixed pools is not searched: simulate it with planner simulate)",
         )  # fmt: skip
-    if scenario.hardware.data_parallel_size > 1:
-        raise ScenarioError(
-            str(path), "hardware.data_parallel_size", scenario.hardware.data_parallel_size,
-            "planner size searches tensor parallel and replicas, not data-parallel layouts yet; simulate a"
-            " data-parallel deployment with planner simulate, or size with data_parallel_size 1",
-        )  # fmt: skip
     ctx = Ctx(str(path), path.absolute().parent)
     search = parse_search({} if search_raw is None else search_raw, scenario, ctx)
     check_pool_override(scenario, search, ctx)
@@ -124,6 +128,13 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
             ctx,
         ),
         replicas=_replicas(cands.get("replicas", "as_needed"), ctx),
+        data_parallel_sizes=int_list(
+            cands.get("data_parallel_sizes", [scenario.hardware.data_parallel_size]),
+            "search.candidates.data_parallel_sizes",
+            DATA_PARALLEL_RULE,
+            ctx,
+        ),
+        expert_parallel=_expert_parallel(cands.get("expert_parallel", [scenario.hardware.expert_parallel]), ctx),
         dtypes=_dtypes(cands.get("dtypes", [scenario.dtype]), ctx),
         engine=_engine(section(cands, "engine"), scenario, ctx),
         money=money,
@@ -190,6 +201,18 @@ def _demand_from_workload(scenario: Scenario, headroom: float, ctx: Ctx) -> Dema
         )
     source = f"the mean rate of the trace's first {len(wl):,} requests ({scenario.workload.trace.path})"
     return Demand("rate", (len(wl) - 1) / span_s, headroom, source)
+
+
+def _expert_parallel(raw: Any, ctx: Ctx) -> tuple[bool, ...]:
+    """Expert parallel off, on, or both to compare (vLLM's --enable-expert-parallel)."""
+    key = "search.candidates.expert_parallel"
+    values = raw if isinstance(raw, list) else [raw]
+    if not values:
+        raise ScenarioError(ctx.file, key, raw, "is empty: give true, false or [false, true]")
+    for i, v in enumerate(values):
+        if not isinstance(v, bool):
+            raise ScenarioError(ctx.file, f"{key}[{i}]" if isinstance(raw, list) else key, v, "expected true or false")
+    return tuple(dict.fromkeys(values))
 
 
 def _gpus(raw: Any, scenario: Scenario, ctx: Ctx) -> tuple[tuple[GpuSpec, ...], bool]:

@@ -36,6 +36,8 @@ def check_num_candidates(s: SearchSpec, ctx: Ctx) -> None:
     factors = {
         "GPUs": len(s.gpus),
         "tensor parallel sizes": len(s.tensor_parallel_sizes),
+        "data parallel sizes": len(s.data_parallel_sizes),
+        "expert parallel settings": len(s.expert_parallel),
         "dtypes": len(s.dtypes),
         **{f"engine.{name}": len(values) for name, values in s.engine.items()},
     }

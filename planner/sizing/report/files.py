@@ -11,6 +11,7 @@ from planner.errors import PlannerError
 from planner.sizing.rank import Ranking
 from planner.sizing.report import interval_tables, tables
 from planner.sizing.report.figures import FIGURES
+from planner.sizing.report.layouts import data_parallel_lines
 from planner.sizing.report.topology import topology_section
 from planner.sizing.search import SizingResult
 
@@ -113,6 +114,15 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs, topologie
         "",
     ]
     lines += _md_table(tables.HEADERS, rows)
+    if layouts := data_parallel_lines(out):
+        lines += [
+            "",
+            "## Data-parallel layouts",
+            "",
+            "Where each layout's step time goes, at its share of the demand:",
+            "",
+        ]
+        lines += [f"- {x}" for x in layouts]
     if interval_tables.interval_results(out):
         lines += ["", f"## Intervals (90%, {out.interval_runs} draws)", ""]
         lines += [f"- {x}" for x in interval_tables.interval_notes(out)]
@@ -188,6 +198,12 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=No
         "<h2>Candidates</h2><p class='small'>Capacity per replica; latencies at the demand (one replica at its share).</p>",
         _html_table(tables.HEADERS, rows, classes),
     ]
+    if layouts := data_parallel_lines(out):
+        parts.append(
+            "<h2>Data-parallel layouts</h2><p>Where each layout's step time goes, at its share of the demand:</p><ul>"
+            + "".join(f"<li>{e(x)}</li>" for x in layouts)
+            + "</ul>"
+        )
     if interval_tables.interval_results(out):
         parts += [
             f"<h2>Intervals (90%, {out.interval_runs} draws)</h2><ul>"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from planner.calibration.intervals import chance_inside
+from planner.sizing.dp_serve import other_nodes_note
 from planner.sizing.probe import LONGER_PROBE, LONGEST_PROBE
 from planner.sizing.rank import Ranking, worst_ratio
 from planner.sizing.report.interval_tables import interval_results, interval_row, varies_short
+from planner.sizing.report.layouts import data_parallel_lines
 from planner.sizing.search import Result, SizingResult, median_simulation_s
 from planner.sizing.serve import vllm_serve_command
 
@@ -228,6 +230,9 @@ def serve_lines(ranking: Ranking) -> list[str]:
     for r in picks:
         out.append(f"# {r.candidate.label}: {r.evaluation.replicas} replica(s) behind a load balancer")
         out.append(vllm_serve_command(r.candidate.scenario))
+        others = other_nodes_note(r.candidate.scenario)
+        if others is not None:
+            out.append(others)
     return out
 
 
@@ -279,6 +284,8 @@ def terminal_lines(out: SizingResult, ranking: Ranking) -> list[str]:
     lines += ["  ".join(rw[i].ljust(w) for i, w in zip(keep, widths)) for rw in rows]
     if ranking.runner_ups:
         lines += ["", "Runner-ups:"] + [f"  {r.candidate.label}: {why}" for r, why in ranking.runner_ups]
+    if layouts := data_parallel_lines(out):
+        lines += ["", "Where the data-parallel layouts' step time goes:", *("  " + x for x in layouts)]
     if interval_results(out):
         inside = chance_inside(out.interval_runs)
         header = f"90% intervals (median [5%-95%] over {out.interval_runs} draws, a further draw inside about"
