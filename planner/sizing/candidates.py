@@ -38,6 +38,7 @@ LABELS = {
     "kv_cache": "kv-layout",
     "speculative": "spec",
     "all2all_backend": "a2a",
+    "kv_offload": "host tier",
     "enable_eplb": "eplb",
 }
 
@@ -63,6 +64,12 @@ class Candidate:
     def num_gpus(self) -> int:
         """The GPUs of one replica: its data-parallel ranks' tensor-parallel groups."""
         return self.tensor_parallel_size * self.data_parallel_size
+
+    @property
+    def host_memory_gib(self) -> float:
+        """The replica's host memory for its KV tier (engine.kv_offload: size_gib per GPU); 0 without one."""
+        offload = self.scenario.engine.kv_offload
+        return 0.0 if offload is None else offload.size_gib * self.num_gpus
 
     @property
     def layout(self) -> tuple[str, int, int, bool]:
@@ -125,6 +132,8 @@ def candidate_label(
         short = LABELS.get(name, name)
         if name == "speculative":  # off, or the method and k (the rest is the scenario's, printed by the serve line)
             value = "off" if value is None else f"{value.method} k={value.num_speculative_tokens}"
+        if name == "kv_offload":  # off, or the host memory per GPU (its link is the scenario's, in the serve line)
+            value = "off" if value is None else f"{value.size_gib:g} GiB"
         parts.append(f"{short} {'on' if value is True else 'off' if value is False else value}")
     return ", ".join(parts)
 

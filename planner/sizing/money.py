@@ -23,6 +23,7 @@ class Prices:
 @dataclass(frozen=True)
 class Costs:
     num_gpus: int
+    host_memory_gib: float  # pinned for KV tiers, every GPU's (engine.kv_offload.size_gib x GPUs)
     rental_usd_per_hour: float | None
     rental_usd_per_month: float | None
     purchase_capex_usd: float | None
@@ -57,12 +58,15 @@ def replicas_needed(demand: Demand, capacity_per_replica: float, allowed: tuple[
     return enough[0] if enough else None
 
 
-def costs(p: Prices, money: Money, num_gpus: int, output_tokens_per_s: float) -> Costs:
+def costs(p: Prices, money: Money, num_gpus: int, output_tokens_per_s: float, host_memory_gib: float = 0.0) -> Costs:
+    """`host_memory_gib`: the deployment's host memory for KV tiers, priced at search.money's host memory rates."""
     hours = money.hours_per_month
-    rent_h = None if p.rental_usd_per_gpu_hour is None else p.rental_usd_per_gpu_hour * num_gpus
+    rent_h = None
+    if p.rental_usd_per_gpu_hour is not None:
+        rent_h = p.rental_usd_per_gpu_hour * num_gpus + money.host_memory_usd_per_gib_hour * host_memory_gib
     capex = power = buy_month = None
     if p.purchase_usd_per_gpu is not None:
-        capex = p.purchase_usd_per_gpu * num_gpus
+        capex = p.purchase_usd_per_gpu * num_gpus + money.host_memory_usd_per_gib * host_memory_gib
         watts = (p.tdp_w or 0.0) * money.power_utilization * num_gpus
         power = watts / 1000 * hours * money.power_usd_per_kwh
         buy_month = capex / money.amortization_months + power
@@ -72,7 +76,17 @@ def costs(p: Prices, money: Money, num_gpus: int, output_tokens_per_s: float) ->
         return None if usd_per_month is None or tokens_per_month <= 0 else usd_per_month / tokens_per_month * 1e6
 
     rent_month = None if rent_h is None else rent_h * hours
-    return Costs(num_gpus, rent_h, rent_month, capex, power, buy_month, per_million(rent_month), per_million(buy_month))
+    return Costs(
+        num_gpus,
+        host_memory_gib,
+        rent_h,
+        rent_month,
+        capex,
+        power,
+        buy_month,
+        per_million(rent_month),
+        per_million(buy_month),
+    )
 
 
 def objective_usd_per_month(c: Costs, objective: str) -> float | None:
@@ -81,6 +95,7 @@ def objective_usd_per_month(c: Costs, objective: str) -> float | None:
     return c.purchase_usd_per_month if objective == "purchase" else c.rental_usd_per_month
 
 
-def objective_usd_per_month_bound(p: Prices, money: Money, num_gpus: int) -> float | None:
-    """The objective's cost for `num_gpus`, before knowing the throughput (for pruning)."""
-    return objective_usd_per_month(costs(p, money, num_gpus, 0.0), money.objective)
+def objective_usd_per_month_bound(p: Prices, money: Money, num_gpus: int, host_memory_gib: float = 0.0) -> float | None:
+    """The objective's cost for `num_gpus` (and their KV tiers' host memory), before knowing the throughput (for
+    pruning)."""
+    return objective_usd_per_month(costs(p, money, num_gpus, 0.0, host_memory_gib), money.objective)

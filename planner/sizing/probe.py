@@ -9,13 +9,14 @@ percentile bound than that percentile allows over the whole run, or the queue ho
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from sim.config import ArrivalConfig, Scenario
+from sim.config import ArrivalConfig, Scenario, WorkloadConfig
 from sim.cost_model import CostCoefficients
 from sim.driver import simulation_class
 from sim.engine_facts import EngineFacts
@@ -87,11 +88,32 @@ def scenario_at(scenario: Scenario, kind: str, load: float, num_requests: int) -
         think = a.think_time_s if a.process == "closed" else 0.0
         arrival = ArrivalConfig(process="closed", concurrency=int(load), think_time_s=think)
         num_requests = max(num_requests, MIN_REQUESTS_PER_USER * int(load))
+    elif scenario.workload.sessions is not None:  # the sessions' rate, scaled so their turns arrive at `load`
+        ss = scenario.workload.sessions
+        sessions = dataclasses.replace(
+            ss, rate=ss.rate * load / sessions_request_rate(scenario.workload, scenario.max_model_len)
+        )
+        workload = dataclasses.replace(scenario.workload, sessions=sessions, num_requests=num_requests)
+        return dataclasses.replace(scenario, workload=workload)
     else:
         process = a.process if a.process in ("poisson", "gamma", "constant", "trace") else "poisson"
         arrival = ArrivalConfig(process=process, rate=float(load), burstiness=a.burstiness)
     workload = dataclasses.replace(scenario.workload, arrival=arrival, num_requests=num_requests)
     return dataclasses.replace(scenario, workload=workload)
+
+
+@functools.lru_cache(maxsize=64)
+def sessions_request_rate(workload: WorkloadConfig, max_model_len: int) -> float:
+    """The mean rate (req/s) at which a sessions workload's turns arrive, over its requests: sessions start at
+    workload.sessions.rate, each sending its turns over time, so the requests' rate is the sessions' times the
+    turns a session has before max_model_len ends it; the load a probe offers is this rate."""
+    from sim.workload import generate_workload
+
+    wl = generate_workload(workload, max_model_len)
+    span_s = float(wl.arrival_s[-1] - wl.arrival_s[0]) if len(wl) > 1 else 0.0
+    if span_s <= 0:  # one request (or all at once): the sessions' own rate is all there is to go by
+        return workload.sessions.rate
+    return (len(wl) - 1) / span_s
 
 
 def run_probe(

@@ -32,6 +32,10 @@ class Money:
     power_utilization: float  # average draw as a fraction of TDP
     amortization_months: float
     hours_per_month: float
+    # Host memory for a KV tier (engine.kv_offload), per GiB: rented per hour, bought once. 0 by default: a cloud
+    # GPU instance's RAM comes with its GPUs, and a server's DIMMs are in the price of the node the catalog omits
+    host_memory_usd_per_gib_hour: float = 0.0
+    host_memory_usd_per_gib: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.errors import PlannerError
+from planner.outputs.prefix_reuse import lru_hit_rates
 from planner.sizing.bound import Analytic, Shape, analyse, users_bound
 from planner.sizing.candidates import Candidate, Pruned, enumerate_candidates
 from planner.sizing.capacity import MIN_RATE_FRACTION, Capacity, find_capacity
@@ -154,10 +155,13 @@ def workload_shape(q: SizingQuestion) -> Shape:
     s = scenario_at(q.scenario, q.search.demand.kind, q.search.demand.value, q.search.probe.num_requests)
     wl = generate_workload(s.workload, s.max_model_len)
     think = s.workload.arrival.think_time_s if q.search.demand.kind == "users" else 0.0
-    first_of_group = np.r_[True, wl.prefix_group[1:] != wl.prefix_group[:-1]]  # groups are consecutive requests
-    cacheable = np.where(first_of_group, 0, np.minimum(wl.prefix_tokens, wl.prompt_tokens - 1))
+    if wl.block_ids is not None:  # a trace's prefix ids or sessions: what an unbounded cache finds, in order
+        cacheable = lru_hit_rates(s, [math.inf])[0] * float(wl.prompt_tokens.mean())
+    else:
+        first_of_group = np.r_[True, wl.prefix_group[1:] != wl.prefix_group[:-1]]  # groups are consecutive requests
+        cacheable = float(np.where(first_of_group, 0, np.minimum(wl.prefix_tokens, wl.prompt_tokens - 1)).mean())
     sent = float(wl.output_tokens.sum()) / (len(wl) + wl.num_rejected)
-    return Shape(float(wl.prompt_tokens.mean()), float(wl.output_tokens.mean()), think, float(cacheable.mean()), sent)
+    return Shape(float(wl.prompt_tokens.mean()), float(wl.output_tokens.mean()), think, cacheable, sent)
 
 
 def tightest(bounds: dict[str, float]) -> float | None:
@@ -180,7 +184,9 @@ def _analyse(q: SizingQuestion, c: Candidate, shape: Shape, tpot_bound: float | 
     floor = None
     if upper is not None:
         replicas = replicas_needed(d, upper, None)
-        floor = objective_usd_per_month_bound(prices(c.gpu, q.search.money), q.search.money, replicas * c.num_gpus)
+        floor = objective_usd_per_month_bound(
+            prices(c.gpu, q.search.money), q.search.money, replicas * c.num_gpus, replicas * c.host_memory_gib
+        )
     mem = memory_breakdown(c.facts)
     tpot_floor = CostModel(c.facts, c.coefficients).floors(shape.prompt_tokens)["tpot_floor_ms"]
     return Result(c, a, tpot_floor, floor, mem.to_dict())
@@ -317,7 +323,7 @@ def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation, sha
         return
     tokens_per_s = output_tokens_per_s(d, shape, ev.at_demand)
     r.costs = costs(prices(r.candidate.gpu, q.search.money), q.search.money,
-                    ev.replicas * r.candidate.num_gpus, tokens_per_s)  # fmt: skip
+                    ev.replicas * r.candidate.num_gpus, tokens_per_s, ev.replicas * r.candidate.host_memory_gib)  # fmt: skip
     if ev.at_demand is not None and not ev.at_demand.met:
         r.note = "misses the SLOs at the demand: " + _misses(ev.at_demand, d.unit)
         return

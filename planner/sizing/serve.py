@@ -61,6 +61,9 @@ def vllm_serve_command(s: Scenario) -> str:
         parts.append("--trust-remote-code")
     if e.speculative is not None:
         parts.append(f"--speculative-config '{speculative_config_json(e.speculative)}'")
+    if e.kv_offload is not None:  # vLLM's size is the engine's, split over its ranks (vllm/config/kv_offloading)
+        total_gib = e.kv_offload.size_gib * s.hardware.tensor_parallel_size
+        parts += ["--kv-offloading-backend native", f"--kv-offloading-size {total_gib:g}"]
     return " ".join(parts)
 
 

@@ -39,6 +39,9 @@ from planner.sizing.spec_fields import gpu_list, int_list, mapping, one_of, pric
 from sim.config import HOST_DEVICES, ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
+# Host memory prices: far above any market's (server DRAM is a few USD per GiB to buy), low enough to print.
+MAX_HOST_USD_PER_GIB_HOUR = 100.0
+MAX_HOST_USD_PER_GIB = 100_000.0
 # Weight dtypes the memory and cost models price: the scenario's dtype rule. fp8/int8/int4 weights would need
 # a quantised-GEMM cost and scale tensors in the memory model; refused rather than priced as bf16.
 WEIGHT_DTYPES = RULES[(Scenario, "dtype")].choices
@@ -76,6 +79,8 @@ MONEY_KEYS = (
     "power_utilization",
     "amortization_months",
     "hours_per_month",
+    "host_memory_usd_per_gib_hour",
+    "host_memory_usd_per_gib",
 )
 PROBE_KEYS = ("num_requests", "max_probes", "tolerance")
 # Engine fields a sweep may not set: the pool override would make every candidate's memory model moot.
@@ -169,6 +174,12 @@ def _demand(raw: Any, scenario: Scenario, ctx: Ctx) -> Demand:
         rate = scalar(d, "rate", float, None, where, ctx, rate_rule.ok, rate_rule.allowed)
         demand = Demand("rate", rate, headroom, f"{where}.rate")
     elif "concurrency" in d:
+        if scenario.workload.sessions is not None:
+            raise ScenarioError(
+                ctx.file, f"{where}.concurrency", d["concurrency"],
+                "a sessions workload's load is the rate its sessions start at (workload.sessions.rate), not users"
+                " at once; give search.demand.rate, in requests/s",
+            )  # fmt: skip
         users = scalar(d, "concurrency", int, None, where, ctx, users_rule.ok, users_rule.allowed + " users")
         demand = Demand("users", users, headroom, f"{where}.concurrency")
     else:
@@ -187,6 +198,12 @@ def _demand(raw: Any, scenario: Scenario, ctx: Ctx) -> Demand:
 def _demand_from_workload(scenario: Scenario, headroom: float, ctx: Ctx) -> Demand:
     """No demand given: the scenario's own load (its rate, its users, or its trace's mean rate)."""
     a = scenario.workload.arrival
+    if scenario.workload.sessions is not None:
+        from planner.sizing.probe import sessions_request_rate
+
+        rate = sessions_request_rate(scenario.workload, scenario.max_model_len)
+        source = f"the mean rate of the sessions' first {scenario.workload.num_requests:,} turns (workload.sessions)"
+        return Demand("rate", rate, headroom, source)
     if a.process == "closed":
         return Demand("users", a.concurrency, headroom, "workload.arrival.concurrency")
     if a.rate is not None:
@@ -248,6 +265,14 @@ def _money(raw: Any, ctx: Ctx) -> Money:
             m, "amortization_months", float, 36.0, w, ctx, lambda v: 1 <= v <= 600, "must be in [1, 600] months"
         ),
         hours_per_month=scalar(m, "hours_per_month", float, 730.0, w, ctx, lambda v: 0 < v <= 744, "must be in (0, 744]"),
+        host_memory_usd_per_gib_hour=scalar(
+            m, "host_memory_usd_per_gib_hour", float, 0.0, w, ctx, lambda v: 0 <= v <= MAX_HOST_USD_PER_GIB_HOUR,
+            f"must be in [0, {MAX_HOST_USD_PER_GIB_HOUR:g}] USD per GiB-hour",
+        ),
+        host_memory_usd_per_gib=scalar(
+            m, "host_memory_usd_per_gib", float, 0.0, w, ctx, lambda v: 0 <= v <= MAX_HOST_USD_PER_GIB,
+            f"must be in [0, {MAX_HOST_USD_PER_GIB:,.0f}] USD per GiB",
+        ),
     )  # fmt: skip
 
 
@@ -310,7 +335,8 @@ def _engine(raw: Any, scenario: Scenario, ctx: Ctx) -> dict[str, tuple]:
         if not values:
             raise ScenarioError(ctx.file, f"{where}.{name}", e[name], "is empty: give at least one value")
         hint = hints[name]
-        if name == "speculative":  # vLLM's --speculative-config mappings, or null: off (each read as the scenario's)
+        # vLLM's --speculative-config mappings, or a host KV tier's; null: off (each read as the scenario's)
+        if name in ("speculative", "kv_offload"):
             converted = (
                 _convert(EngineConfig, name, hint, v, f"{where}.{name}[{i}]", ctx) for i, v in enumerate(values)
             )

@@ -255,6 +255,7 @@ def assumptions(out: SizingResult) -> list[str]:
             f"power: TDP x {m.power_utilization:g} utilisation x ${m.power_usd_per_kwh:g}/kWh; purchase amortised over"
             f" {m.amortization_months:g} months; hosts, networking, cooling and staff are not included"
         ),
+        *_host_memory_price(out),
         f"cost-model coefficients: {'; '.join(provenances)}",
         *_provenance_caveats(provenances),
         (
@@ -270,6 +271,20 @@ def assumptions(out: SizingResult) -> list[str]:
         + f"; {out.wall_s:.1f} s wall on {out.workers} {'Ray' if out.backend == 'ray' else 'process'} worker(s)",
     ]
     return lines
+
+
+def _host_memory_price(out: SizingResult) -> list[str]:
+    """How the host memory of the candidates' KV tiers is priced; nothing when no candidate has one."""
+    if not any(r.candidate.host_memory_gib for r in out.results):
+        return []
+    m = out.question.search.money
+    text = (
+        f"host memory of the KV tiers (engine.kv_offload): rent ${m.host_memory_usd_per_gib_hour:g}/GiB-h, buy"
+        f" ${m.host_memory_usd_per_gib:g}/GiB (search.money.host_memory_usd_per_gib_hour, host_memory_usd_per_gib)"
+    )
+    if not (m.host_memory_usd_per_gib_hour or m.host_memory_usd_per_gib):
+        text += "; free here, as a cloud GPU instance's RAM comes with its GPUs: set them if yours does not"
+    return [text]
 
 
 def terminal_lines(out: SizingResult, ranking: Ranking) -> list[str]:
