@@ -167,6 +167,28 @@ def test_a_length_of_units_beyond_what_fits_is_pruned_with_the_memory_models_rea
     assert pruned[0][0] == "1P1D: prefill h100-sxm tp1, decode h100-sxm tp4" and "prefill does not fit" in pruned[0][1]
 
 
+def test_each_role_sweeps_its_own_engine_settings_over_the_scenarios():
+    roles = (
+        "search.disaggregated={prefill: {gpus: [h100-sxm], tensor_parallel_sizes: [1], engine: {max_num_batched_tokens:"
+        " [2048, 8192]}}, decode: {gpus: [h100-sxm], tensor_parallel_sizes: [1], engine: {max_num_seqs: [8, 64, 8]}},"
+        " ratios: [[1, 1]], kv_transfer: {link: nvlink, bandwidth_gbit_per_s: 3600}}"
+    )
+    q = load_sizing(ROOT / BASE, [*SMALL, roles])
+    units, pruned = enumerate_units(q)
+    assert not pruned
+    assert [u.label for u in units] == [
+        f"1P1D: prefill h100-sxm tp1 (tokens {tokens}), decode h100-sxm tp1 (seqs {seqs})"
+        for tokens in (2048, 8192)
+        for seqs in (8, 64)  # 8 given twice: one setting
+    ]
+    last = units[-1].scenario
+    prefill, decode = (last.pool_scenario(p) for p in last.fleet.pools)
+    assert (prefill.engine.max_num_batched_tokens, decode.engine.max_num_seqs) == (8192, 64)
+    # what a role does not sweep is the scenario's
+    assert prefill.engine.max_num_seqs == q.scenario.engine.max_num_seqs != 64
+    assert decode.engine.max_model_len == prefill.engine.max_model_len == q.scenario.max_model_len
+
+
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
@@ -200,7 +222,21 @@ def test_a_length_of_units_beyond_what_fits_is_pruned_with_the_memory_models_rea
                 " [1, 2, 4, 8]}, decode: {gpus: [a10, l4, l40s, a100-80gb], tensor_parallel_sizes: [1, 2, 4]},"
                 " kv_transfer: {link: nvlink, bandwidth_gbit_per_s: 3600}}"
             ),
-            "1,200 prefill/decode units (GPUs x sizes per role x ratios): at most 256",
+            "1,200 prefill/decode units (GPUs x sizes x engine settings per role x ratios): at most 256",
+        ),
+        (
+            (
+                "search.disaggregated={decode: {engine: {max_num_seqs: [64, 0]}}, kv_transfer: {link: nvlink,"
+                " bandwidth_gbit_per_s: 3600}}"
+            ),
+            "search.disaggregated.decode.engine.max_num_seqs[1] = 0:",
+        ),
+        (
+            (
+                "search.disaggregated={prefill: {engine: {max_num_seq: [64]}}, kv_transfer: {link: nvlink,"
+                " bandwidth_gbit_per_s: 3600}}"
+            ),
+            "search.disaggregated.prefill.engine.max_num_seq: unknown key (did you mean max_num_seqs?)",
         ),
     ],
 )

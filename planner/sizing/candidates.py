@@ -128,14 +128,20 @@ def candidate_label(
     parts = [f"{gpu} tp{tp}" + (f" dp{dp}" if dp > 1 else "") + (" ep" if ep else "")]
     if show_dtype or dtype != base_dtype:
         parts.append(dtype)
+    return ", ".join([*parts, *settings_words(settings)])
+
+
+def settings_words(settings) -> list[str]:
+    """Swept engine settings as a label says them: 'seqs 256', 'chunked on', 'spec eagle3 k=3'."""
+    words = []
     for name, value in settings:
         short = LABELS.get(name, name)
         if name == "speculative":  # off, or the method and k (the rest is the scenario's, printed by the serve line)
             value = "off" if value is None else f"{value.method} k={value.num_speculative_tokens}"
         if name == "kv_offload":  # off, or the host memory per GPU (its link is the scenario's, in the serve line)
             value = "off" if value is None else f"{value.size_gib:g} GiB"
-        parts.append(f"{short} {'on' if value is True else 'off' if value is False else value}")
-    return ", ".join(parts)
+        words.append(f"{short} {'on' if value is True else 'off' if value is False else value}")
+    return words
 
 
 def _build(

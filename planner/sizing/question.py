@@ -46,6 +46,17 @@ class Probe:
 
 
 @dataclass(frozen=True)
+class PoolSettings:
+    """One combination of a role's swept engine settings (`search.disaggregated.ROLE.engine`)."""
+
+    settings: tuple[tuple[str, object], ...]  # field -> value, as the scenario reads it (for labels)
+    raw: dict = field(hash=False, compare=False)  # as written: the unit's pool gets them as its `engine` keys
+
+
+NO_SETTINGS = PoolSettings((), {})
+
+
+@dataclass(frozen=True)
 class Disaggregated:
     """Prefill/decode units to weigh against the aggregated candidates (`search.disaggregated`): every unit of
     `prefill` replicas of a prefill GPU and tensor parallel size and `decode` replicas of a decode one, behind
@@ -58,6 +69,9 @@ class Disaggregated:
     ratios: tuple[tuple[int, int], ...]  # (prefill replicas, decode replicas) of one unit: xPyD
     kv_transfer: KvTransferConfig
     kv_transfer_raw: dict = field(repr=False, hash=False, compare=False)  # as written: a unit's fleet gets it
+    # each role's engine settings to sweep, one PoolSettings per combination (NO_SETTINGS: the scenario's engine)
+    prefill_engines: tuple[PoolSettings, ...] = (NO_SETTINGS,)
+    decode_engines: tuple[PoolSettings, ...] = (NO_SETTINGS,)
 
 
 @dataclass(frozen=True)

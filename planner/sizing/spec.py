@@ -120,7 +120,7 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
     cands = mapping(section(s, "candidates"), "search.candidates", CANDIDATE_KEYS, ctx)
     gpus, given = _gpus(cands.get("gpus"), scenario, ctx)
     money = _money(section(s, "money"), ctx)
-    disaggregated = parse_disaggregated(s.get("disaggregated"), scenario, TENSOR_PARALLEL_RULE, ctx)
+    disaggregated = parse_disaggregated(s.get("disaggregated"), scenario, TENSOR_PARALLEL_RULE, ctx, _engine)
     _check_prices(gpus, given, money, ctx, disaggregated)
     spec = SearchSpec(
         demand=_demand(section(s, "demand"), scenario, ctx),
@@ -321,9 +321,8 @@ def _needs(money: Money, gpu: GpuSpec) -> list[tuple[str, str, float | None]]:
     return needs
 
 
-def _engine(raw: Any, scenario: Scenario, ctx: Ctx) -> dict[str, tuple]:
+def _engine(raw: Any, scenario: Scenario, ctx: Ctx, where: str = "search.candidates.engine") -> dict[str, tuple]:
     """Engine field -> the values to sweep, each checked by the scenario's rule for that field."""
-    where = "search.candidates.engine"
     names = [f.name for f in dataclasses.fields(EngineConfig) if f.name not in NOT_SWEPT]
     e = mapping(raw, where, tuple(names), ctx)
     hints = typing.get_type_hints(EngineConfig)

@@ -4,25 +4,27 @@ candidates, read with the scenario's message shape (file: key = value: what is a
     search:
       disaggregated:
         prefill: {gpus: [h100-sxm], tensor_parallel_sizes: [4]}     # default: the scenario's GPU and size
-        decode: {gpus: [h100-sxm, h200], tensor_parallel_sizes: [4, 8]}
+        decode: {gpus: [h100-sxm, h200], tensor_parallel_sizes: [4, 8],
+                 engine: {max_num_seqs: [256, 512]}}                 # each role's own sweep over the scenario's engine
         ratios: [[1, 1], [1, 2], [2, 1]]                             # xPyD: prefill : decode replicas of a unit
         kv_transfer: {link: infiniband, bandwidth_gbit_per_s: 400}   # a fleet's fleet.kv_transfer (required)
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from planner.errors import NO_VALUE, ScenarioError
 from planner.scenario.fleet import BANDWIDTHS
 from planner.scenario.rules import Ctx, in_range
 from planner.scenario.validation import build_dataclass
-from planner.sizing.question import Disaggregated
+from planner.sizing.question import NO_SETTINGS, Disaggregated, PoolSettings
 from planner.sizing.spec_fields import gpu_list, int_list, mapping, section
 from sim.config import GpuSpec, KvTransferConfig, Scenario
 
 DISAGGREGATED_KEYS = ("prefill", "decode", "ratios", "kv_transfer")
-ROLE_KEYS = ("gpus", "tensor_parallel_sizes")
+ROLE_KEYS = ("gpus", "tensor_parallel_sizes", "engine")
 # 1P1D, 1P2D, 1P3D, 2P1D, 2P3D: decode-heavy splits first, as long replies need; the prefill-heavy ones for long
 # prompts. A unit's replicas: at most MAX_UNIT_REPLICAS of each role (bigger units are several units).
 DEFAULT_RATIOS = ((1, 1), (1, 2), (1, 3), (2, 1), (2, 3))
@@ -30,8 +32,10 @@ UNIT_REPLICAS = in_range(1, 8)
 MAX_UNITS = 256  # units to search: every one runs a capacity search of its own
 
 
-def parse_disaggregated(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx) -> Disaggregated | None:
-    """None when the section is absent: aggregated candidates only."""
+def parse_disaggregated(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx, engine_sweep) -> Disaggregated | None:
+    """None when the section is absent: aggregated candidates only. `engine_sweep(raw, scenario, ctx, where)`: the
+    aggregated candidates' reader of an engine sweep (planner/sizing/spec.py), so a role's sweep accepts what a
+    scenario does."""
     if raw is None:
         return None
     where = "search.disaggregated"
@@ -46,7 +50,11 @@ def parse_disaggregated(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx) -> Disa
             tp_rule,
             ctx,
         )
-        roles[role] = (gpus, tps)
+        roles[role] = (
+            gpus,
+            tps,
+            _pool_settings(r.get("engine"), scenario, f"{where}.{role}.engine", ctx, engine_sweep),
+        )
     ratios = _ratios(d.get("ratios"), f"{where}.ratios", ctx)
     transfer_raw = d.get("kv_transfer")
     if transfer_raw is None:
@@ -61,16 +69,34 @@ def parse_disaggregated(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx) -> Disa
             ctx.file, f"{where}.kv_transfer.bandwidth_gbit_per_s", NO_VALUE,
             f"missing; link {transfer.link} needs its bandwidth per GPU, one direction, in Gb/s ({BANDWIDTHS})",
         )  # fmt: skip
-    spec = Disaggregated(*roles["prefill"], *roles["decode"], ratios, transfer, dict(transfer_raw))
-    units = len(spec.prefill_gpus) * len(spec.prefill_tensor_parallel_sizes) * len(spec.decode_gpus)
-    units *= len(spec.decode_tensor_parallel_sizes) * len(ratios)
+    (pg, ptp, pe), (dg, dtp, de) = roles["prefill"], roles["decode"]
+    spec = Disaggregated(pg, ptp, dg, dtp, ratios, transfer, dict(transfer_raw), pe, de)
+    units = len(pg) * len(ptp) * len(pe) * len(dg) * len(dtp) * len(de) * len(ratios)
     if units > MAX_UNITS:
         raise ScenarioError(
             ctx.file, where, NO_VALUE,
-            f"{units:,} prefill/decode units (GPUs x sizes per role x ratios): at most {MAX_UNITS}, each runs a"
-            " capacity search of its own; narrow the lists",
+            f"{units:,} prefill/decode units (GPUs x sizes x engine settings per role x ratios): at most {MAX_UNITS},"
+            " each runs a capacity search of its own; narrow the lists",
         )  # fmt: skip
     return spec
+
+
+def _pool_settings(raw: Any, scenario: Scenario, where: str, ctx: Ctx, engine_sweep) -> tuple[PoolSettings, ...]:
+    """Every combination of a role's engine sweep, each as the pool's `engine` keys (as written) and its values (as
+    read); the scenario's engine alone when there is none. Each value is checked where it was written first."""
+    if raw is None:
+        return (NO_SETTINGS,)
+    engine_sweep(raw, scenario, ctx, where)  # every value, with its index in the message
+    names = list(raw)
+    lists = [raw[n] if isinstance(raw[n], list) else [raw[n]] for n in names]
+    options = []
+    for combo in itertools.product(*lists):
+        written = dict(zip(names, combo))
+        read = engine_sweep({n: [v] for n, v in written.items()}, scenario, ctx, where)
+        option = PoolSettings(tuple((n, read[n][0]) for n in names), written)
+        if option not in options:  # a value given twice is one setting
+            options.append(option)
+    return tuple(options)
 
 
 def _gpus(raw: Any, scenario: Scenario, key: str, ctx: Ctx) -> tuple[GpuSpec, ...]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -26,12 +27,13 @@ from planner.catalog import differs_from_catalog, gpu_names
 from planner.errors import ScenarioError
 from planner.scenario.load import validate_mapping
 from planner.sizing.bound import Shape, analyse
+from planner.sizing.candidates import settings_words
 from planner.sizing.capacity import Capacity, find_capacity
 from planner.sizing.coefficients import resolve_coefficients
 from planner.sizing.executor import Executor
 from planner.sizing.money import costs, prices, replicas_needed
 from planner.sizing.probe import ProbeResult, run_probe, scenario_at
-from planner.sizing.question import Demand, Probe, SizingQuestion
+from planner.sizing.question import Demand, PoolSettings, Probe, SizingQuestion
 from planner.sizing.search import e2e_bound_ms, tightest, workload_shape
 from sim.config import GpuSpec, Scenario
 from sim.cost_model import CostCoefficients
@@ -104,32 +106,35 @@ class TopologyComparison:
 def enumerate_units(q: SizingQuestion) -> tuple[list[Unit], list[tuple[str, str]]]:
     d = q.search.disaggregated
     units, pruned = [], []
-    for pg in d.prefill_gpus:
-        for ptp in d.prefill_tensor_parallel_sizes:
-            for dg in d.decode_gpus:
-                for dtp in d.decode_tensor_parallel_sizes:
-                    for x, y in d.ratios:
-                        gpus, tps, reps = (
-                            {"prefill": pg, "decode": dg},
-                            {"prefill": ptp, "decode": dtp},
-                            {"prefill": x, "decode": y},
-                        )
-                        label = f"{x}P{y}D: prefill {pg.name} tp{ptp}, decode {dg.name} tp{dtp}"
-                        scenario, facts, why = _build(q, gpus, tps, reps)
-                        if why is not None:
-                            pruned.append((label, why))
-                            continue
-                        coefficients, provenance = {}, {}
-                        for pool in scenario.fleet.pools:
-                            coefficients[pool.name], prov = resolve_coefficients(scenario.pool_scenario(pool))
-                            provenance[pool.name] = prov.label
-                        units.append(
-                            Unit(len(units), label, gpus, tps, reps, scenario, facts, coefficients, provenance)
-                        )
+    roles = itertools.product(
+        d.prefill_gpus, d.prefill_tensor_parallel_sizes, d.prefill_engines,
+        d.decode_gpus, d.decode_tensor_parallel_sizes, d.decode_engines,
+    )  # fmt: skip
+    for (pg, ptp, pe, dg, dtp, de), (x, y) in itertools.product(roles, d.ratios):
+        gpus, tps, reps = {"prefill": pg, "decode": dg}, {"prefill": ptp, "decode": dtp}, {"prefill": x, "decode": y}
+        engines = {"prefill": pe, "decode": de}
+        label = f"{x}P{y}D: prefill {_pool_label(pg, ptp, pe)}, decode {_pool_label(dg, dtp, de)}"
+        scenario, facts, why = _build(q, gpus, tps, reps, engines)
+        if why is not None:
+            pruned.append((label, why))
+            continue
+        coefficients, provenance = {}, {}
+        for pool in scenario.fleet.pools:
+            coefficients[pool.name], prov = resolve_coefficients(scenario.pool_scenario(pool))
+            provenance[pool.name] = prov.label
+        units.append(Unit(len(units), label, gpus, tps, reps, scenario, facts, coefficients, provenance))
     return units, pruned
 
 
-def _build(q: SizingQuestion, gpus: dict, tps: dict, reps: dict) -> tuple[Scenario | None, dict | None, str | None]:
+def _pool_label(gpu: GpuSpec, tp: int, engine: PoolSettings) -> str:
+    """'h100-sxm tp4', or with the role's swept settings: 'h100-sxm tp4 (seqs 512, tokens 16384)'."""
+    words = settings_words(engine.settings)
+    return f"{gpu.name} tp{tp}" + (f" ({', '.join(words)})" if words else "")
+
+
+def _build(
+    q: SizingQuestion, gpus: dict, tps: dict, reps: dict, engines: dict
+) -> tuple[Scenario | None, dict | None, str | None]:
     """The unit as a fleet scenario and its pools' engine facts, through the scenario loader's own fleet checks and
     the memory model; or why not."""
     raw = copy.deepcopy(q.raw)
@@ -140,6 +145,8 @@ def _build(q: SizingQuestion, gpus: dict, tps: dict, reps: dict) -> tuple[Scenar
         if hardware.get("expert_parallel") and tps[role] > 1:  # vLLM ignores the flag on one GPU
             pool_hw["expert_parallel"] = True
         pools[role] = {"role": role, "hardware": pool_hw}
+        if engines[role].raw:  # the role's swept settings over the scenario's engine
+            pools[role]["engine"] = dict(engines[role].raw)
     raw["fleet"] = {
         "pools": pools,
         "router": {"policy": "least_outstanding"},
