@@ -18,9 +18,11 @@ from planner.catalog import catalog_gpu
 from planner.scenario.load import load_scenario
 from planner.sizing.probe import run_probe
 from planner.sizing.rank import rank
+from planner.sizing.report.topology import topology_lines
 from planner.sizing.search import run_search
 from planner.sizing.spec import load_sizing
 from planner.sizing.topology import compare_topologies, enumerate_units
+from planner.sizing.unit_intervals import run_unit_intervals
 
 BASE = "scenarios/a10_qwen7b.yaml"
 # A short-prompt, closed-loop load on one H100 (the aggregated candidate) against a 1P1D and a 2P1D unit of H100s
@@ -101,6 +103,28 @@ def test_units_are_sized_for_the_demand_and_priced_per_role(sized):
         assert ev.detail["bottleneck_pool"] in ("prefill", "decode") and ev.detail["median_transfer_ms"] > 0
         above = [p for p in ev.capacity.probes if p.load > ev.capacity.load]
         assert all(not p.met for p in above)  # the capacity is the highest load that passed
+
+
+def test_intervals_draw_the_best_units_seeds_and_pools_coefficients(sized):
+    q, ranking, comparison = sized
+    c = dataclasses.replace(comparison)  # the fixture's comparison stays without intervals
+    run_unit_intervals(c, q, 3, workers=1)
+    iv, best = c.intervals, c.best
+    assert iv["label"] == best.unit.label and iv["runs"] == 3 and iv["seeds"] == [0, 2]
+    assert iv["load"] == best.evaluation.at_demand.load and iv["at"] == "the demand's share"
+    cap = iv["capacity_per_unit"]
+    assert cap["low"] <= cap["median"] <= cap["high"] and cap["low"] > 0
+    assert iv["units_needed"]["low"] <= iv["units_needed"]["high"]
+    for name in ("prefill", "decode"):  # every pool's coefficients are drawn where its provenance has a std
+        assert f"{name}: " in iv["varies"]
+    lat = iv["latency_ms"]["p99_tpot"]
+    assert lat["low"] <= lat["median"] <= lat["high"]
+    assert c.interval_simulations >= 3 * 2  # a run at the load and at least one probe per draw
+    again = dataclasses.replace(comparison)
+    run_unit_intervals(again, q, 3, workers=2)
+    assert again.intervals == iv  # drawn before any run: the same with any number of workers
+    assert any(line.strip().startswith(f"90% intervals of {best.unit.label}") for line in
+               topology_lines(c, ranking, q.search.demand.unit))  # fmt: skip
 
 
 def test_short_prompts_at_light_load_are_cheaper_aggregated(sized):

@@ -96,6 +96,15 @@ def _compare_topologies(question, out, ranking, args):
     cheapest = None if best is None else best.objective_usd_per_month
     progress = ProgressBar("sizing", "prefill/decode units", delay_s=1.0)
     try:
-        return compare_topologies(question, cheapest, args.workers or out.workers, args.ray, progress)
+        comparison = compare_topologies(question, cheapest, args.workers or out.workers, args.ray, progress)
     finally:
         progress.close()
+    if args.intervals:
+        from planner.sizing.unit_intervals import run_unit_intervals
+
+        progress = ProgressBar("sizing", "unit interval draws", delay_s=1.0)
+        try:
+            run_unit_intervals(comparison, question, args.intervals, args.workers or out.workers, args.ray, progress)
+        finally:
+            progress.close()
+    return comparison

@@ -93,12 +93,13 @@ def evaluate_draw(task: DrawTask) -> Draw:
         )
         capacity = found.load
         walls += [p.wall_s for p in found.probes]
-        open_ended = capacity > 0 and not _bracketed(found.load, found.probes, upper, task)
+        open_ended = capacity > 0 and not bracketed(found.load, found.probes, upper, task)
     return Draw(at_load, capacity, open_ended, len(walls), tuple(walls))
 
 
-def _bracketed(load: float, probes: tuple[ProbeResult, ...], upper: float | None, task: DrawTask) -> bool:
-    """A failing run above the capacity, or the analytic bound within one tolerance step of it."""
+def bracketed(load: float, probes: tuple[ProbeResult, ...], upper: float | None, task) -> bool:
+    """A failing run above the capacity, or the analytic bound within one tolerance step of it (`task`: a draw's,
+    of a replica or of a unit: its probe settings and load kind)."""
     if any(not p.met and p.load > load for p in probes):
         return True
     if upper is None:
@@ -170,8 +171,27 @@ def _spread(values: list[float], whole: bool = False) -> dict:
 
 
 def summarize_draws(r: Result, draws: list[Draw], out: SizingResult) -> dict:
-    d, seed = out.question.search.demand, out.question.scenario.workload.seed
     c, ev = r.candidate, r.evaluation
+    drawn = sorted(n for n, s in c.uncertainty.items() if s > 0 and math.isfinite(s))
+    nominal = Nominal(ev.capacity.load, ev.at_demand is not None, ev.replicas, out.question.search.replicas)
+    return summarize(draws, out.question, nominal, c.provenance_kind, drawn, varies(c.provenance_kind, drawn))
+
+
+@dataclass(frozen=True)
+class Nominal:
+    """The nominal answer the draws are held against: a replica's (or a prefill/decode unit's)."""
+
+    capacity: float  # per replica or unit; 0: none
+    at_demand: bool  # its run was at the demand's share (else at the lightest load tried)
+    count: int | None  # replicas (or units) deployed; None: none enough
+    allowed: tuple[int, ...] | None  # the counts allowed (search.candidates.replicas); None: any
+    per: str = "replica"  # what a capacity is of, and what is counted: replica | unit
+
+
+def summarize(draws: list[Draw], q, nominal: Nominal, kind: str, drawn: list[str], varies_text: str) -> dict:
+    """The draws' spreads: latencies at the load, each SLO's share of draws met, the capacity and the count the
+    demand needs; `kind` and `drawn`: the provenance and the coefficients drawn, `varies_text` in words."""
+    d, seed, per = q.search.demand, q.scenario.workload.seed, nominal.per
     at = [dr.at_load for dr in draws]
     slo = []
     for j, (metric, stat, bound, _, _) in enumerate(at[0].checks):
@@ -179,34 +199,33 @@ def summarize_draws(r: Result, draws: list[Draw], out: SizingResult) -> dict:
         slo.append({"metric": metric, "stat": stat, "bound_ms": bound,
                     "probability_met": float(np.mean(known)) if known else None})  # fmt: skip
     capacity = replicas = covers = None
-    if ev.capacity.load > 0:
+    if nominal.capacity > 0:
         caps = [dr.capacity for dr in draws]
         capacity = _spread(caps, whole=d.kind == "users")
-        need = [replicas_needed(d, cap, out.question.search.replicas) for cap in caps]
+        need = [replicas_needed(d, cap, nominal.allowed) for cap in caps]
         need_sorted = sorted(math.inf if n is None else n for n in need)
         replicas = {  # the 5% and 95% of the draws' counts, by rank (counts are whole)
             "low": _count(need_sorted[int(LOW_Q / 100 * (len(need_sorted) - 1))]),
             "high": _count(need_sorted[math.ceil(HIGH_Q / 100 * (len(need_sorted) - 1))]),
             "share_none_enough": float(np.mean([n is None for n in need])),  # no capacity, or too few allowed
         }
-        if ev.replicas is not None:
-            covers = float(np.mean([n is not None and n <= ev.replicas for n in need]))
-    drawn = sorted(n for n, s in c.uncertainty.items() if s > 0 and math.isfinite(s))
+        if nominal.count is not None:
+            covers = float(np.mean([n is not None and n <= nominal.count for n in need]))
     return {
         "runs": len(draws),
         "seeds": [seed, seed + len(draws) - 1],
-        "provenance_kind": c.provenance_kind,
+        "provenance_kind": kind,
         "coefficients_drawn": drawn,
-        "varies": varies(c.provenance_kind, drawn),
+        "varies": varies_text,
         "load": at[0].load,
-        "at": "the demand's share" if ev.at_demand is not None else "the lightest load tried",
+        "at": "the demand's share" if nominal.at_demand else "the lightest load tried",
         "latency_ms": {k: _spread([p.latency_ms[k] for p in at]) for k in LATENCIES},
         "slo": slo,
         "probability_all_met": float(np.mean([p.met for p in at])),  # every SLO, in a steady state
-        "capacity_per_replica": capacity,
+        f"capacity_per_{per}": capacity,
         "capacity_searches_open": sum(dr.capacity_open for dr in draws),  # out of probes: lower bounds
-        "replicas_needed": replicas,
-        "probability_replicas_suffice": covers,  # the nominal replica count covers demand x headroom
+        f"{per}s_needed": replicas,
+        f"probability_{per}s_suffice": covers,  # the nominal count covers demand x headroom
         "num_simulations": sum(dr.num_simulations for dr in draws),
     }
 

@@ -57,6 +57,8 @@ class Unit:
     facts: dict[str, EngineFacts]  # each pool's engine, derived once (by pool = role name)
     coefficients: dict[str, CostCoefficients]  # by pool (= role) name
     provenance: dict[str, str]
+    provenance_kind: dict[str, str] = dataclasses.field(default_factory=dict)  # calibrated | transferred | spec-sheet
+    uncertainty: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # pool -> coefficient -> std
 
     def num_gpus(self, role: str | None = None) -> int:
         roles = ROLES if role is None else (role,)
@@ -101,6 +103,10 @@ class TopologyComparison:
     best: UnitResult | None  # the cheapest unit that meets the SLOs at the demand
     num_simulations: int
     wall_s: float
+    # --intervals N: the best unit's 90% intervals (planner/sizing/unit_intervals.py); None: not asked, or no best
+    intervals: dict | None = None
+    interval_simulations: int = 0
+    interval_wall_s: float = 0.0
 
 
 def enumerate_units(q: SizingQuestion) -> tuple[list[Unit], list[tuple[str, str]]]:
@@ -118,11 +124,17 @@ def enumerate_units(q: SizingQuestion) -> tuple[list[Unit], list[tuple[str, str]
         if why is not None:
             pruned.append((label, why))
             continue
-        coefficients, provenance = {}, {}
+        coefficients, provenance, kinds, uncertainty = {}, {}, {}, {}
         for pool in scenario.fleet.pools:
             coefficients[pool.name], prov = resolve_coefficients(scenario.pool_scenario(pool))
-            provenance[pool.name] = prov.label
-        units.append(Unit(len(units), label, gpus, tps, reps, scenario, facts, coefficients, provenance))
+            provenance[pool.name], kinds[pool.name], uncertainty[pool.name] = (
+                prov.label,
+                prov.kind,
+                dict(prov.uncertainty),
+            )
+        units.append(
+            Unit(len(units), label, gpus, tps, reps, scenario, facts, coefficients, provenance, kinds, uncertainty)
+        )
     return units, pruned
 
 

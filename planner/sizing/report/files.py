@@ -12,7 +12,7 @@ from planner.sizing.rank import Ranking
 from planner.sizing.report import interval_tables, tables
 from planner.sizing.report.figures import FIGURES
 from planner.sizing.report.layouts import data_parallel_lines
-from planner.sizing.report.topology import topology_section
+from planner.sizing.report.topology import interval_line, topology_section
 from planner.sizing.search import SizingResult
 
 MAX_LISTED = 60  # rows of the not-simulated and cannot-run lists in the report
@@ -133,6 +133,8 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs, topologie
         )
         lines += ["", "## Aggregated against disaggregated", "", verdict, ""] + _md_table(headers, unit_rows)
         lines += [f"- {label}: cannot run: {why}" for label, why in cannot]
+        if (line := interval_line(topologies, out.question.search.demand.unit)) is not None:
+            lines += ["", line]
         if serve:
             lines += ["", "```", *serve, "```"]
     lines += ["", "## Figures", ""]
@@ -217,6 +219,8 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=No
         )
         parts += [f"<h2>Aggregated against disaggregated</h2><p>{e(verdict)}</p>", _html_table(headers, unit_rows)]
         parts += [f"<p class='small'>{e(label)}: cannot run: {e(why)}</p>" for label, why in cannot]
+        if (line := interval_line(topologies, out.question.search.demand.unit)) is not None:
+            parts.append(f"<p>{e(line)}</p>")
         if serve:
             parts.append("<pre>" + e("\n".join(serve)) + "</pre>")
     parts.append("<h2>Figures</h2>")

@@ -17,7 +17,7 @@ INTERVAL_HEADERS = (
 )  # fmt: skip
 
 
-def _interval(v: dict | None, digits: int = 1) -> str:
+def interval_text(v: dict | None, digits: int = 1) -> str:
     """median [5%-95%]"""
     if v is None or v["median"] is None:
         return "-"
@@ -53,7 +53,9 @@ def interval_row(r: Result, unit: str) -> list[str]:
             notes.append(f"no count enough in {need['share_none_enough']:.0%}")
         replicas += f" ({'; '.join(notes)})" if notes else ""
     digits = 0 if unit == "users" else 2
-    capacity = "-" if iv["capacity_per_replica"] is None else f"{_interval(iv['capacity_per_replica'], digits)} {unit}"
+    capacity = (
+        "-" if iv["capacity_per_replica"] is None else f"{interval_text(iv['capacity_per_replica'], digits)} {unit}"
+    )
     if iv["capacity_searches_open"]:
         capacity += f" ({iv['capacity_searches_open']} of {iv['runs']} draws: at least, out of probes)"
     return [
@@ -62,7 +64,7 @@ def interval_row(r: Result, unit: str) -> list[str]:
         f"{iv['load']:,.3g} {'user' if unit == 'users' and iv['load'] == 1 else unit} ({iv['at']})",
         capacity,
         replicas,
-        *(_interval(lat[k]) for k in ("p50_ttft", "p99_ttft", "p50_tpot", "p99_tpot", "p99_e2el")),
+        *(interval_text(lat[k]) for k in ("p50_ttft", "p99_ttft", "p50_tpot", "p99_tpot", "p99_e2el")),
         "; ".join(slo),
         varies_short(iv),
     ]

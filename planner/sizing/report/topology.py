@@ -4,6 +4,7 @@ why, and the winning unit's serve lines (planner/sizing/topology.py computes the
 from __future__ import annotations
 
 from planner.sizing.rank import Ranking
+from planner.sizing.report.interval_tables import interval_text
 from planner.sizing.topology import TopologyComparison, UnitResult
 
 HEADERS = (
@@ -121,6 +122,26 @@ def topology_section(c: TopologyComparison, ranking: Ranking, unit: str):
     return verdict(c, ranking), HEADERS, [unit_row(r, unit) for r in c.results], serve, c.pruned
 
 
+def interval_line(c: TopologyComparison, unit: str) -> str | None:
+    """The best unit's 90% intervals in one line (--intervals N); None without them."""
+    iv = c.intervals
+    if iv is None:
+        return None
+    lat, digits = iv["latency_ms"], 0 if unit == "users" else 2
+    need = iv["units_needed"]
+    units = "-" if not need else "none enough" if need["low"] is None else f"{need['low']}-{need['high']}"
+    if iv["probability_units_suffice"] is not None:
+        units += f" ({c.best.evaluation.units} enough in {iv['probability_units_suffice']:.0%})"
+    capacity = "-" if iv["capacity_per_unit"] is None else f"{interval_text(iv['capacity_per_unit'], digits)} {unit}"
+    if iv["capacity_searches_open"]:
+        capacity += f" ({iv['capacity_searches_open']} of {iv['runs']} draws: at least)"
+    return (
+        f"90% intervals of {iv['label']} (median [5%-95%] over {iv['runs']} draws; {iv['varies']}): capacity/unit"
+        f" {capacity}; units {units}; p99 TTFT {interval_text(lat['p99_ttft'])} ms; p99 TPOT {interval_text(lat['p99_tpot'])}"
+        f" ms; every SLO met, steady, in {iv['probability_all_met']:.0%} of draws"
+    )
+
+
 def topology_lines(c: TopologyComparison, ranking: Ranking, unit: str) -> list[str]:
     text, headers, rows, serve, cannot = topology_section(c, ranking, unit)
     widths = [
@@ -133,6 +154,8 @@ def topology_lines(c: TopologyComparison, ranking: Ranking, unit: str) -> list[s
     lines.append(f"Topology: {text}")
     sized = f"{len(c.results)} unit{'s' if len(c.results) != 1 else ''}"
     lines.append(f"  ({sized} sized in {c.num_simulations} simulations, {c.wall_s:.1f} s wall)")
+    if (line := interval_line(c, unit)) is not None:
+        lines.append(f"  {line} ({c.interval_simulations} simulations, {c.interval_wall_s:.1f} s wall)")
     if serve:
         lines += [f"Serve the disaggregated units ({c.best.evaluation.units} of them) with:"]
         lines += ["  " + line for line in serve[1:]]
@@ -172,4 +195,5 @@ def topology_data(c: TopologyComparison, ranking: Ranking) -> dict:
         "cannot_run": [{"label": label, "reason": why} for label, why in c.pruned],
         "num_simulations": c.num_simulations,
         "wall_s": c.wall_s,
+        "intervals": c.intervals,  # --intervals N: the best unit's (planner/sizing/unit_intervals.py); else None
     }
