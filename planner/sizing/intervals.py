@@ -76,13 +76,24 @@ def evaluate_draw(task: DrawTask) -> Draw:
     n, coefficients = task.probe.num_requests, task.coefficients
     facts = task.candidate.facts  # the seed changes none
     at_load = run_probe(scenario, task.kind, task.load, n, coefficients, stop_early=False, facts=facts)
-    walls = [at_load.wall_s]
-    capacity, open_ended = None, False
+    upper = None
     if task.capacity_guess is not None:
         a = analyse(facts, coefficients, task.shape, task.tpot_bound_ms)  # the bound moves with the draw
         upper = a.rate_bound if task.kind == "rate" else users_bound(a, task.shape, task.e2e_bound_ms)
+    return draw_capacity(
+        task, at_load, upper, lambda x: run_probe(scenario, task.kind, x, n, coefficients, facts=facts)
+    )
+
+
+def draw_capacity(task, at_load: ProbeResult, upper: float | None, probe: Callable[[float], ProbeResult]) -> Draw:
+    """A draw's capacity search (none when the nominal had no capacity), from the nominal capacity under the drawn
+    bound `upper`, with `probe` running the drawn scenario and coefficients at a load; `task`: a replica's or a
+    unit's draw (its load kind, probe settings and nominal capacity)."""
+    walls = [at_load.wall_s]
+    capacity, open_ended = None, False
+    if task.capacity_guess is not None:
         found = find_capacity(
-            lambda x: run_probe(scenario, task.kind, x, n, coefficients, facts=facts),
+            probe,
             task.kind,
             task.capacity_guess,
             upper,

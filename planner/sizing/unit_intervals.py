@@ -18,9 +18,8 @@ import numpy as np
 
 from planner.calibration.intervals import draw_coefficients
 from planner.sizing.bound import Shape
-from planner.sizing.capacity import find_capacity
 from planner.sizing.executor import Executor
-from planner.sizing.intervals import Draw, Nominal, bracketed, summarize, varies
+from planner.sizing.intervals import Draw, Nominal, draw_capacity, summarize, varies
 from planner.sizing.probe import run_probe
 from planner.sizing.question import Probe, SizingQuestion
 from planner.sizing.search import tightest, workload_shape
@@ -50,25 +49,11 @@ def evaluate_unit_draw(task: UnitDrawTask) -> Draw:
     scenario = dataclasses.replace(task.unit.scenario, workload=workload)
     n, coefficients = task.probe.num_requests, task.coefficients
     at_load = run_probe(scenario, task.kind, task.load, n, coefficients, stop_early=False)
-    walls = [at_load.wall_s]
-    capacity, open_ended = None, False
+    upper = None
     if task.capacity_guess is not None:
         drawn_unit = dataclasses.replace(task.unit, coefficients=coefficients)  # the bound moves with the draw
         upper = unit_bound(drawn_unit, task.shape, task.tpot_bound_ms, task.slo, task.kind)
-        found = find_capacity(
-            lambda x: run_probe(scenario, task.kind, x, n, coefficients),
-            task.kind,
-            task.capacity_guess,
-            upper,
-            task.probe.max_probes,
-            task.probe.tolerance,
-            step=1 + task.probe.tolerance,
-            gallop=True,
-        )
-        capacity = found.load
-        walls += [p.wall_s for p in found.probes]
-        open_ended = capacity > 0 and not bracketed(found.load, found.probes, upper, task)
-    return Draw(at_load, capacity, open_ended, len(walls), tuple(walls))
+    return draw_capacity(task, at_load, upper, lambda x: run_probe(scenario, task.kind, x, n, coefficients))
 
 
 def run_unit_intervals(
