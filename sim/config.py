@@ -249,6 +249,10 @@ class SessionsConfig:
     # Mean seconds from one turn's arrival to the next's (exponential): the reply and the user's (or tool's) time
     # together. Open loop: a turn does not wait for the previous reply
     turn_gap_s: float
+    # empty: the first session starts at 0, so turns come faster as sessions accumulate; steady: the run starts
+    # with sessions under way, as on a server up for a while (those begun earlier send only their later turns,
+    # whose contexts hold the earlier ones): turns arrive at a steady rate from the start (planner size's probes)
+    start: str = "empty"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ stream's tokens there, not what the engine generated: the live engine's replies 
 so neither executor finds a reply's blocks cached (in vLLM a verbatim re-sent reply would hit; a simplification
 that undercounts hits by the replies' share of the context).
 A turn past max_model_len ends its session there (counted as rejected, with the turns after it).
+
+`start: steady` begins the run with sessions under way: sessions start at the same rate from WARM_UP_SPANS longest
+expected sessions (max_turns x turn_gap_s) before 0, and only their turns from 0 on are sent (a turn's context
+still holds its session's earlier turns, which the engine has not seen: a cold cache, as after a restart).
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ from sim.config import WorkloadConfig
 from sim.workload_draws import TOKEN_STREAM, Workload, draw_lengths, read_only
 
 SESSION_BLOCK_TOKENS = 16  # the stream's block: vLLM's default block size (a larger engine block spans several)
+# A steady start's sessions begin this many times max_turns x turn_gap_s before 0: a session of max_turns has a
+# duration of max_turns - 1 exponential gaps, more than three times its mean with a chance below 1e-4 for 2 turns
+# and far less for more, so the turns from 0 on come at the steady rate.
+WARM_UP_SPANS = 3
 # Children of SeedSequence(seed) beside the workload's (sim/workload.py: 0-4): the session starts, and per session
 # its own stream of turns, gaps and lengths, so a session's draws do not depend on how many sessions are drawn
 _STARTS, _SESSION = TOKEN_STREAM + 1, TOKEN_STREAM + 2
@@ -36,7 +44,8 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
     starts = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(_STARTS,)))
     turns: list[tuple[float, int, int, tuple[int, ...]]] = []  # (arrival s, prompt, reply, block ids)
     rejected_s: list[float] = []  # arrivals of the turns past max_model_len
-    start_s, next_id, bound_s = 0.0, 0, np.inf
+    start_s = -WARM_UP_SPANS * ss.max_turns * ss.turn_gap_s if ss.start == "steady" else 0.0
+    next_id, bound_s = 0, np.inf
     for session in range(MAX_SESSIONS):
         start_s += float(starts.exponential(1.0 / ss.rate))
         if start_s > bound_s:
@@ -48,12 +57,12 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
     kept = turns[:n]
     last_s = kept[-1][0] if kept else 0.0
     return Workload(
-        arrival_s=read_only(np.array([t[0] for t in kept])),
+        arrival_s=read_only(np.array([t[0] for t in kept], np.float64)),
         prompt_tokens=read_only(np.array([t[1] for t in kept], np.int64)),
         output_tokens=read_only(np.array([t[2] for t in kept], np.int64)),
         prefix_group=read_only(np.full(len(kept), -1, np.int64)),
         prefix_tokens=read_only(np.zeros(len(kept), np.int64)),
-        num_rejected=sum(1 for at_s in rejected_s if at_s <= last_s),
+        num_rejected=sum(1 for at_s in rejected_s if 0.0 <= at_s <= last_s),
         num_truncated=0,
         seed=cfg.seed,
         vocab_size=vocab_size,
@@ -83,6 +92,8 @@ def _session(cfg, max_model_len, session, start_s, first_id, turns, rejected_s) 
             rejected_s.append(at_s)
             rejected_s.extend(at_s + float(g) for g in np.cumsum(gaps_s[k + 1 :]))
             break
+        if at_s < 0:  # a steady start: sent before the run began
+            continue
         turns.append(
             (at_s, context, replies[k], tuple(range(first_id, first_id + -(-context // SESSION_BLOCK_TOKENS))))
         )

@@ -4,15 +4,21 @@ line carrying vLLM's offloading flags; a sessions workload's demand is the rate 
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 from helpers import ROOT
 
 from planner.errors import ScenarioError
+from planner.scenario.load import load_scenario
 from planner.sizing.candidates import enumerate_candidates
+from planner.sizing.probe import scenario_at, sessions_request_rate
 from planner.sizing.rank import rank
 from planner.sizing.search import run_search
 from planner.sizing.serve import vllm_serve_command
 from planner.sizing.spec import load_sizing
+from sim.workload import generate_workload
 
 BASE = ROOT / "scenarios/size_a10_qwen7b.yaml"
 SESSIONS = ROOT / "scenarios/h100_llama31_8b_agent_sessions.yaml"
@@ -68,6 +74,33 @@ def test_the_host_memory_is_priced_with_the_gpus(rent, buy):
         assert r.costs.rental_usd_per_hour == pytest.approx(gpu.rental_usd_per_hour * gpus + rent * host_gib)
         assert r.costs.purchase_capex_usd == pytest.approx(gpu.purchase_usd * gpus + buy * host_gib)
     assert any(r.costs is not None and r.costs.host_memory_gib for r in out.evaluated)
+
+
+def test_a_sessions_workload_is_sized_by_its_steady_turns_rate():
+    q = load_sizing(SESSIONS, ["search.candidates.gpus=[h100-sxm]", "search.candidates.tensor_parallel_sizes=[1]"])
+    s = q.scenario
+    steady = dataclasses.replace(s.workload, sessions=dataclasses.replace(s.workload.sessions, start="steady"))
+    wl = generate_workload(steady, s.max_model_len)
+    turns_per_s = (len(wl) - 1) / float(wl.arrival_s[-1] - wl.arrival_s[0])
+    assert q.search.demand.kind == "rate" and q.search.demand.value == pytest.approx(turns_per_s)
+    # a probe runs sessions under way from the start, their rate scaled so their turns arrive at about the load
+    at = scenario_at(s, "rate", 2 * turns_per_s, 3000)
+    assert at.workload.sessions.start == "steady"
+    assert at.workload.sessions.rate == pytest.approx(2 * s.workload.sessions.rate)
+    assert sessions_request_rate(at.workload, at.max_model_len) == pytest.approx(2 * turns_per_s, rel=0.1)
+
+
+def test_sessions_under_way_send_turns_at_a_steady_rate_from_the_start():
+    s = load_scenario(SESSIONS)
+    quarters = {}
+    for start in ("empty", "steady"):
+        w = dataclasses.replace(s.workload, sessions=dataclasses.replace(s.workload.sessions, start=start))
+        arrival_s = generate_workload(w, s.max_model_len).arrival_s
+        quarters[start] = np.histogram(arrival_s, bins=4, range=(0.0, float(arrival_s[-1])))[0]
+    # from an empty start the turns come faster as sessions accumulate; under way, the first quarter is no lighter
+    empty, steady = quarters["empty"], quarters["steady"]
+    assert empty[0] < 0.7 * empty[1:].mean()
+    assert steady[0] > 0.9 * steady[1:].mean()
 
 
 def test_users_are_not_a_sessions_workloads_load():

@@ -172,6 +172,7 @@ RULES: dict[tuple[type, str], Rule] = {
     (SessionsConfig, "min_turns"): in_range(1, 10_000, " turns"),
     (SessionsConfig, "max_turns"): in_range(1, 10_000, " turns"),
     (SessionsConfig, "turn_gap_s"): in_range(0, 86_400, " s"),
+    (SessionsConfig, "start"): one_of("empty", "steady"),
     # A host tier of a few MiB to 16 TiB per GPU; PCIe 3.0 x4 (4 GB/s) to past PCIe 6.0 x16 (128 GB/s)
     (KvOffloadConfig, "size_gib"): in_range(0.001, 16384, " GiB"),
     (KvOffloadConfig, "host_link_gb_s"): in_range(0.1, 1000, " GB/s"),

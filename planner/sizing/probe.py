@@ -88,10 +88,13 @@ def scenario_at(scenario: Scenario, kind: str, load: float, num_requests: int) -
         think = a.think_time_s if a.process == "closed" else 0.0
         arrival = ArrivalConfig(process="closed", concurrency=int(load), think_time_s=think)
         num_requests = max(num_requests, MIN_REQUESTS_PER_USER * int(load))
-    elif scenario.workload.sessions is not None:  # the sessions' rate, scaled so their turns arrive at `load`
-        ss = scenario.workload.sessions
+    elif scenario.workload.sessions is not None:
+        # Sessions under way from the start (a capacity is a steady state's), their rate scaled so that their turns
+        # arrive at `load`
+        steady = dataclasses.replace(scenario.workload.sessions, start="steady")
+        base = dataclasses.replace(scenario.workload, sessions=steady)
         sessions = dataclasses.replace(
-            ss, rate=ss.rate * load / sessions_request_rate(scenario.workload, scenario.max_model_len)
+            steady, rate=steady.rate * load / sessions_request_rate(base, scenario.max_model_len)
         )
         workload = dataclasses.replace(scenario.workload, sessions=sessions, num_requests=num_requests)
         return dataclasses.replace(scenario, workload=workload)

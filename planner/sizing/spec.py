@@ -201,8 +201,12 @@ def _demand_from_workload(scenario: Scenario, headroom: float, ctx: Ctx) -> Dema
     if scenario.workload.sessions is not None:
         from planner.sizing.probe import sessions_request_rate
 
-        rate = sessions_request_rate(scenario.workload, scenario.max_model_len)
-        source = f"the mean rate of the sessions' first {scenario.workload.num_requests:,} turns (workload.sessions)"
+        steady = dataclasses.replace(scenario.workload.sessions, start="steady")  # as the probes run them
+        rate = sessions_request_rate(dataclasses.replace(scenario.workload, sessions=steady), scenario.max_model_len)
+        source = (
+            f"the mean rate of the sessions' first {scenario.workload.num_requests:,} turns, sessions under way"
+            " (workload.sessions)"
+        )
         return Demand("rate", rate, headroom, source)
     if a.process == "closed":
         return Demand("users", a.concurrency, headroom, "workload.arrival.concurrency")
