@@ -142,6 +142,8 @@ def scenario_to_dict(s: Scenario) -> dict:
             del engine["kv_offload"]  # likewise without a host tier
     if s.workload.sessions is None:
         del out["workload"]["sessions"]  # ... and independent requests
+    elif s.workload.sessions.start == "empty":
+        del out["workload"]["sessions"]["start"]  # ... and sessions from an empty start
     trace = s.workload.trace
     if trace is not None and trace.block_ids_column is None:  # ... and a trace without block ids, read in seconds
         for key in ("block_ids_column", "block_tokens", *(("arrival_unit",) if trace.arrival_unit == "s" else ())):
