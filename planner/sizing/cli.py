@@ -87,14 +87,15 @@ def run_size(args) -> int:
 
 
 def _compare_topologies(question, out, ranking, args):
-    """`search.disaggregated`: prefill/decode units sized for the same demand (planner/sizing/topology.py)."""
-    if question.search.disaggregated is None:
+    """`search.disaggregated`, `search.length_routed`: units of two pools sized for the same demand
+    (planner/sizing/topology.py)."""
+    if question.search.disaggregated is None and question.search.length_routed is None:
         return None
     from planner.sizing.topology import compare_topologies
 
     best = ranking.recommended
     cheapest = None if best is None else best.objective_usd_per_month
-    progress = ProgressBar("sizing", "prefill/decode units", delay_s=1.0)
+    progress = ProgressBar("sizing", "units of two pools", delay_s=1.0)
     try:
         comparison = compare_topologies(question, cheapest, args.workers or out.workers, args.ray, progress)
     finally:

@@ -33,6 +33,12 @@ def fleet_serve_lines(s: Scenario) -> list[str]:
             "# behind a proxy that sends each request to a prefill replica with max_tokens 1, then with its"
             " kv_transfer_params to a decode replica (vLLM's disaggregated-serving proxy examples, llm-d, Dynamo)"
         )
+    elif fleet.router.policy == "length":
+        r = fleet.router
+        lines.append(
+            f"# behind a router that sends prompts up to {r.threshold_tokens:,} tokens to pool {r.short_pool}, longer"
+            f" ones to pool {r.long_pool}"
+        )
     else:
         lines.append(f"# behind a router that routes by {fleet.router.policy}")
     return lines

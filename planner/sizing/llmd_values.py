@@ -66,6 +66,8 @@ def llmd_values(replica: Scenario | None, replicas: int, unit: Scenario | None =
     s = unit if unit is not None else replica
     if unit is None and replica.hardware.data_parallel_size > 1:
         return None
+    if unit is not None and unit.fleet.kv_transfer is None:
+        return None  # a length-routed unit: the chart has no router by prompt length
     if unit is not None and unit.fleet.kv_transfer.connector != "NixlConnector":
         return None  # the chart's routing sidecar drives NixlConnector's flow (connector nixlv2)
     if vllm_serve_command(replica if unit is None else unit.pool_scenario(unit.fleet.pools[0])).startswith("#"):

@@ -75,6 +75,22 @@ class Disaggregated:
 
 
 @dataclass(frozen=True)
+class LengthRouted:
+    """Length-routed units to weigh against the aggregated candidates (`search.length_routed`): every unit of `short`
+    replicas that serve prompts up to a threshold and `long` replicas that serve the rest, behind one router
+    (planner/sizing/topology.py)."""
+
+    short_gpus: tuple[GpuSpec, ...]
+    short_tensor_parallel_sizes: tuple[int, ...]
+    short_engines: tuple[PoolSettings, ...]
+    long_gpus: tuple[GpuSpec, ...]
+    long_tensor_parallel_sizes: tuple[int, ...]
+    long_engines: tuple[PoolSettings, ...]
+    thresholds_tokens: tuple[int, ...]
+    ratios: tuple[tuple[int, int], ...]  # (short replicas, long replicas) of one unit
+
+
+@dataclass(frozen=True)
 class SearchSpec:
     demand: Demand
     gpus: tuple[GpuSpec, ...]
@@ -91,6 +107,7 @@ class SearchSpec:
     expert_parallel: tuple[bool, ...] = (False,)
     bound_pruning: bool = True
     disaggregated: Disaggregated | None = None  # None: aggregated candidates only
+    length_routed: LengthRouted | None = None  # None: no length-routed units
 
 
 @dataclass(frozen=True)

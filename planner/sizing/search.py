@@ -164,6 +164,25 @@ def workload_shape(q: SizingQuestion) -> Shape:
     return Shape(float(wl.prompt_tokens.mean()), float(wl.output_tokens.mean()), think, cacheable, sent)
 
 
+def split_shapes(q: SizingQuestion, threshold_tokens: int) -> dict[str, tuple[float, Shape]]:
+    """A length router's split of the workload: for `short` (prompts up to the threshold) and `long` (the rest),
+    the share of the requests and their mean shape. Their cacheable tokens are taken as every prompt token but
+    the last where requests share prefixes (which share is not worked out per side), so the bounds built on them
+    stay upper bounds."""
+    s = scenario_at(q.scenario, q.search.demand.kind, q.search.demand.value, q.search.probe.num_requests)
+    wl = generate_workload(s.workload, s.max_model_len)
+    think = s.workload.arrival.think_time_s if q.search.demand.kind == "users" else 0.0
+    shares = (wl.prefix_group >= 0).any() or wl.block_ids is not None
+    out = {}
+    for side, mask in (("short", wl.prompt_tokens <= threshold_tokens), ("long", wl.prompt_tokens > threshold_tokens)):
+        if not mask.any():
+            out[side] = (0.0, None)
+            continue
+        prompt, output = float(wl.prompt_tokens[mask].mean()), float(wl.output_tokens[mask].mean())
+        out[side] = (float(mask.mean()), Shape(prompt, output, think, prompt - 1 if shares else 0.0, output))
+    return out
+
+
 def tightest(bounds: dict[str, float]) -> float | None:
     return min(bounds.values()) if bounds else None
 

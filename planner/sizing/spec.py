@@ -27,7 +27,7 @@ from planner.scenario.rules import (
     in_range,
 )
 from planner.scenario.validation import _convert, _convert_scalar, allowed_keys
-from planner.sizing.question import Demand, Disaggregated, Money, Probe, SearchSpec, SizingQuestion
+from planner.sizing.question import Demand, Disaggregated, LengthRouted, Money, Probe, SearchSpec, SizingQuestion
 from planner.sizing.spec_checks import (
     check_num_candidates,
     check_pool_override,
@@ -36,6 +36,7 @@ from planner.sizing.spec_checks import (
 )
 from planner.sizing.spec_disaggregated import parse_disaggregated
 from planner.sizing.spec_fields import gpu_list, int_list, mapping, one_of, price_map, scalar, section
+from planner.sizing.spec_length_routed import parse_length_routed
 from sim.config import HOST_DEVICES, ArrivalConfig, EngineConfig, GpuSpec, HardwareConfig, Scenario
 
 OBJECTIVES = ("rental", "purchase", "both")
@@ -59,7 +60,7 @@ PROBE_REQUESTS = in_range(20, MAX_NUM_REQUESTS)
 PROBES = in_range(2, 64)
 
 
-SEARCH_KEYS = ("demand", "candidates", "money", "probe", "disaggregated")
+SEARCH_KEYS = ("demand", "candidates", "money", "probe", "disaggregated", "length_routed")
 DEMAND_KEYS = ("rate", "concurrency", "headroom")
 CANDIDATE_KEYS = (
     "gpus",
@@ -121,7 +122,8 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
     gpus, given = _gpus(cands.get("gpus"), scenario, ctx)
     money = _money(section(s, "money"), ctx)
     disaggregated = parse_disaggregated(s.get("disaggregated"), scenario, TENSOR_PARALLEL_RULE, ctx, _engine)
-    _check_prices(gpus, given, money, ctx, disaggregated)
+    length_routed = parse_length_routed(s.get("length_routed"), scenario, TENSOR_PARALLEL_RULE, ctx, _engine)
+    _check_prices(gpus, given, money, ctx, disaggregated, length_routed)
     spec = SearchSpec(
         demand=_demand(section(s, "demand"), scenario, ctx),
         gpus=gpus,
@@ -146,6 +148,7 @@ def parse_search(raw: Any, scenario: Scenario, ctx: Ctx) -> SearchSpec:
         probe=_probe(section(s, "probe"), ctx),
         bound_pruning=scalar(cands, "bound_pruning", bool, True, "search.candidates", ctx, lambda v: True, ""),
         disaggregated=disaggregated,
+        length_routed=length_routed,
     )
     check_num_candidates(spec, ctx)
     check_users_have_a_wait_bound(spec.demand, scenario, ctx)
@@ -281,11 +284,21 @@ def _money(raw: Any, ctx: Ctx) -> Money:
 
 
 def _check_prices(
-    gpus: tuple[GpuSpec, ...], given: bool, money: Money, ctx: Ctx, disaggregated: Disaggregated | None = None
+    gpus: tuple[GpuSpec, ...],
+    given: bool,
+    money: Money,
+    ctx: Ctx,
+    disaggregated: Disaggregated | None = None,
+    length_routed: LengthRouted | None = None,
 ) -> None:
-    """A GPU the user named must have the prices its objective needs (catalog or search.money); a prefill/decode
-    unit's GPUs too (`search.disaggregated`, named by the user or the scenario's)."""
-    unit_gpus = () if disaggregated is None else (*disaggregated.prefill_gpus, *disaggregated.decode_gpus)
+    """A GPU the user named must have the prices its objective needs (catalog or search.money); a unit's GPUs too
+    (`search.disaggregated`, `search.length_routed`: named by the user or the scenario's)."""
+    roles = [
+        ("disaggregated", disaggregated, ("prefill", "decode")),
+        ("length_routed", length_routed, ("short", "long")),
+    ]
+    roles = [(section_name, spec, role) for section_name, spec, names in roles if spec is not None for role in names]
+    unit_gpus = [gpu for _, spec, role in roles for gpu in getattr(spec, f"{role}_gpus")]
     names = {gpu.name for gpu in (*gpus, *unit_gpus)}
     for key in ("rental_usd_per_gpu_hour", "purchase_usd_per_gpu"):
         for name in getattr(money, key):
@@ -295,10 +308,9 @@ def _check_prices(
                     f"is not a candidate GPU{did_you_mean(name, sorted(names))}; candidates: {', '.join(sorted(names))}",
                 )  # fmt: skip
     named = [] if not given else [(f"search.candidates.gpus[{i}]", gpu) for i, gpu in enumerate(gpus)]
-    if disaggregated is not None:  # catalog GPUs without a price are pruned from the candidates, and said so
-        for role in ("prefill", "decode"):
-            role_gpus = getattr(disaggregated, f"{role}_gpus")
-            named += [(f"search.disaggregated.{role}.gpus[{i}]", gpu) for i, gpu in enumerate(role_gpus)]
+    for section_name, spec, role in roles:  # catalog GPUs without a price are pruned from the candidates, said so
+        role_gpus = getattr(spec, f"{role}_gpus")
+        named += [(f"search.{section_name}.{role}.gpus[{i}]", gpu) for i, gpu in enumerate(role_gpus)]
     for where, gpu in named:
         for need, key, catalog_value in _needs(money, gpu):
             if catalog_value is None and gpu.name not in getattr(money, key):

@@ -40,22 +40,11 @@ def parse_disaggregated(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx, engine_
         return None
     where = "search.disaggregated"
     d = mapping(raw, where, DISAGGREGATED_KEYS, ctx)
-    roles = {}
-    for role in ("prefill", "decode"):
-        r = mapping(section(d, role), f"{where}.{role}", ROLE_KEYS, ctx)
-        gpus = _gpus(r.get("gpus"), scenario, f"{where}.{role}.gpus", ctx)
-        tps = int_list(
-            r.get("tensor_parallel_sizes", [scenario.hardware.tensor_parallel_size]),
-            f"{where}.{role}.tensor_parallel_sizes",
-            tp_rule,
-            ctx,
-        )
-        roles[role] = (
-            gpus,
-            tps,
-            _pool_settings(r.get("engine"), scenario, f"{where}.{role}.engine", ctx, engine_sweep),
-        )
-    ratios = _ratios(d.get("ratios"), f"{where}.ratios", ctx)
+    roles = {
+        role: parse_role(section(d, role), f"{where}.{role}", scenario, tp_rule, ctx, engine_sweep)
+        for role in ("prefill", "decode")
+    }
+    ratios = parse_ratios(d.get("ratios"), f"{where}.ratios", ctx)
     transfer_raw = d.get("kv_transfer")
     if transfer_raw is None:
         raise ScenarioError(
@@ -79,6 +68,19 @@ def parse_disaggregated(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx, engine_
             " each runs a capacity search of its own; narrow the lists",
         )  # fmt: skip
     return spec
+
+
+def parse_role(raw: Any, where: str, scenario: Scenario, tp_rule, ctx: Ctx, engine_sweep):
+    """A pool role's candidates: (GPUs, tensor parallel sizes, engine settings), the scenario's where not given."""
+    r = mapping(raw, where, ROLE_KEYS, ctx)
+    gpus = _gpus(r.get("gpus"), scenario, f"{where}.gpus", ctx)
+    tps = int_list(
+        r.get("tensor_parallel_sizes", [scenario.hardware.tensor_parallel_size]),
+        f"{where}.tensor_parallel_sizes",
+        tp_rule,
+        ctx,
+    )
+    return gpus, tps, _pool_settings(r.get("engine"), scenario, f"{where}.engine", ctx, engine_sweep)
 
 
 def _pool_settings(raw: Any, scenario: Scenario, where: str, ctx: Ctx, engine_sweep) -> tuple[PoolSettings, ...]:
@@ -105,11 +107,15 @@ def _gpus(raw: Any, scenario: Scenario, key: str, ctx: Ctx) -> tuple[GpuSpec, ..
     return gpu_list(raw, key, ctx, "name at least one GPU (or leave the key out: the scenario's)")
 
 
-def _ratios(raw: Any, key: str, ctx: Ctx) -> tuple[tuple[int, int], ...]:
+def parse_ratios(
+    raw: Any, key: str, ctx: Ctx, roles: tuple[str, str] = ("prefill", "decode"), default=DEFAULT_RATIOS
+) -> tuple[tuple[int, int], ...]:
+    """A unit's replicas per role, [first role's, second's] pairs."""
     if raw is None:
-        return DEFAULT_RATIOS
+        return default
     allowed = (
-        f"a list of [prefill replicas, decode replicas] pairs, each {UNIT_REPLICAS.allowed}, e.g. [[1, 2], [2, 3]]"
+        f"a list of [{roles[0]} replicas, {roles[1]} replicas] pairs, each {UNIT_REPLICAS.allowed}, e.g. [[1, 2],"
+        " [2, 3]]"
     )
     if not isinstance(raw, list) or not raw:
         raise ScenarioError(ctx.file, key, raw, allowed)

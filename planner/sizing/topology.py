@@ -1,15 +1,17 @@
-"""Aggregated against disaggregated: prefill/decode units (`search.disaggregated`) weighed against the aggregated
-search's recommendation at the same demand, SLOs and money model.
+"""Aggregated against units of two pools: prefill/decode units (`search.disaggregated`) and length-routed units
+(`search.length_routed`) weighed against the aggregated search's recommendation at the same demand, SLOs and money
+model.
 
-A unit is what a disaggregated deployment scales by: `x` prefill replicas and `y` decode replicas behind one proxy
-(xPyD, as vLLM's disaggregated-serving proxy, llm-d and Dynamo deploy them), its KV pulled over the sizing file's
-link. Each unit is a fleet scenario (planner/scenario/fleet.py checks it as it checks a file's `fleet:`), run by
+A unit is what such a deployment scales by: `x` prefill replicas and `y` decode replicas behind one proxy (xPyD, as
+vLLM's disaggregated-serving proxy, llm-d and Dynamo deploy them), its KV pulled over the sizing file's link; or
+`x` replicas serving the prompts up to a threshold and `y` the longer ones behind a router by prompt length (two
+pools of different GPUs, as inference-fleet-sim studies). Each unit is a fleet scenario (planner/scenario/fleet.py checks it as it checks a file's `fleet:`), run by
 the fleet simulator (sim/fleet.py) through the same probes and capacity search as a replica
 (planner/sizing/probe.py, capacity.py): its capacity is the highest load one unit serves within the SLOs, the
 demand x headroom needs ceil(demand x headroom / capacity) units, and their GPUs are priced per role.
 
-Simplified: units are independent (the proxy of one unit never sends to another's replicas; a fleet-wide router
-could balance them better), every unit is the same xPyD, and a length-threshold two-pool fleet is not searched.
+Simplified: units are independent (the proxy or router of one unit never sends to another's replicas; a fleet-wide
+router could balance them better), and every unit of a deployment is the same.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from planner.sizing.executor import Executor
 from planner.sizing.money import costs, prices, replicas_needed
 from planner.sizing.probe import ProbeResult, run_probe, scenario_at
 from planner.sizing.question import Demand, PoolSettings, Probe, SizingQuestion
-from planner.sizing.search import e2e_bound_ms, tightest, workload_shape
+from planner.sizing.search import e2e_bound_ms, split_shapes, tightest, workload_shape
 from sim.config import GpuSpec, Scenario
 from sim.cost_model import CostCoefficients
 from sim.engine_facts import EngineFacts
@@ -59,9 +61,16 @@ class Unit:
     provenance: dict[str, str]
     provenance_kind: dict[str, str] = dataclasses.field(default_factory=dict)  # calibrated | transferred | spec-sheet
     uncertainty: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)  # pool -> coefficient -> std
+    kind: str = "disaggregated"  # disaggregated (prefill/decode behind a proxy) | length-routed (by prompt length)
+    # length-routed: each pool's share of the requests and their mean shape (search.split_shapes), for its bound
+    role_shapes: dict[str, tuple[float, Shape | None]] | None = None
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return tuple(self.gpus)
 
     def num_gpus(self, role: str | None = None) -> int:
-        roles = ROLES if role is None else (role,)
+        roles = self.roles if role is None else (role,)
         return sum(self.replicas[r] * self.tensor_parallel_sizes[r] for r in roles)
 
 
@@ -110,32 +119,63 @@ class TopologyComparison:
 
 
 def enumerate_units(q: SizingQuestion) -> tuple[list[Unit], list[tuple[str, str]]]:
-    d = q.search.disaggregated
+    """Every prefill/decode unit (search.disaggregated) and length-routed unit (search.length_routed) that can run,
+    and why the others cannot."""
     units, pruned = [], []
-    roles = itertools.product(
-        d.prefill_gpus, d.prefill_tensor_parallel_sizes, d.prefill_engines,
-        d.decode_gpus, d.decode_tensor_parallel_sizes, d.decode_engines,
-    )  # fmt: skip
-    for (pg, ptp, pe, dg, dtp, de), (x, y) in itertools.product(roles, d.ratios):
-        gpus, tps, reps = {"prefill": pg, "decode": dg}, {"prefill": ptp, "decode": dtp}, {"prefill": x, "decode": y}
-        engines = {"prefill": pe, "decode": de}
-        label = f"{x}P{y}D: prefill {_pool_label(pg, ptp, pe)}, decode {_pool_label(dg, dtp, de)}"
-        scenario, facts, why = _build(q, gpus, tps, reps, engines)
-        if why is not None:
-            pruned.append((label, why))
-            continue
-        coefficients, provenance, kinds, uncertainty = {}, {}, {}, {}
-        for pool in scenario.fleet.pools:
-            coefficients[pool.name], prov = resolve_coefficients(scenario.pool_scenario(pool))
-            provenance[pool.name], kinds[pool.name], uncertainty[pool.name] = (
-                prov.label,
-                prov.kind,
-                dict(prov.uncertainty),
+    d = q.search.disaggregated
+    if d is not None:
+        fleet = {"router": {"policy": "least_outstanding"}, "kv_transfer": d.kv_transfer_raw}
+        roles = itertools.product(
+            d.prefill_gpus, d.prefill_tensor_parallel_sizes, d.prefill_engines,
+            d.decode_gpus, d.decode_tensor_parallel_sizes, d.decode_engines,
+        )  # fmt: skip
+        for (pg, ptp, pe, dg, dtp, de), (x, y) in itertools.product(roles, d.ratios):
+            label = f"{x}P{y}D: prefill {_pool_label(pg, ptp, pe)}, decode {_pool_label(dg, dtp, de)}"
+            pools = {"prefill": (pg, ptp, x, pe), "decode": (dg, dtp, y, de)}
+            _add_unit(q, units, pruned, label, pools, fleet, "disaggregated", None)
+    r = q.search.length_routed
+    if r is not None:
+        roles = list(
+            itertools.product(
+                r.short_gpus,
+                r.short_tensor_parallel_sizes,
+                r.short_engines,
+                r.long_gpus,
+                r.long_tensor_parallel_sizes,
+                r.long_engines,
             )
-        units.append(
-            Unit(len(units), label, gpus, tps, reps, scenario, facts, coefficients, provenance, kinds, uncertainty)
-        )
+        )  # fmt: skip  (every threshold takes every combination)
+        for threshold in r.thresholds_tokens:
+            shapes = split_shapes(q, threshold)
+            router = {"policy": "length", "threshold_tokens": threshold, "short_pool": "short", "long_pool": "long"}
+            for (sg, stp, se, lg, ltp, le), (x, y) in itertools.product(roles, r.ratios):
+                label = f"{x}S{y}L at {threshold:,} tokens: short {_pool_label(sg, stp, se)}, long {_pool_label(lg, ltp, le)}"
+                pools = {"short": (sg, stp, x, se), "long": (lg, ltp, y, le)}
+                _add_unit(q, units, pruned, label, pools, {"router": router}, "length-routed", shapes)
     return units, pruned
+
+
+def _add_unit(q, units: list, pruned: list, label: str, pools: dict, fleet: dict, kind: str, shapes) -> None:
+    """The unit of `pools` (role -> GPU, tensor parallel, replicas, engine settings) behind `fleet`'s router (and
+    link), appended to units, or its reason to pruned."""
+    gpus = {role: p[0] for role, p in pools.items()}
+    tps = {role: p[1] for role, p in pools.items()}
+    reps = {role: p[2] for role, p in pools.items()}
+    scenario, facts, why = _build(q, pools, fleet)
+    if why is not None:
+        pruned.append((label, why))
+        return
+    coefficients, provenance, kinds, uncertainty = {}, {}, {}, {}
+    for pool in scenario.fleet.pools:
+        coefficients[pool.name], prov = resolve_coefficients(scenario.pool_scenario(pool))
+        provenance[pool.name], kinds[pool.name] = prov.label, prov.kind
+        uncertainty[pool.name] = dict(prov.uncertainty)
+    units.append(
+        Unit(
+            len(units), label, gpus, tps, reps, scenario, facts, coefficients, provenance, kinds, uncertainty, kind,
+            shapes,
+        )
+    )  # fmt: skip
 
 
 def _pool_label(gpu: GpuSpec, tp: int, engine: PoolSettings) -> str:
@@ -144,26 +184,21 @@ def _pool_label(gpu: GpuSpec, tp: int, engine: PoolSettings) -> str:
     return f"{gpu.name} tp{tp}" + (f" ({', '.join(words)})" if words else "")
 
 
-def _build(
-    q: SizingQuestion, gpus: dict, tps: dict, reps: dict, engines: dict
-) -> tuple[Scenario | None, dict | None, str | None]:
+def _build(q: SizingQuestion, pools: dict, fleet: dict) -> tuple[Scenario | None, dict | None, str | None]:
     """The unit as a fleet scenario and its pools' engine facts, through the scenario loader's own fleet checks and
-    the memory model; or why not."""
+    the memory model; or why not. `pools`: role -> (GPU, tensor parallel, replicas, engine settings); a prefill or
+    decode role is the pool's role, a length-routed pool (short, long) serves whole requests."""
     raw = copy.deepcopy(q.raw)
     hardware = raw.pop("hardware", None) or {}
-    pools = {}
-    for role in ROLES:
-        pool_hw = {"gpu": _gpu_value(gpus[role]), "tensor_parallel_size": tps[role], "replicas": reps[role]}
-        if hardware.get("expert_parallel") and tps[role] > 1:  # vLLM ignores the flag on one GPU
+    fleet_pools = {}
+    for role, (gpu, tp, replicas, engine) in pools.items():
+        pool_hw = {"gpu": _gpu_value(gpu), "tensor_parallel_size": tp, "replicas": replicas}
+        if hardware.get("expert_parallel") and tp > 1:  # vLLM ignores the flag on one GPU
             pool_hw["expert_parallel"] = True
-        pools[role] = {"role": role, "hardware": pool_hw}
-        if engines[role].raw:  # the role's swept settings over the scenario's engine
-            pools[role]["engine"] = dict(engines[role].raw)
-    raw["fleet"] = {
-        "pools": pools,
-        "router": {"policy": "least_outstanding"},
-        "kv_transfer": q.search.disaggregated.kv_transfer_raw,
-    }
+        fleet_pools[role] = {"role": role if role in ROLES else "mixed", "hardware": pool_hw}
+        if engine.raw:  # the role's swept settings over the scenario's engine
+            fleet_pools[role]["engine"] = dict(engine.raw)
+    raw["fleet"] = {"pools": fleet_pools, **fleet}
     try:
         scenario = validate_mapping(raw, q.source, Path(q.source).absolute().parent)
     except ScenarioError as e:
@@ -206,7 +241,8 @@ def evaluate_unit(task: UnitTask) -> UnitEvaluation:
 
 
 def _fleet_detail(u: Unit, kind: str, load: float, num_requests: int) -> dict:
-    """What limited the unit at its share of the demand: the fleet summary's bottleneck and the KV pulls."""
+    """What limited the unit at its share of the demand: the fleet summary's bottleneck, how busy each pool was,
+    and the KV pulls (a prefill/decode unit's)."""
     from planner.outputs.fleet_summary import fleet_section
     from sim.fleet import simulate_fleet
     from sim.metrics import summarize
@@ -224,8 +260,7 @@ def _fleet_detail(u: Unit, kind: str, load: float, num_requests: int) -> dict:
         "median_ttft_ms": ttft_ms,
         "median_transfer_ms": transfer_ms,
         "transfer_share_of_median_ttft": transfer_ms / ttft_ms if transfer_ms is not None and ttft_ms else None,
-        "prefill_busy_share": section["pools"]["prefill"]["busy_share"],
-        "decode_busy_share": section["pools"]["decode"]["busy_share"],
+        **{f"{role}_busy_share": section["pools"][role]["busy_share"] for role in u.roles},
     }
 
 
@@ -284,23 +319,27 @@ WAVE_SIZE = 4  # units simulated between two pruning decisions (at least the wor
 
 
 def unit_bound(u: Unit, shape: Shape, tpot_bound_ms: float | None, slo, kind: str) -> float | None:
-    """A load no steady state of the unit passes: the lesser of its prefill replicas' and its decode replicas'
-    analytic throughput bounds (planner/sizing/bound.py), each pool priced on its own share of a request: the
-    prompt (and one sampled token) on a prefill replica; the reply on a decode replica, whose prompt is pulled (its
-    KV-fit batch taken at a one-token context, which only raises the bound). Users: by Little's law, as a
-    replica's."""
-    per_role = {}
+    """A load no steady state of the unit passes: the least, over its pools, of a pool's replicas' analytic
+    throughput bound (planner/sizing/bound.py) over the share of the load it gets. A prefill/decode unit's pools
+    each price their own part of every request: the prompt (and one sampled token) on a prefill replica; the reply
+    on a decode replica, whose prompt is pulled (its KV-fit batch taken at a one-token context, which only raises
+    the bound). A length-routed unit's pools get their side of the threshold's requests (u.role_shapes). Users: by
+    Little's law, as a replica's."""
+    per_role = []
     for pool in u.scenario.fleet.pools:
-        role_shape = (
-            dataclasses.replace(shape, output_tokens=1.0)
-            if pool.role == "prefill"
-            else dataclasses.replace(shape, prompt_tokens=1.0, cacheable_prompt_tokens=0.0)
-        )
-        a = analyse(
-            u.facts[pool.name], u.coefficients[pool.name], role_shape, None if pool.role == "prefill" else tpot_bound_ms
-        )
-        per_role[pool.role] = a.rate_bound * pool.hardware.replicas
-    rate = min(per_role.values())
+        share, pool_shape = 1.0, shape
+        if pool.role == "prefill":
+            pool_shape = dataclasses.replace(shape, output_tokens=1.0)
+        elif pool.role == "decode":
+            pool_shape = dataclasses.replace(shape, prompt_tokens=1.0, cacheable_prompt_tokens=0.0)
+        else:  # length-routed
+            share, pool_shape = u.role_shapes[pool.name]
+            if share == 0:  # no request of the workload goes there: it bounds nothing
+                continue
+        bound = None if pool.role == "prefill" else tpot_bound_ms
+        a = analyse(u.facts[pool.name], u.coefficients[pool.name], pool_shape, bound)
+        per_role.append(a.rate_bound * pool.hardware.replicas / share)
+    rate = min(per_role)
     if kind == "rate":
         return rate
     e2e = e2e_bound_ms(slo, shape)
@@ -328,7 +367,7 @@ def _monthly(q: SizingQuestion, u: Unit, units: int | None) -> tuple[float | Non
     money = q.search.money
     if units is None:
         return None, None, None
-    per_role = [costs(prices(u.gpus[role], money), money, units * u.num_gpus(role), 0.0) for role in ROLES]
+    per_role = [costs(prices(u.gpus[role], money), money, units * u.num_gpus(role), 0.0) for role in u.roles]
     rent = _total([c.rental_usd_per_month for c in per_role])
     buy = _total([c.purchase_usd_per_month for c in per_role])
     return rent, buy, buy if money.objective == "purchase" else rent

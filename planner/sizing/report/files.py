@@ -13,6 +13,7 @@ from planner.sizing.report import interval_tables, tables
 from planner.sizing.report.figures import FIGURES
 from planner.sizing.report.layouts import data_parallel_lines
 from planner.sizing.report.topology import interval_line, topology_section
+from planner.sizing.report.topology import title as topology_title
 from planner.sizing.search import SizingResult
 
 MAX_LISTED = 60  # rows of the not-simulated and cannot-run lists in the report
@@ -131,7 +132,7 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs, topologie
         verdict, headers, unit_rows, serve, cannot = topology_section(
             topologies, ranking, out.question.search.demand.unit
         )
-        lines += ["", "## Aggregated against disaggregated", "", verdict, ""] + _md_table(headers, unit_rows)
+        lines += ["", f"## {topology_title(topologies)}", "", verdict, ""] + _md_table(headers, unit_rows)
         lines += [f"- {label}: cannot run: {why}" for label, why in cannot]
         if (line := interval_line(topologies, out.question.search.demand.unit)) is not None:
             lines += ["", line]
@@ -217,7 +218,7 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=No
         verdict, headers, unit_rows, serve, cannot = topology_section(
             topologies, ranking, out.question.search.demand.unit
         )
-        parts += [f"<h2>Aggregated against disaggregated</h2><p>{e(verdict)}</p>", _html_table(headers, unit_rows)]
+        parts += [f"<h2>{e(topology_title(topologies))}</h2><p>{e(verdict)}</p>", _html_table(headers, unit_rows)]
         parts += [f"<p class='small'>{e(label)}: cannot run: {e(why)}</p>" for label, why in cannot]
         if (line := interval_line(topologies, out.question.search.demand.unit)) is not None:
             parts.append(f"<p>{e(line)}</p>")

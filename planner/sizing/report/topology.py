@@ -1,5 +1,6 @@
-"""Aggregated against disaggregated in the sizing report: the units' table, which topology wins, by how much and
-why, and the winning unit's serve lines (planner/sizing/topology.py computes them)."""
+"""Aggregated against units of two pools (prefill/decode, length-routed) in the sizing report: the units' table,
+which topology wins, by how much and why, and the winning unit's serve lines (planner/sizing/topology.py computes
+them)."""
 
 from __future__ import annotations
 
@@ -80,29 +81,59 @@ def verdict(c: TopologyComparison, ranking: Ranking) -> str:
         if any(why.startswith("cannot win") for _, why in c.pruned):
             return (
                 f"aggregated wins: {agg.candidate.label} x{agg.evaluation.replicas}"
-                f" {_usd(agg.objective_usd_per_month)}/month; no prefill/decode unit can cost less (each one's floor,"
+                f" {_usd(agg.objective_usd_per_month)}/month; no {_units_word(c)} can cost less (each one's floor,"
                 " the units its throughput bound needs, is at or above it) or meets the SLOs"
             )
-        return f"aggregated ({agg.candidate.label}): no prefill/decode unit meets the SLOs at the demand"
+        return f"aggregated ({agg.candidate.label}): no {_units_word(c)} meets the SLOs at the demand"
     why = _why(best)
+    kind = best.unit.kind
     if agg is None or agg.objective_usd_per_month is None:
-        return f"disaggregated ({best.unit.label}, {_usd(best.objective_usd_per_month)}/month): no aggregated candidate meets the SLOs; {why}"
+        return f"{kind} ({best.unit.label}, {_usd(best.objective_usd_per_month)}/month): no aggregated candidate meets the SLOs; {why}"
     a, b = agg.objective_usd_per_month, best.objective_usd_per_month
     at = agg.evaluation.at_demand
     agg_text = (
         f"aggregated {agg.candidate.label} x{agg.evaluation.replicas} {_usd(a)}/month"
         f" (p99 TTFT {_ms(at.latency_ms['p99_ttft'])} ms, TPOT {_ms(at.latency_ms['p99_tpot'])} ms)"
     )
-    dis_text = f"disaggregated {best.unit.label} x{best.evaluation.units} {_usd(b)}/month ({why})"
+    dis_text = f"{kind} {best.unit.label} x{best.evaluation.units} {_usd(b)}/month ({why})"
     if b < a:
-        return f"disaggregated wins by {1 - b / a:.0%}: {dis_text} against {agg_text}"
+        return f"{kind} wins by {1 - b / a:.0%}: {dis_text} against {agg_text}"
     if b > a:
         return f"aggregated wins by {1 - a / b:.0%}: {agg_text} against {dis_text}"
     return f"a tie: {agg_text}; {dis_text}"
 
 
+def _units_word(c: TopologyComparison) -> str:
+    """What the comparison's units are, in words: 'prefill/decode unit', 'length-routed unit', or 'unit'."""
+    kinds = set(_kinds(c))
+    if kinds == {"disaggregated"}:
+        return "prefill/decode unit"
+    return "length-routed unit" if kinds == {"length-routed"} else "unit"
+
+
+def _kinds(c: TopologyComparison) -> list[str]:
+    return [r.unit.kind for r in c.results] or [
+        "length-routed" if " tokens: short " in label else "disaggregated" for label, _ in c.pruned
+    ]
+
+
+def title(c: TopologyComparison) -> str:
+    """The section's heading: what the aggregated candidates are weighed against."""
+    kinds = set(_kinds(c))
+    if kinds == {"length-routed"}:
+        return "Aggregated against length-routed"
+    return "Aggregated against disaggregated" if kinds <= {"disaggregated"} else "Aggregated against units of two pools"
+
+
 def _why(r: UnitResult) -> str:
     at, detail = r.evaluation.at_demand, r.evaluation.detail or {}
+    if r.unit.kind == "length-routed":
+        threshold = r.unit.scenario.fleet.router.threshold_tokens
+        return (
+            f"p99 TTFT {_ms(at.latency_ms['p99_ttft'])} ms, p99 TPOT {_ms(at.latency_ms['p99_tpot'])} ms; prompts up to"
+            f" {threshold:,} tokens to the short pool, busy {detail['short_busy_share']:.0%}, the rest to the long"
+            f" pool, busy {detail['long_busy_share']:.0%}"
+        )
     share = detail.get("transfer_share_of_median_ttft")
     pulls = "" if share is None else f", the KV pull {share:.0%} of the median TTFT"
     return (
@@ -147,7 +178,11 @@ def topology_lines(c: TopologyComparison, ranking: Ranking, unit: str) -> list[s
     widths = [
         max(len(headers[i]), *(len(rw[i]) for rw in rows)) if rows else len(headers[i]) for i in range(len(headers))
     ]
-    lines = ["Aggregated against disaggregated (prefill/decode units, each behind its own proxy):"]
+    header = {
+        "Aggregated against disaggregated": "(prefill/decode units, each behind its own proxy)",
+        "Aggregated against length-routed": "(units of two pools, each behind its own router by prompt length)",
+    }.get(title(c), "(prefill/decode units behind a proxy; length-routed units behind a router by prompt length)")
+    lines = [f"{title(c)} {header}:"]
     lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(rw, widths)).rstrip() for rw in rows]
     lines += [f"  {label}: cannot run: {why}" for label, why in cannot]
@@ -157,7 +192,7 @@ def topology_lines(c: TopologyComparison, ranking: Ranking, unit: str) -> list[s
     if (line := interval_line(c, unit)) is not None:
         lines.append(f"  {line} ({c.interval_simulations} simulations, {c.interval_wall_s:.1f} s wall)")
     if serve:
-        lines += [f"Serve the disaggregated units ({c.best.evaluation.units} of them) with:"]
+        lines += [f"Serve the {c.best.unit.kind} units ({c.best.evaluation.units} of them) with:"]
         lines += ["  " + line for line in serve[1:]]
     return lines
 
@@ -170,6 +205,7 @@ def topology_data(c: TopologyComparison, ranking: Ranking) -> dict:
         u, ev = r.unit, r.evaluation
         return {
             "label": u.label,
+            "kind": u.kind,
             "gpus": {role: gpu.name for role, gpu in u.gpus.items()},
             "tensor_parallel_sizes": u.tensor_parallel_sizes,
             "replicas_per_unit": u.replicas,
