@@ -44,6 +44,9 @@ BOUNDS = {
     "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
     "step_overhead_s": (0.0, 0.1, 1e-3),
     "per_row_overhead_s": (0.0, 1e-2, 1e-5),
+    # speculative decoding's drafting, fitted after the rest (planner/calibration/draft_fit.py)
+    "draft_pass_overhead_s": (0.0, 0.1, 1e-4),
+    "ngram_s_per_context_token": (0.0, 1e-4, 1e-8),
 }
 HOST_TERMS = ("step_overhead_s", "per_row_overhead_s")
 ZERO_IS_PHYSICAL = ("per_row_layer_overhead_s",)  # 0 where attention is one batched kernel: not a misfit
