@@ -112,6 +112,7 @@ class CostCoefficients:
     # between passes (inputs, sampling), which the drafter's one-layer roofline does not hold.
     draft_pass_overhead_s: float | None = None
     ngram_s_per_context_token: float | None = None  # the n-gram lookup's host seconds per context token scanned
+    ngram_overhead_s: float | None = None  # ... and per lookup (one a step: its call, its batch's bookkeeping)
 
     def to_dict(self) -> dict:
         """Every coefficient; the drafting ones only when calibrated (a profile without them reads as before)."""

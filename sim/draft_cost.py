@@ -13,10 +13,10 @@ flops, attention and the KV writes over every query token, the LM head over ever
   NgramProposer, numba over each drafting request's whole context, vllm/v1/spec_decode/ngram_proposer.py), serial
   with the device: seconds per context token scanned, `NGRAM_S_PER_CONTEXT_TOKEN`.
 
-A calibration profile may hold the two drafting terms fitted to the live engine's timed drafting
-(planner/calibration/draft_fit.py): `draft_pass_overhead_s`, a fixed cost added to every drafter pass, and
-`ngram_s_per_context_token` in place of the estimate. Without them (every shipped profile) drafting is priced as
-above.
+A calibration profile may hold the drafting terms fitted to the live engine's timed drafting
+(planner/calibration/draft_fit.py): `draft_pass_overhead_s`, a fixed cost added to every drafter pass, or
+`ngram_s_per_context_token` in place of the estimate and `ngram_overhead_s` per lookup. Without them (every
+shipped profile) drafting is priced as above.
 
 Where the planner simplifies: the later passes attend over the rows' contexts after the step (a draft's own few
 tokens beyond them are not counted); the fusion projection that feeds the target's hidden states to an EAGLE head
@@ -63,6 +63,7 @@ class DraftCost:
         self.ngram_s_per_token = (
             NGRAM_S_PER_CONTEXT_TOKEN if c.ngram_s_per_context_token is None else c.ngram_s_per_context_token
         )
+        self.ngram_overhead_s = c.ngram_overhead_s or 0.0
 
     @classmethod
     def of(cls, facts: EngineFacts, coefficients: CostCoefficients | None = None) -> DraftCost | None:
@@ -82,7 +83,7 @@ class DraftCost:
 
     def ngram_s(self, context_tokens):
         """The n-gram lookup's host seconds over context_tokens scanned (scalars or arrays)."""
-        return self.ngram_s_per_token * context_tokens
+        return self.ngram_s_per_token * context_tokens + self.ngram_overhead_s
 
     def first_pass_s(self, num_tokens, num_seqs, num_rows, attention_pairs, sum_context_tokens):
         """The drafter's first pass: over the tokens it has not seen, its num_rows rows sampling the first drafts."""

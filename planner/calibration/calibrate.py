@@ -239,7 +239,7 @@ def calibrate_scenario(
         held_out = dataclasses.replace(scenario, engine=dataclasses.replace(e, num_gpu_blocks_override=num_blocks))
         say(f"live runs on CPU use the sweep's pool of {num_blocks:,} KV blocks (engine.num_gpu_blocks_override)")
     drafting = None
-    if e.speculative is not None:  # the drafting term, fitted to live speculative runs (draft_fit.py)
+    if e.speculative is not None:  # the drafting terms, fitted to live speculative runs (draft_fit.py)
         from planner.calibration.draft_fit import fit_drafting, measure_drafting
 
         rows_drafted = measure_drafting(held_out, device, held_out_requests, lambda name: say(f"drafting run: {name}"))
@@ -258,7 +258,7 @@ def calibrate_scenario(
         from planner.calibration.draft_fit import with_drafting
 
         prof = with_drafting(prof, drafting)
-        # what the held-out runs simulate with: the target's fit and the drafting term, each with its std
+        # what the held-out runs simulate with: the target's fit and the drafting terms, each with its std
         fit = dataclasses.replace(fit, coefficients=drafting.coefficients, uncertainty=dict(prof.uncertainty))
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -331,7 +331,7 @@ def validate_profile(
     )
     groups.append(("held-out live steps", measured, predicted))
     drafting_lines = []
-    if any(r.drafts is not None for r in runs):  # the drafting term on drafting steps the fit never saw
+    if any(r.drafts is not None for r in runs):  # the drafting terms on drafting steps the fit never saw
         from planner.calibration.draft_fit import held_out_drafting
 
         drafting_lines, drafting_group = held_out_drafting(runs, coefficients)
