@@ -56,6 +56,7 @@ class LiveResult:
     recorder: Recorder
     memory: dict  # measured at start-up, the memory model's keys: weights_bytes, activation_bytes, ...
     extra: dict  # device, device_name, peak_memory_bytes, memory_predicted, weights, sampling
+    drafts: dict | None = None  # speculative decoding: the steps that drafted, timed (sim.draft_cost.DRAFT_COLUMNS)
 
 
 def _eager(scenario: Scenario) -> Scenario:
@@ -213,6 +214,8 @@ def run_scenario(
         )
     runner.allocate(num_blocks)
     warm_up(facts, runner, workload, num_blocks)
+    if e.speculative is not None:  # what warm-up drafted is not the run's
+        runner.draft_s, runner.draft_rows = 0.0, []
     if torch_device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(torch_device)
 
@@ -292,7 +295,8 @@ def run_scenario(
     if reference_s:
         extra["reference_step_s"] = reference_s  # before and after the run
         extra["reference_during_s"] = during_s  # every PROBE_EVERY_S of the run (CPU)
-    return LiveResult(workload, recorder, measured, extra)
+    drafts = runner.drafting_rows() if e.speculative is not None else None
+    return LiveResult(workload, recorder, measured, extra, drafts)
 
 
 def _peak_memory_bytes(device: torch.device) -> int:

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from gpu_engine.model import build_model
 from gpu_engine.runner import ModelRunner, Scheduled, allocate_kv_caches, build_batch, sample
 from gpu_engine.weights import init_random_weights
 from sim.config import Scenario, SpeculativeConfig
+from sim.draft_cost import DRAFT_COLUMNS, pass_shape
 from sim.request import Request
 from sim.speculation import VerifiedTokens
 
@@ -60,6 +62,11 @@ class NgramProposer:
 
     def propose(self, requests: list[Request]) -> dict[int, list[int]]:
         return {r.request_id: self._lookup(r.token_ids(0, r.num_tokens)) for r in requests}
+
+    @staticmethod
+    def shape(requests: list[Request]) -> tuple[int, int, int, int, int]:
+        """The lookup's work as a DRAFT_COLUMNS row's shape: the rows and the context tokens it scans."""
+        return len(requests), 0, 0, sum(r.num_tokens for r in requests), 0
 
     def _lookup(self, tokens: list[int]) -> list[int]:
         for n in range(min(self.max_n, len(tokens) - 1), self.min_n - 1, -1):
@@ -99,6 +106,7 @@ class DraftModelProposer:
         self.spec = spec.model
         self.kv_caches = []
         self.seen: dict[int, tuple[int, list[int]]] = {}  # request_id -> (tokens its KV holds, in these blocks)
+        self.last_shape = (0, 0, 0, 0, 0)  # the last propose()'s passes, as a DRAFT_COLUMNS row's shape
 
     def allocate(self, num_blocks: int) -> None:
         self.kv_caches = allocate_kv_caches(self.spec, num_blocks, self.runner.block_size, self.runner.dtype,
@@ -108,6 +116,7 @@ class DraftModelProposer:
     def propose(self, requests: list[Request]) -> dict[int, list[int]]:
         tokens = {r.request_id: r.token_ids(0, r.num_tokens) for r in requests}
         drafts: dict[int, list[int]] = {r.request_id: [] for r in requests}
+        first, later_context = (0, 0, 0), 0
         for step in range(self.k):
             views = []
             for r in requests:
@@ -119,13 +128,22 @@ class DraftModelProposer:
                     seen = min(held, seen) if blocks is r.block_ids else 0
                 views.append(_DraftView(r, known, seen))
             scheduled = [(v, v.num_tokens - v.num_computed_tokens) for v in views]
+            if step == 0:  # its tokens, (query, key) pairs and context, as SchedulerOutput.add counts them
+                first = pass_shape([(v.num_computed_tokens, n) for v, n in scheduled])
+            else:
+                later_context += sum(v.num_tokens for v in views)
             batch = build_batch(scheduled, self.runner.block_size, self.runner.device)
             logits = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
             for r, token in zip(requests, sample(logits, self.runner.sampling, self.runner.generator).tolist()):
                 drafts[r.request_id].append(token)
         for r in requests:
             self.seen[r.request_id] = (len(tokens[r.request_id]), r.block_ids)
+        # later passes: their contexts' mean, the one sum_context_tokens the simulator prices them with
+        self.last_shape = (len(requests), *first, later_context / max(self.k - 1, 1))
         return drafts
+
+    def shape(self, requests: list[Request]) -> tuple:
+        return self.last_shape
 
 
 class SpeculativeRunner:
@@ -136,6 +154,12 @@ class SpeculativeRunner:
         self.runner = runner
         self.proposer = NgramProposer(spec) if spec.method == "ngram" else DraftModelProposer(spec, runner, seed)
         self.draft_s = 0.0  # wall seconds spent proposing
+        self.draft_rows: list[tuple] = []  # per step that drafted: its seconds and shape (sim.draft_cost.DRAFT_COLUMNS)
+
+    def drafting_rows(self) -> dict[str, np.ndarray]:
+        """Every step that drafted: its seconds and shape, in DRAFT_COLUMNS."""
+        table = np.array(self.draft_rows, dtype=np.float64).reshape(-1, len(DRAFT_COLUMNS))
+        return {name: table[:, i] for i, name in enumerate(DRAFT_COLUMNS)}
 
     def __getattr__(self, name: str):  # profiling, warm-up and the loop read the runner's own attributes
         return getattr(self.runner, name)
@@ -150,7 +174,10 @@ class SpeculativeRunner:
         verifying = [r for r, n in scheduled if r.num_computed_tokens + n > r.num_tokens]
         start = time.perf_counter()
         drafts = self.proposer.propose(verifying) if verifying else {}
-        self.draft_s += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.draft_s += seconds
+        if verifying:  # what `planner calibrate` fits the drafting terms to (planner/calibration/draft_fit.py)
+            self.draft_rows.append((seconds, *self.proposer.shape(verifying)))
         if not drafts:
             return self.runner.execute(scheduled)
         runner = self.runner

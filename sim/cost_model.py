@@ -106,9 +106,17 @@ class CostCoefficients:
     # loops over the requests in Python, ~70 us per request and layer for tiny-llama on this machine's CPU
     # (docs/calibration.md): without this term the fit can only express it as a 1% flops efficiency.
     per_row_layer_overhead_s: float = 0.0
+    # Speculative decoding's drafting (sim/draft_cost.py), fitted by `planner calibrate` to the live engine's timed
+    # drafting; None: not calibrated, and drafting is priced from the drafter's facts alone (no fixed cost per pass)
+    # and NGRAM_S_PER_CONTEXT_TOKEN. Per drafter pass, on the step's critical path: its launches and the host's work
+    # between passes (inputs, sampling), which the drafter's one-layer roofline does not hold.
+    draft_pass_overhead_s: float | None = None
+    ngram_s_per_context_token: float | None = None  # the n-gram lookup's host seconds per context token scanned
+    ngram_overhead_s: float | None = None  # ... and per lookup (one a step: its call, its batch's bookkeeping)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every coefficient; the drafting ones only when calibrated (a profile without them reads as before)."""
+        return {name: value for name, value in asdict(self).items() if value is not None}
 
 
 def expected_experts_touched(num_tokens, num_experts: int, top_k: int):

@@ -160,6 +160,10 @@ def calibrate_scenario(
     if scenario.hardware.tensor_parallel_size > 1 or scenario.hardware.replicas > 1:
         raise PlannerError(f"{scenario.source}: calibrate runs one GPU: tensor_parallel_size and replicas must be 1")
     e = scenario.engine
+    from gpu_engine.speculative import unsupported
+
+    if unsupported(scenario):  # its drafting is fitted to live runs (before the sweep's minutes, not after)
+        raise PlannerError(f"{scenario.source}: {unsupported(scenario)}: calibrate cannot time its drafting")
     started = time.perf_counter()
     say(f"calibrating {scenario.model.name} ({scenario.dtype}) on {device}: {scenario.source}")
 
@@ -228,6 +232,19 @@ def calibrate_scenario(
     fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
     fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=cuda_graphs)
     say("", *fit.lines())
+    held_out = scenario
+    if device == "cpu" and e.num_gpu_blocks_override is None:
+        # The CPU "device" is host RAM: the memory model would give the held-out engines millions of blocks
+        # (GiBs). The sweep's pool is enough for every shape the limits allow.
+        held_out = dataclasses.replace(scenario, engine=dataclasses.replace(e, num_gpu_blocks_override=num_blocks))
+        say(f"live runs on CPU use the sweep's pool of {num_blocks:,} KV blocks (engine.num_gpu_blocks_override)")
+    drafting = None
+    if e.speculative is not None:  # the drafting terms, fitted to live speculative runs (draft_fit.py)
+        from planner.calibration.draft_fit import fit_drafting, measure_drafting
+
+        rows_drafted = measure_drafting(held_out, device, held_out_requests, lambda name: say(f"drafting run: {name}"))
+        drafting = fit_drafting(scenario, fit.coefficients, rows_drafted, cuda_graphs=cuda_graphs)
+        say("", *drafting.lines())
 
     rows_path, report_dir = written_beside(path)
     from gpu_engine.engine import CPU_THREADS
@@ -237,18 +254,18 @@ def calibrate_scenario(
     prof = profile.profile_from_fit(
         scenario, fit, "live-sweep", engine, rows_path.name, f"step sweep on the live engine: {command}"
     )
+    if drafting is not None:
+        from planner.calibration.draft_fit import with_drafting
+
+        prof = with_drafting(prof, drafting)
+        # what the held-out runs simulate with: the target's fit and the drafting terms, each with its std
+        fit = dataclasses.replace(fit, coefficients=drafting.coefficients, uncertainty=dict(prof.uncertainty))
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         write_rows_csv(rows_path, rows)
         saved = profile.save_profile(prof, path)
     say("", f"wrote the profile {saved} (id {prof.id}) and its {len(stable)} sweep rows {rows_path}")
 
-    held_out = scenario
-    if device == "cpu" and e.num_gpu_blocks_override is None:
-        # The CPU "device" is host RAM: the memory model would give the held-out engines millions of blocks
-        # (GiBs). The sweep's pool is enough for every shape the limits allow.
-        held_out = dataclasses.replace(scenario, engine=dataclasses.replace(e, num_gpu_blocks_override=num_blocks))
-        say(f"held-out runs on CPU use the sweep's pool of {num_blocks:,} KV blocks (engine.num_gpu_blocks_override)")
     validation_lines = validate_profile(
         held_out,
         device,
@@ -257,7 +274,7 @@ def calibrate_scenario(
         rows,
         fit,
         prof,
-        [*probe_lines(probe), "", *sweep_lines],
+        [*probe_lines(probe), "", *sweep_lines, *([] if drafting is None else ["", *drafting.lines()])],
         (shape, reference_s),
     )
     say("", *validation_lines, "", f"calibration took {time.perf_counter() - started:.0f} s")
@@ -313,6 +330,12 @@ def validate_profile(
         [fitting.predict_rows(EngineFacts.of(r.scenario), coefficients, r.measured_steps, serial=True) for r in runs]
     )
     groups.append(("held-out live steps", measured, predicted))
+    drafting_lines = []
+    if any(r.drafts is not None for r in runs):  # the drafting terms on drafting steps the fit never saw
+        from planner.calibration.draft_fit import held_out_drafting
+
+        drafting_lines, drafting_group = held_out_drafting(runs, coefficients)
+        groups.append(drafting_group)
     what = f"{scenario.model.name} ({scenario.dtype}) on {device}, from {len(rows['duration_s'])} swept step shapes"
     header = [
         f"Profile `{prof.id}`: {what}; {len(runs)} held-out scenarios of {num_requests} requests each.",
@@ -330,7 +353,7 @@ def validate_profile(
             step_scatter(report_dir / "step_scatter.png", groups, f"{scenario.model.name} on {device}"),
         ]
         (report_dir / "calibration.md").write_text(calibration_markdown(runs, device, header, figures))
-    lines = report_lines(runs, device)
+    lines = report_lines(runs, device) + drafting_lines
     return [*lines, f"wrote {report_dir / 'calibration.md'} and {', '.join(p.name for p in figures)}"]
 
 

@@ -44,6 +44,10 @@ BOUNDS = {
     "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
     "step_overhead_s": (0.0, 0.1, 1e-3),
     "per_row_overhead_s": (0.0, 1e-2, 1e-5),
+    # speculative decoding's drafting, fitted after the rest (planner/calibration/draft_fit.py)
+    "draft_pass_overhead_s": (0.0, 0.1, 1e-4),
+    "ngram_s_per_context_token": (0.0, 1e-4, 1e-8),
+    "ngram_overhead_s": (0.0, 0.1, 1e-5),
 }
 HOST_TERMS = ("step_overhead_s", "per_row_overhead_s")
 ZERO_IS_PHYSICAL = ("per_row_layer_overhead_s",)  # 0 where attention is one batched kernel: not a misfit
@@ -257,6 +261,11 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
         raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
     runs = [read_run(Path(d)) for d in run_dirs]
     for (summary, _, _), run_dir in zip(runs, run_dirs):
+        if summary.get("spec_decode"):  # its steps' device side holds the drafting, which steps.csv does not split
+            raise PlannerError(
+                f"{run_dir}: a speculative run (engine.speculative): its steps include drafting, which --from cannot"
+                " fit apart; calibrate the scenario with --device (it times drafting and fits its terms)"
+            )
         reasons = busy_reasons(summary.get("cpu_share"), summary.get("other_cpu_load"))
         if reasons:
             warn(f"warning: {run_dir}: a busy machine ({'; '.join(reasons)}): its step times include that load")

@@ -56,9 +56,11 @@ def draw_coefficients(
     scaled = {}
     for f in dataclasses.fields(drawn):
         value = getattr(drawn, f.name)
+        if value is None:  # a drafting term not calibrated: priced by its estimate, unscaled
+            continue
         if f.name.endswith("_efficiency"):
             scaled[f.name] = min(value / factor, 1.0)
-        elif f.name.endswith("_s"):
+        elif f.name.endswith("_s") or "_s_per_" in f.name:  # seconds, or seconds per token
             scaled[f.name] = value * factor
     return dataclasses.replace(drawn, **scaled)
 

@@ -51,9 +51,11 @@ class HeldOutRun:
     saturated: dict  # way -> bool | None (None: closed loop, cannot run away)
     covered: dict  # metric -> whether the measured value fell inside the calibrated 90% interval (None: no value)
     machine: MachineCheck | None = None
+    drafts: dict | None = None  # speculative decoding: the live run's drafting steps, timed (draft_fit.py)
 
 
-def _with(scenario: Scenario, name: str, engine: dict | None = None, **workload) -> tuple[str, Scenario]:
+def with_load(scenario: Scenario, name: str, engine: dict | None = None, **workload) -> tuple[str, Scenario]:
+    """The scenario named `name`, its workload (and engine keys) replaced."""
     wl = dataclasses.replace(scenario.workload, trace=None, too_long="truncate", **workload)
     eng = dataclasses.replace(scenario.engine, **(engine or {}))
     return name, dataclasses.replace(scenario, name=f"{scenario.name}-{name}", workload=wl, engine=eng)
@@ -68,10 +70,14 @@ def held_out_scenarios(base: Scenario, num_requests: int, capacity_rps: float) -
     blocks_per_request = cdiv(max_len, e.block_size)
     common = {"num_requests": num_requests}
     return [
-        _with(base, "light", **common, seed=101, arrival=ArrivalConfig("poisson", rate=0.3 * capacity_rps), **short),
-        _with(base, "saturated", **common, seed=102, arrival=ArrivalConfig("poisson", rate=2 * capacity_rps), **short),
-        _with(base, "closed", **common, seed=103, arrival=ArrivalConfig("closed", concurrency=users), **short),
-        _with(
+        with_load(
+            base, "light", **common, seed=101, arrival=ArrivalConfig("poisson", rate=0.3 * capacity_rps), **short
+        ),
+        with_load(
+            base, "saturated", **common, seed=102, arrival=ArrivalConfig("poisson", rate=2 * capacity_rps), **short
+        ),
+        with_load(base, "closed", **common, seed=103, arrival=ArrivalConfig("closed", concurrency=users), **short),
+        with_load(
             base,
             "long",
             **common,
@@ -80,7 +86,7 @@ def held_out_scenarios(base: Scenario, num_requests: int, capacity_rps: float) -
             prompt_tokens=Distribution("uniform", low=int(0.4 * max_len), high=int(0.8 * max_len)),
             output_tokens=Distribution("uniform", low=4, high=16),
         ),
-        _with(
+        with_load(
             base,
             "preemption",
             engine={"num_gpu_blocks_override": 2 * blocks_per_request},
@@ -90,7 +96,7 @@ def held_out_scenarios(base: Scenario, num_requests: int, capacity_rps: float) -
             prompt_tokens=Distribution("uniform", low=8, high=max(9, max_len // 8)),
             output_tokens=Distribution("uniform", low=max_len // 4, high=max_len // 2),
         ),
-        _with(
+        with_load(
             base,
             "shared",
             engine={"enable_prefix_caching": True},
@@ -219,6 +225,7 @@ def run_held_out(
                 flags,
                 covered,
                 check,
+                live.drafts,
             )
         )
     return runs

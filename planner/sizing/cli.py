@@ -57,7 +57,12 @@ def run_size(args) -> int:
         finally:
             progress.close()
     topologies = _compare_topologies(question, out, ranking, args)
+    from planner.sizing.report.speculation import speculation_crossover
+
+    crossover = speculation_crossover(out, ranking)  # None unless the search swept speculation on and off
     data = sizing_data(out, ranking)
+    if crossover is not None:
+        data["speculation_crossover"] = crossover.to_dict()
     if topologies is not None:
         from planner.sizing.report.topology import topology_data
 
@@ -65,7 +70,7 @@ def run_size(args) -> int:
     if args.out:
         from planner.sizing.report.files import write_report
 
-        written = write_report(args.out, out, ranking, command_line(args), data, topologies)
+        written = write_report(args.out, out, ranking, command_line(args), data, topologies, crossover)
     if args.json:
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
@@ -74,6 +79,8 @@ def run_size(args) -> int:
             from planner.sizing.report.topology import topology_lines
 
             lines[-2:-2] = ["", *topology_lines(topologies, ranking, question.search.demand.unit)]
+        if crossover is not None:
+            lines[-2:-2] = ["", *crossover.lines()]
         print("\n".join(lines))
         if args.out:
             print(f"\nwrote {', '.join(p.name for p in written)} to {args.out}")

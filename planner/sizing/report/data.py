@@ -21,7 +21,8 @@ def _result(r: Result) -> dict:
         "expert_parallel": r.candidate.expert_parallel,
         "gpus_per_replica": r.candidate.num_gpus,
         "dtype": r.candidate.dtype,
-        "settings": dict(r.candidate.settings),
+        # a swept engine.speculative is a config (its fields, as summary.json's scenario writes them), or null
+        "settings": {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in r.candidate.settings},
         "provenance": r.candidate.provenance,
         "provenance_kind": r.candidate.provenance_kind,
         "meets_slos": r.meets,

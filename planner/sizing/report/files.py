@@ -12,6 +12,7 @@ from planner.sizing.rank import Ranking
 from planner.sizing.report import interval_tables, tables
 from planner.sizing.report.figures import FIGURES
 from planner.sizing.report.layouts import data_parallel_lines
+from planner.sizing.report.speculation import FIGURE as SPECULATION_FIGURE
 from planner.sizing.report.topology import interval_line, topology_section
 from planner.sizing.report.topology import title as topology_title
 from planner.sizing.search import SizingResult
@@ -19,7 +20,7 @@ from planner.sizing.search import SizingResult
 MAX_LISTED = 60  # rows of the not-simulated and cannot-run lists in the report
 TEXT_NAMES = ("report.md", "report.html", "sizing.json")
 MANIFEST_NAME = "llm-d-values.yaml"  # planner/sizing/llmd_values.py: the recommendation as llm-d's chart values
-REPORT_NAMES = (*(name for name, _, _ in FIGURES), *TEXT_NAMES, MANIFEST_NAME)
+REPORT_NAMES = (*(name for name, _, _ in FIGURES), SPECULATION_FIGURE[0], *TEXT_NAMES, MANIFEST_NAME)
 
 
 def check_report_dir(out_dir: Path) -> None:
@@ -31,14 +32,20 @@ def check_report_dir(out_dir: Path) -> None:
 
 
 def write_report(
-    out_dir: Path, out: SizingResult, ranking: Ranking, command: str, data: dict, topologies=None
+    out_dir: Path, out: SizingResult, ranking: Ranking, command: str, data: dict, topologies=None, crossover=None
 ) -> list[Path]:
     """The report's files in a folder check_report_dir has passed; `topologies`: the prefill/decode units'
-    comparison (planner/sizing/topology.py), when the sizing file asked for one."""
+    comparison (planner/sizing/topology.py), when the sizing file asked for one; `crossover`: speculation on and
+    off against load (planner/sizing/report/speculation.py), when the search swept it."""
     pngs = {name: (title, draw(out, ranking, command)) for name, title, draw in FIGURES}
+    if crossover is not None:
+        from planner.sizing.report.speculation import crossover_figure
+
+        name, title = SPECULATION_FIGURE
+        pngs[name] = (title, crossover_figure(crossover, command))
     written = [_write(out_dir, name, png) for name, (_, png) in pngs.items()]
-    md = _markdown(out, ranking, command, pngs, topologies)
-    page = _html(out, ranking, command, pngs, topologies)
+    md = _markdown(out, ranking, command, pngs, topologies, crossover)
+    page = _html(out, ranking, command, pngs, topologies, crossover)
     texts = (md, page, json.dumps(data, indent=2))
     written += [_write(out_dir, name, text) for name, text in zip(TEXT_NAMES, texts)]
     manifest = recommended_manifest(ranking, topologies)
@@ -96,7 +103,7 @@ def _md_table(headers, rows) -> list[str]:
     ]
 
 
-def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=None) -> str:
+def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=None, crossover=None) -> str:
     rows, skipped, pruned = _sections(out, ranking)
     lines = [f"# Sizing: {out.question.scenario.name}", "", f"Produced by `{command}`.", "", "## The question", ""]
     lines += [f"- {x}" for x in tables.question_lines(out)]
@@ -138,6 +145,8 @@ def _markdown(out: SizingResult, ranking: Ranking, command: str, pngs, topologie
             lines += ["", line]
         if serve:
             lines += ["", "```", *serve, "```"]
+    if crossover is not None:
+        lines += ["", "## Speculative decoding on and off", "", *crossover.lines()]
     lines += ["", "## Figures", ""]
     for name, (title, _) in pngs.items():
         lines += [f"![{title}]({name})", "", f"*{title}. Produced by `{command}`.*", ""]
@@ -180,7 +189,7 @@ def _html_table(headers, rows, classes=None) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _html(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=None) -> str:
+def _html(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=None, crossover=None) -> str:
     rows, skipped, pruned = _sections(out, ranking)
     classes = ["meets" if r.meets else "misses" for r in tables.table_results(out, ranking)]
     e = html.escape
@@ -224,6 +233,11 @@ def _html(out: SizingResult, ranking: Ranking, command: str, pngs, topologies=No
             parts.append(f"<p>{e(line)}</p>")
         if serve:
             parts.append("<pre>" + e("\n".join(serve)) + "</pre>")
+    if crossover is not None:
+        intro, _, *table = crossover.lines()
+        rows = [[c.strip() for c in line.strip("|").split("|")] for line in table if line.startswith("| ")]
+        parts += [f"<h2>Speculative decoding on and off</h2><p>{e(intro)}</p>", _html_table(rows[0], rows[2:])]
+        parts += [f"<p class='small'>{e(line)}</p>" for line in table if line and not line.startswith("|")]
     parts.append("<h2>Figures</h2>")
     for title, png in pngs.values():
         data = base64.b64encode(png).decode("ascii")
