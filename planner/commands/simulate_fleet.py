@@ -1,6 +1,8 @@
 """`planner simulate` and `planner run` of a fleet (a scenario with `fleet:`): every pool's cost model, the run
 (simulated, or the live prefill/decode pair), the summary with its `fleet` section, and --out's summary.json,
-requests.csv and steps.csv (a `pool` column; no plots yet)."""
+requests.csv and steps.csv (a `pool` column), the client's latency CDFs (latency_cdf.png), each pool's throughput
+and KV cache over time (throughput_POOL.png, kv_cache_POOL.png) and, for a prefill/decode fleet that llm-d's chart
+can start, its values (llm-d-values.yaml, planner/sizing/llmd_values.py)."""
 
 from __future__ import annotations
 
@@ -107,6 +109,8 @@ def write_fleet_outputs(out_dir, summary: dict, result) -> list:
     import numpy as np
 
     from planner.outputs.results import _write_csv, summary_json, with_num_steps
+    from planner.sizing.llmd_values import llmd_values
+    from planner.sizing.report.files import MANIFEST_NAME
     from sim.fleet import fleet_step_rows
 
     try:
@@ -117,6 +121,38 @@ def write_fleet_outputs(out_dir, summary: dict, result) -> list:
         order = np.argsort(requests["request_id"], kind="stable")
         _write_csv(written[1], {name: column[order] for name, column in requests.items()})
         _write_csv(written[2], with_num_steps(fleet_step_rows(result)))
+        written += write_fleet_plots(out_dir, summary, result)
+        manifest = llmd_values(None, 0, result.scenario, 1)
+        if manifest is not None:  # a prefill/decode fleet with NixlConnector and a checkpoint: llm-d's chart values
+            written.append(out_dir / MANIFEST_NAME)
+            written[-1].write_text(manifest)
     except OSError as e:
         raise PlannerError(f"--out {out_dir}: cannot write the outputs: {e}") from None
+    return written
+
+
+def write_fleet_plots(out_dir, summary: dict, result) -> list:
+    """The client's latency CDFs (the requests as the proxy or router returns them, their SLO bounds marked), and
+    per pool its throughput and KV cache over time from its own steps and requests (a prefill pool's requests end
+    at their first token)."""
+    from planner.outputs.plots.draw import write_plots
+    from planner.outputs.results import CDF_POINTS
+
+    name, mode = result.scenario.name, summary["mode"]
+    client = result.recorder
+    replicas = sum(pool.config.hardware.replicas for pool in result.pools)  # the footer counts the fleet's
+    client_summary = {**summary, "scenario": {**summary["scenario"], "hardware": {"replicas": replicas}}}
+    written = write_plots(
+        out_dir, client.requests.view(), {}, client_summary, f"{name} ({mode})", client.itl.sample_ms(CDF_POINTS),
+        names=("latency_cdf.png",),
+    )  # fmt: skip
+    for pool in result.pools:
+        hw = pool.config.hardware
+        pool_summary = {"mode": mode, "scenario": {"hardware": {"replicas": hw.replicas}}}
+        title = f"{name} ({mode}), pool {pool.config.name}: {hw.replicas}x {hw.tensor_parallel_size}x {hw.gpu.name}"
+        written += write_plots(
+            out_dir, pool.recorder.requests.view(), pool.recorder.step_rows(), pool_summary, title,
+            num_gpu_blocks=pool.recorder.num_gpu_blocks, names=("throughput.png", "kv_cache.png"),
+            suffix=f"_{pool.config.name}",
+        )  # fmt: skip
     return written

@@ -30,6 +30,7 @@ def write_plots(
     itl_ms: np.ndarray | None = None,
     num_gpu_blocks: int | None = None,
     names: tuple[str, ...] = PLOT_NAMES,
+    suffix: str = "",
 ) -> list[Path]:
     """Write latency_cdf.png, throughput.png and kv_cache.png (or those of `names`) into out_dir; return
     their paths.
@@ -37,7 +38,8 @@ def write_plots(
     requests: REQUEST_COLUMNS of sim.metrics (one row per completed request); steps: STEP_COLUMNS (may be
     empty; unknown columns are ignored); summary: the run's summary (used for the scenario name, SLO bounds,
     replica count and, when num_gpu_blocks is None, summary["memory"]["num_gpu_blocks"]); title: what run
-    this is, e.g. "a10_qwen7b (simulated)"; itl_ms: every inter-token gap in ms, if recorded.
+    this is, e.g. "a10_qwen7b (simulated)"; itl_ms: every inter-token gap in ms, if recorded; suffix: added to each
+    file's stem (a fleet's pool: "throughput_prefill.png").
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -58,7 +60,7 @@ def write_plots(
             kv_cache_figure(fig, ctx, num_gpu_blocks)
         else:
             throughput_figure(fig, ctx)
-        path = out_dir / name
+        path = out_dir / (name.removesuffix(".png") + suffix + ".png")
         fig.savefig(path, dpi=DPI)
         written.append(path)
     return written
