@@ -7,6 +7,8 @@ What each holds that is not exactly vLLM's, because the recorder does not keep i
   tools compute it, but the spread of one request's gaps is not there; the .prom's ITL histogram has every gap.
 - `vllm:inter_token_latency_seconds`: rebinned from the recorder's gap histogram (sim/statistics.py), whose
   buckets are 0.2% wide: a gap within 0.1% of a boundary may sit in the neighbouring bucket.
+- every sample's timestamp is the run's end, and `process_start_time_seconds` its start (0, the Unix epoch): the
+  scrape is a window of known length, as a periodic scraper's files are.
 - not written: `vllm:request_queue_time_seconds` and `vllm:request_prefill_time_seconds` (a request's first
   scheduling is not recorded), the prefix cache's counters (not counted per run), and the gauges' history
   (a scrape after the run: nothing running or waiting, the cache empty).
@@ -96,19 +98,25 @@ def _detailed(requests: dict[str, np.ndarray], lat: dict[str, np.ndarray], with_
     }
 
 
-def metrics_text(summary: dict, recorder: Recorder) -> str:
-    """The Prometheus text a scrape of vLLM's /metrics would give after the run, one engine (`engine="0"`)."""
+def metrics_text(summary: dict, recorder: Recorder, until_s: float | None = None) -> str:
+    """The Prometheus text a scrape of vLLM's /metrics would give after the run, one engine (`engine="0"`); with
+    `until_s`, at that time of the run (scrape_series)."""
     scenario = summary["scenario"]
     labels = f'model_name="{_escaped(scenario["model"]["name"])}",engine="0"'
-    requests = _requests(recorder)
+    everyone = _requests(recorder)
+    end_s = float(everyone["finished_s"].max(initial=0.0)) if until_s is None else until_s
+    requests = {k: v[everyone["finished_s"] <= end_s] for k, v in everyone.items()}  # vLLM observes at the end
     lat = per_request_latencies_ms(requests)
+    first = everyone["first_token_s"] <= end_s  # ... but TTFT at the first token
+    lat["ttft"] = (everyone["first_token_s"][first] - everyone["arrival_s"][first]) * 1e3
     decode_s = requests["finished_s"] - requests["first_token_s"]  # vLLM's decode_time: last token - first token
     max_len = int(scenario["max_model_len"])
     out: list[str] = []
     _histogram(
         out, names.TTFT, "Histogram of time to first token in seconds.", labels, lat["ttft"] / 1e3, names.TTFT_BUCKETS_S
     )
-    _gap_histogram(out, labels, recorder)
+    if until_s is None:  # the recorder keeps the gaps of the whole run only
+        _gap_histogram(out, labels, recorder)
     _histogram(
         out,
         names.TPOT,
@@ -159,8 +167,8 @@ def metrics_text(summary: dict, recorder: Recorder) -> str:
         "# TYPE vllm:request_success counter",
         f'vllm:request_success_total{{{labels},finished_reason="length"}} {float(success)!r}',
     ]
-    for gauge in (names.RUNNING, names.WAITING, names.KV_USAGE):  # a scrape after the run: all idle
-        out += [f"# TYPE {gauge} gauge", f"{gauge}{{{labels}}} 0.0"]
+    for gauge, value in _gauges(everyone, end_s, until_s is None).items():
+        out += [f"# TYPE {gauge} gauge", f"{gauge}{{{labels}}} {value!r}"]
     engine = scenario["engine"]
     info = {
         "block_size": engine["block_size"],
@@ -172,7 +180,31 @@ def metrics_text(summary: dict, recorder: Recorder) -> str:
     }
     info_labels = ",".join(f'{k}="{v}"' for k, v in info.items())
     out += [f"# TYPE {names.CACHE_CONFIG_INFO} gauge", f"{names.CACHE_CONFIG_INFO}{{{info_labels}}} 1.0"]
-    return "\n".join(out) + "\n"
+    # The simulated server starts at time 0 (the Unix epoch) and is scraped as its last request ends: every
+    # sample carries that time (ms), so that this one scrape is a window of known length (prom_read.Scrape).
+    out += [f"# TYPE {names.START_TIME} gauge", f"{names.START_TIME} 0.0"]
+    end_ms = f" {round(end_s * 1e3)}"
+    return "\n".join(line if line.startswith("#") else line + end_ms for line in out) + "\n"
+
+
+def _gauges(requests: dict[str, np.ndarray], at_s: float, after_run: bool) -> dict[str, float]:
+    """The gauges at `at_s`. After the run all idle; during it, a request sent and without its first token
+    counts as waiting and one between its first token and its end as running (the recorder keeps no
+    scheduling time: one in its prefill is counted waiting), and the KV cache's use is not written."""
+    if after_run:
+        return {names.RUNNING: 0.0, names.WAITING: 0.0, names.KV_USAGE: 0.0}
+    sent, first = requests["arrival_s"] <= at_s, requests["first_token_s"] <= at_s
+    running = sent & first & (requests["finished_s"] > at_s)
+    return {names.RUNNING: float(running.sum()), names.WAITING: float((sent & ~first).sum())}
+
+
+def scrape_series(summary: dict, recorder: Recorder, interval_s: float) -> list[str]:
+    """Scrapes of the run every `interval_s` from its start (the first at 0), and one as it ends: what a
+    Prometheus server scraping the engine keeps. Without the inter-token gaps except in the last (the recorder
+    keeps them for the whole run only)."""
+    end_s = float(recorder.requests.view()["finished_s"].max(initial=0.0))
+    times = np.arange(0.0, end_s, interval_s)
+    return [metrics_text(summary, recorder, float(t)) for t in times] + [metrics_text(summary, recorder)]
 
 
 def _escaped(text: str) -> str:
@@ -193,10 +225,7 @@ def _gap_histogram(out: list[str], labels: str, recorder: Recorder) -> None:
     """Every inter-token gap, from the recorder's log buckets: each counted at its bucket's geometric middle."""
     itl = recorder.itl
     count = len(itl)  # bins the pending gaps
-    middles_s = itl.MIN_S * itl.RATIO ** (np.arange(itl.NUM_BUCKETS) + 0.5)
-    cumulative = np.cumsum(itl.counts)
-    at = np.searchsorted(middles_s, np.asarray(names.ITL_BUCKETS_S), side="right") - 1
-    counts = [int(cumulative[i]) if i >= 0 else 0 for i in at]
+    counts = gap_cumulative(itl, names.ITL_BUCKETS_S)
     _write_histogram(
         out,
         names.ITL,
@@ -207,6 +236,16 @@ def _gap_histogram(out: list[str], labels: str, recorder: Recorder) -> None:
         count,
         itl.sum_s if count else 0.0,
     )
+
+
+def gap_cumulative(itl, bounds_s) -> list[int]:
+    """The recorder's gaps (sim.statistics.GapHistogram) at or below each bound, each gap counted at its log
+    bucket's geometric middle."""
+    len(itl)  # bins the pending gaps
+    middles_s = itl.MIN_S * itl.RATIO ** (np.arange(itl.NUM_BUCKETS) + 0.5)
+    cumulative = np.cumsum(itl.counts)
+    at = np.searchsorted(middles_s, np.asarray(bounds_s, dtype=np.float64), side="right") - 1
+    return [int(cumulative[i]) if i >= 0 else 0 for i in at]
 
 
 def _write_histogram(out, name, help_text, labels, buckets, counts, count, total) -> None:

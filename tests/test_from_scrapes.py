@@ -1,0 +1,77 @@
+"""`planner calibrate --from-vllm` on Prometheus scrapes alone: the windows between timestamped scrapes rebuilt
+as a workload and fitted through the simulator; known coefficients come back within their stated uncertainty; a
+lone scrape or scrapes without their time are refused (exit 2)."""
+
+import re
+
+import numpy as np
+import pytest
+from helpers import SCENARIOS, error_of
+
+from planner.calibration.profile_loader import load_profile
+from planner.cli import main
+from planner.vllm_files import binned
+
+H100 = str(SCENARIOS / "h100_llama31_8b_sharegpt_like.yaml")
+
+
+def test_binned_quantiles_and_draws_keep_what_the_histogram_says():
+    values = np.random.default_rng(0).lognormal(np.log(300), 0.8, 5000).astype(np.int64) + 1
+    bounds = tuple(float(b) for b in (10, 20, 50, 100, 200, 500, 1000, 2000, 5000))
+    cumulative = binned.cumulative_at(values, bounds)
+    median, width = binned.quantile(bounds, cumulative, len(values), 0.5)
+    assert 200 < median <= 500 and width == 300 and abs(median - np.median(values)) < width
+    assert binned.quantile(bounds[:7], cumulative[:7], len(values), 0.99) is None  # in the +Inf bucket (> 1000)
+    drawn = binned.draw_integers(bounds, cumulative, len(values), float(values.sum()), 8192, np.random.default_rng(1))
+    assert np.array_equal(binned.cumulative_at(drawn, bounds), cumulative)  # as many in each bucket
+    assert drawn.mean() == pytest.approx(values.mean(), rel=0.02)  # placed in them so that the sum holds
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+    """An H100 at a steady 10 requests/s with known coefficients (from_vllm_bench's truth), scraped every 30 s."""
+    import dataclasses
+
+    from planner.calibration.from_scrapes_bench import write_scrape_series
+    from planner.calibration.from_vllm_bench import TRUTH_FACTORS
+    from planner.calibration.resolve import resolve_cost_model
+    from planner.scenario.load import load_scenario
+
+    scenario = load_scenario(H100, ["workload.num_requests=1200", "workload.arrival.rate=10"])
+    start, _ = resolve_cost_model(scenario)
+    truth = dataclasses.replace(start, **{k: getattr(start, k) * f for k, f in TRUTH_FACTORS.items()})
+    return truth, write_scrape_series(tmp_path_factory.mktemp("scrapes"), scenario, truth, 30.0)
+
+
+def test_scrapes_alone_give_known_coefficients_back_within_their_uncertainty(series, tmp_path, capsys):
+    truth, scrapes = series
+    steady = tmp_path / "steady"
+    steady.mkdir()
+    for path in scrapes[1:-1]:  # from 30 s on: the windows of a running server
+        (steady / path.name).write_text(path.read_text())
+    out = tmp_path / "fitted.yaml"
+    assert main(["calibrate", "--from-vllm", str(steady), "--scenario", H100, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "ASSUMED: Poisson arrivals at" in printed and "Held out: the last window" in printed
+    assert re.search(r"scrape-\d+\.prom \(held out\)", printed)
+    profile = load_profile(out)
+    pinned = [n for n in ("bandwidth_efficiency", "flops_efficiency") if n in profile.uncertainty]
+    assert "bandwidth_efficiency" in pinned
+    for name in pinned:
+        std = profile.uncertainty[name]
+        assert 0 < std < 0.5 * profile.coefficients[name] or name != "bandwidth_efficiency"
+        assert abs(profile.coefficients[name] - getattr(truth, name)) <= 2 * std, name
+
+
+def test_a_lone_scrape_or_scrapes_without_their_time_are_refused(series, tmp_path, capsys):
+    _, scrapes = series
+    argv = ["calibrate", "--from-vllm", str(scrapes[2]), "--scenario", H100]
+    assert "one scrape: its counters hold the server's whole life" in error_of(argv, capsys)
+    untimed = []
+    for path in scrapes[1:3]:
+        untimed.append(tmp_path / path.name)
+        untimed[-1].write_text(re.sub(r" \d+$", "", path.read_text(), flags=re.MULTILINE))
+    err = error_of(["calibrate", "--from-vllm", *map(str, untimed), "--scenario", H100], capsys)
+    assert f"{untimed[1]}: its samples carry no timestamp" in err
+    backwards = ["calibrate", "--from-vllm", str(scrapes[2]), str(scrapes[1]), "--scenario", H100]
+    assert "a counter went backwards" in error_of(backwards, capsys)
