@@ -54,6 +54,8 @@ def test_scrapes_alone_give_known_coefficients_back_within_their_uncertainty(ser
     printed = capsys.readouterr().out
     assert "ASSUMED: Poisson arrivals at" in printed and "Held out: the last window" in printed
     assert re.search(r"scrape-\d+\.prom \(held out\)", printed)
+    assert "Gauges at each window's end" in printed and "mean over 3 windows: running " in printed
+    assert re.search(r"pinned by scrape-\d+\.prom: \S+ \S+ \((TTFT|E2E|QUEUE|PREFILL|DECODE) \d+%", printed)
     profile = load_profile(out)
     pinned = [n for n in ("bandwidth_efficiency", "flops_efficiency") if n in profile.uncertainty]
     assert "bandwidth_efficiency" in pinned
@@ -75,3 +77,61 @@ def test_a_lone_scrape_or_scrapes_without_their_time_are_refused(series, tmp_pat
     assert f"{untimed[1]}: its samples carry no timestamp" in err
     backwards = ["calibrate", "--from-vllm", str(scrapes[2]), str(scrapes[1]), "--scenario", H100]
     assert "a counter went backwards" in error_of(backwards, capsys)
+
+
+def test_the_exported_phases_are_vllms(tmp_path):
+    """queue + prefill = TTFT, prefill + decode = inference, queue + inference = E2E per request (vLLM's
+    definitions), in vLLM's request-latency buckets; a request is first scheduled between its arrival and first token."""
+    from planner.vllm_files import names
+    from planner.vllm_files.prom_read import read_scrape
+
+    out = tmp_path / "run"
+    assert (
+        main(["simulate", str(SCENARIOS / "cpu_tiny.yaml"), "--set", "workload.num_requests=40", "--out", str(out)])
+        == 0
+    )
+    scrape = read_scrape(out / "vllm_metrics.prom")
+    h = {
+        name: scrape.histogram(name)
+        for name in (names.TTFT, names.E2E, names.QUEUE, names.INFERENCE, names.PREFILL, names.DECODE)
+    }
+    for name in (names.E2E, names.QUEUE, names.INFERENCE, names.PREFILL, names.DECODE):
+        assert h[name].bounds == names.REQUEST_LATENCY_BUCKETS_S and h[name].count == 40
+    assert h[names.QUEUE].sum + h[names.PREFILL].sum == pytest.approx(h[names.TTFT].sum, rel=1e-9)
+    assert h[names.PREFILL].sum + h[names.DECODE].sum == pytest.approx(h[names.INFERENCE].sum, rel=1e-9)
+    assert h[names.QUEUE].sum + h[names.INFERENCE].sum == pytest.approx(h[names.E2E].sum, rel=1e-9)
+    table = np.genfromtxt(out / "requests.csv", delimiter=",", names=True)
+    assert np.all(table["arrival_s"] <= table["first_scheduled_s"])
+    assert np.all(table["first_scheduled_s"] < table["first_token_s"])
+
+
+def test_a_bench_file_fits_with_the_phases_of_the_scrape_that_counted_its_requests(tmp_path, capsys):
+    """Run A's bench file and its scrape, run B's bench file held out: A is matched with its scrape's queue,
+    prefill and decode times too; one file alone is not (its scrape counts the held-out requests)."""
+    import dataclasses
+
+    from planner.calibration.from_vllm_bench import write_vllm_files
+    from planner.calibration.resolve import resolve_cost_model
+    from planner.scenario.load import load_scenario
+
+    files = []
+    for rate, seed in ((40, 1), (20, 2)):
+        scenario = load_scenario(
+            H100, ["workload.num_requests=150", f"workload.arrival.rate={rate}", f"workload.seed={seed}"]
+        )
+        start, _ = resolve_cost_model(scenario)
+        truth = dataclasses.replace(start, bandwidth_efficiency=start.bandwidth_efficiency * 0.8)
+        files.append(write_vllm_files(tmp_path / str(rate), scenario, truth, 0.0, 0))
+    (bench_a, scrape_a), (bench_b, _) = files
+    argv = ["calibrate", "--from-vllm", str(bench_a), str(bench_b), str(scrape_a), "--scenario", H100]
+    assert main([*argv, "--out", str(tmp_path / "p.yaml")]) == 0
+    printed = capsys.readouterr().out
+    assert f"{scrape_a}: its 150 requests are bench.json's: its QUEUE, PREFILL, DECODE matched too" in printed
+    with_phases = int(re.search(r"(\d+) statistics", printed).group(1))
+    profile = load_profile(tmp_path / "p.yaml")
+    assert profile.coefficients["bandwidth_efficiency"] == pytest.approx(truth.bandwidth_efficiency, rel=0.03)
+    alone = ["calibrate", "--from-vllm", str(bench_a), str(scrape_a), "--scenario", H100]
+    assert main([*alone, "--out", str(tmp_path / "q.yaml")]) == 0
+    printed = capsys.readouterr().out
+    assert "queue, prefill and decode times not matched: its 150 requests are bench.json's, held out" in printed
+    assert with_phases >= int(re.search(r"(\d+) statistics", printed).group(1)) + 3  # a mean of each phase at least

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.calibration.scrape_replay import ScrapeWindow, in_window, simulated_histograms, window_replay
+from planner.calibration.histogram_match import PHASES, WithHistograms, histogram_match, in_window, simulated_histograms
+from planner.calibration.scrape_replay import ScrapeWindow, window_replay
 from planner.calibration.validate import HeldOutRun
 from planner.calibration.vllm_fit import simulate_replay
 from planner.calibration.vllm_replay import growing_ttft, simulated
-from planner.vllm_files import binned
+from planner.vllm_files import binned, names
 from sim.cost_model import CostCoefficients
 
 PREFIX_QUERIES, PREFIX_HITS = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
@@ -36,12 +37,38 @@ def scrape_replays(scenario, inputs, folder: Path) -> tuple[list[ScrapeWindow], 
     return windows[:-1], windows[-1:], lines
 
 
+def with_phases(fitted: list, held: list, windows) -> tuple[list, list[str]]:
+    """The fitted bench replays, each whose requests a scrape window counted exactly (the same number: a scrape
+    before and after the run) matched with that window's queue, prefill and decode histograms too
+    (histogram_match.WithHistograms); and the lines saying which. A window of a held-out file's requests, or of
+    some held out, is not matched: the held-out table must not have been fitted."""
+    lines, out = [], list(fitted)
+    for window in windows:
+        e2e = window.histogram(names.E2E)
+        count = round(e2e.count) if e2e is not None else 0
+        mine = [i for i, r in enumerate(out) if len(r.fit_mask) == count and r.fit_mask.all() and r is fitted[i]]
+        if not mine:
+            theirs = [r.name for r in held if len(r.fit_mask) == count]
+            why = (
+                f"{theirs[0]}'s, held out (all or some)" if theirs else "no fitted file's (scrape before and after one)"
+            )
+            lines.append(
+                f"  {window.path}: queue, prefill and decode times not matched: its {count:,} requests are {why}"
+            )
+            continue
+        stats, not_matched = histogram_match(window, PHASES)
+        if stats.matched:
+            out[mine[0]] = WithHistograms(out[mine[0]], stats, window.path.name)
+            shown = ", ".join(dict.fromkeys(label for label, _ in stats.matched))
+            lines.append(f"  {window.path}: its {count:,} requests are {out[mine[0]].name}'s: its {shown} matched too")
+        lines += not_matched
+    return out, lines
+
+
 def _growing(window: ScrapeWindow, before: ScrapeWindow) -> bool:
     """Saturation seen from the windows, the bench rule read across them (a scrape has no request's time): the
     held-out window's mean TTFT above 1.5x the window's before it."""
-    mean = [
-        w.observed["TTFT"].sum / w.observed["TTFT"].count if "TTFT" in w.observed else 0.0 for w in (window, before)
-    ]
+    mean = [_mean_s(w.stats.observed.get("TTFT")) for w in (window, before)]
     return bool(mean[1] > 0 and mean[0] > 1.5 * mean[1])
 
 
@@ -57,6 +84,10 @@ def _prefix_line(scrape) -> list[str]:
         " prefix in the replay): the fitted prefills are slower than the engine's by about that share"
     )
     return [said]
+
+
+def _mean_s(h) -> float:
+    return h.sum / h.count if h is not None and h.count > 0 else 0.0
 
 
 def _window_summary(hists: dict, window_s: float, output_tokens: float, num_gpu_blocks) -> dict:
@@ -78,16 +109,16 @@ def _window_summary(hists: dict, window_s: float, output_tokens: float, num_gpu_
 
 
 def held_out_window(window: ScrapeWindow, before: ScrapeWindow, fitted: CostCoefficients, inputs) -> HeldOutRun:
-    blocks = inputs.engine.get("num_gpu_blocks_override")
-    summaries = {"measured": _window_summary(window.observed, window.window_s, window.output_tokens, blocks)}
+    blocks, stats = inputs.engine.get("num_gpu_blocks_override"), window.stats
+    summaries = {"measured": _window_summary(stats.observed, stats.window_s, window.output_tokens, blocks)}
     flags = {"measured": _growing(window, before)}
     latencies = {}
     for way, coefficients in (("calibrated", fitted), ("uncalibrated", CostCoefficients())):
         recorder = simulate_replay(window, coefficients).recorder
-        req, _ = in_window(recorder, window.from_s, window.window_s)
-        hists = simulated_histograms(recorder, window.observed, window.from_s, window.window_s)
+        req, _ = in_window(recorder, stats.from_s, stats.window_s)
+        hists = simulated_histograms(recorder, stats.observed, stats.from_s, stats.window_s)
         tokens = float(req["output_tokens"].sum())
-        summaries[way] = _window_summary(hists, window.window_s, tokens, recorder.num_gpu_blocks)
+        summaries[way] = _window_summary(hists, stats.window_s, tokens, recorder.num_gpu_blocks)
         lat = simulated(recorder)
         every = np.ones(len(lat.ttft_s), dtype=bool)
         flags[way] = growing_ttft(lat, every)

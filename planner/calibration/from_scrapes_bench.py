@@ -5,7 +5,7 @@ Synthetic recovery: the simulator with known coefficients (from_vllm_bench.TRUTH
 load on an H100 (scenarios/h100_llama31_8b_sharegpt_like.yaml) at a steady rate, scraped every SCRAPE_INTERVAL_S
 as a Prometheus server would (planner.vllm_files.export.scrape_series); the scrapes of the steady middle are
 fitted (the last window held out), for a few seeds, and each fitted coefficient is set against the truth in
-units of its reported standard error. The start-up and drain windows are left out: a steady rate is what the
+units of its reported standard error. `--write DIR` only writes the first seed's steady scrapes. The start-up and drain windows are left out: a steady rate is what the
 scrapes-only fit assumes.
 """
 
@@ -29,7 +29,7 @@ def write_scrape_series(folder: Path, scenario, coefficients, interval_s: float)
     from planner.vllm_files.export import scrape_series
     from sim.driver import simulate
 
-    result = simulate(scenario, coefficients, record_steps=False)
+    result = simulate(scenario, coefficients, record_steps=True)  # the gauges are the steps'
     summary = json.loads(
         json.dumps(build_summary("simulated", scenario, result.recorder, result.memory.to_dict(), 0, 0, {}))
     )
@@ -41,8 +41,9 @@ def write_scrape_series(folder: Path, scenario, coefficients, interval_s: float)
     return paths
 
 
-def recovery(num_requests: int, seed: int, folder: Path) -> tuple[float, list[dict]]:
-    """Seconds of the fit and, per coefficient of TRUTH_FACTORS: truth, start, fitted, standard error."""
+def steady_scrapes(num_requests: int, seed: int, folder: Path, steady: Path):
+    """The truth's scrapes every SCRAPE_INTERVAL_S (in folder), those of the steady middle copied to `steady`:
+    from the first after the start to the last before the drain. The truth and the start coefficients."""
     from planner.calibration.resolve import resolve_cost_model
     from planner.scenario.load import load_scenario
 
@@ -50,12 +51,18 @@ def recovery(num_requests: int, seed: int, folder: Path) -> tuple[float, list[di
     scenario = load_scenario(SCENARIO, overrides)
     start, _ = resolve_cost_model(scenario)
     truth = dataclasses.replace(start, **{k: getattr(start, k) * f for k, f in TRUTH_FACTORS.items()})
-    scrapes = write_scrape_series(folder / "all", scenario, truth, SCRAPE_INTERVAL_S)
-    steady = folder / "steady"
-    steady.mkdir()
-    for path in scrapes[1:-2]:  # from the first scrape after the start to the last before the drain
+    scrapes = write_scrape_series(folder, scenario, truth, SCRAPE_INTERVAL_S)
+    steady.mkdir(parents=True, exist_ok=True)
+    for path in scrapes[1:-2]:
         (steady / path.name).write_text(path.read_text())
-    seconds, profile = _calibrate([steady], SCENARIO, folder / "profile.yaml", overrides)
+    return truth, start
+
+
+def recovery(num_requests: int, seed: int, folder: Path) -> tuple[float, list[dict]]:
+    """Seconds of the fit and, per coefficient of TRUTH_FACTORS: truth, start, fitted, standard error."""
+    truth, start = steady_scrapes(num_requests, seed, folder / "all", folder / "steady")
+    overrides = [f"workload.num_requests={num_requests}", f"workload.arrival.rate={RATE:g}", f"workload.seed={seed}"]
+    seconds, profile = _calibrate([folder / "steady"], SCENARIO, folder / "profile.yaml", overrides)
     rows = [
         {
             "name": name,
@@ -73,7 +80,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--write", type=Path, metavar="DIR", help="only write seed 0's steady scrapes to DIR")
     args = parser.parse_args()
+    if args.write is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            steady_scrapes(args.requests, 0, Path(tmp), args.write)
+        names = sorted(p.name for p in args.write.iterdir())
+        print(f"wrote {len(names)} scrapes, {names[0]} to {names[-1]}, to {args.write}")
+        return
     print(
         f"Synthetic recovery from scrapes alone ({SCENARIO.name}; {args.requests} requests at {RATE:g} requests/s,"
         f" scraped every {SCRAPE_INTERVAL_S:g} s; the steady windows fitted, the last held out)"
@@ -81,8 +95,8 @@ def main() -> None:
     within = total = 0
     for seed in range(args.seeds):
         with tempfile.TemporaryDirectory() as tmp:
-            seconds, rows = recovery(args.requests, seed, Path(tmp))
-        print(f"seed {seed} (fit {seconds:.1f} s)")
+            _, rows = recovery(args.requests, seed, Path(tmp))
+        print(f"seed {seed}")  # no fit time: the output is a docs page's, rerun by its test
         print(f"  {'coefficient':<26}{'truth':>10}{'start':>12}{'fitted':>12}{'std':>10}  |fitted - truth| / std")
         for r in rows:
             if r["std"] is None:

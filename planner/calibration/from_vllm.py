@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from planner.calibration.calibrate import check_writable, file_name, say, writing
-from planner.calibration.from_scrapes import held_out_window, scrape_replays
+from planner.calibration.from_scrapes import held_out_window, scrape_replays, with_phases
+from planner.calibration.gauge_check import gauge_lines
 from planner.calibration.validate import HeldOutRun
 from planner.calibration.vllm_fit import DIFF_STEP, Replay, VllmFit, fit_replays, simulate_replay
 from planner.calibration.vllm_replay import Latencies, growing_ttft, observed, replay_scenario, simulated
@@ -65,6 +66,7 @@ def cmd_from_vllm(args) -> int:
             runs = [_held_out(replay, mask, fit.coefficients, inputs) for replay, mask in held]
         else:
             runs = [held_out_window(window, replays[-1], fit.coefficients, inputs) for window in held]
+            say(*gauge_lines([*replays, *held], fit.coefficients))
     from planner.calibration.validation_report import report_lines
 
     device = "cpu" if scenario.hardware.gpu.name == "cpu" else "cuda"
@@ -98,7 +100,8 @@ def _replays(scenario, inputs, folder: Path) -> tuple[list[Replay], list[tuple[R
     engine = replays[0].scenario.engine
     lines.append(f"  max_num_seqs = {engine.max_num_seqs} (the scenario's: vLLM's files do not carry it)")
     if len(replays) > 1:
-        return replays[:-1], [(replays[-1], replays[-1].fit_mask)], lines
+        fitted, said = with_phases(replays[:-1], replays[-1:], inputs.windows)
+        return fitted, [(replays[-1], replays[-1].fit_mask)], lines + said
     only = replays[0]
     cut = int(np.ceil(len(only.fit_mask) * (1 - HELD_OUT_SHARE)))
     if cut < MIN_FIT_REQUESTS:
@@ -110,13 +113,14 @@ def _replays(scenario, inputs, folder: Path) -> tuple[list[Replay], list[tuple[R
     lines.append(
         f"Held out: the last {len(only.fit_mask) - cut} of {len(only.fit_mask)} requests sent (fit on the first {cut})"
     )
-    return [dataclasses.replace(only, fit_mask=fit_mask)], [(only, ~fit_mask)], lines
+    fitted = dataclasses.replace(only, fit_mask=fit_mask)
+    _, said = with_phases([fitted], [only], inputs.windows)  # a window counts the held-out requests too
+    return [fitted], [(only, ~fit_mask)], lines + said
 
 
 def window_lines(scrape) -> list[str]:
-    """A scrape's (or window's) requests and mean times per request phase. Read, not fitted: the simulator does
-    not record when a request is first scheduled (queue | prefill), and a bench file of the same window already
-    gives every request's TTFT and E2E exactly."""
+    """A scrape's (or window's) requests and mean times per request phase (matched with a bench file whose
+    requests it counted: from_scrapes.with_phases)."""
     e2e = scrape.histogram(names.E2E)
     line = f"  {scrape.path}: Prometheus, {0 if e2e is None else int(e2e.count):,} requests finished"
     means = []

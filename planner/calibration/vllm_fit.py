@@ -44,6 +44,7 @@ MAX_EVALUATIONS = 25  # least_squares' evaluations (each Jacobian costs one simu
 MIN_INDEPENDENT = 0.1  # see _independent
 UNPINNED_SPREAD = 0.5
 BOOTSTRAP_SAMPLES = 200
+PINNED_SHARE = 0.1  # a kind of observation giving a coefficient this share of its information is named
 SPEED_SEARCH = (
     np.log(1 / 20),
     np.log(200),
@@ -113,7 +114,7 @@ class VllmFit:
     coefficients: CostCoefficients
     result: FitResult | None  # None: nothing could be fitted
     uncertainty: dict[str, float]
-    pinned_by: dict[str, str]  # fitted coefficient -> the statistic it moves most
+    pinned_by: dict[str, str]  # fitted coefficient -> the statistic it moves most, and its information by kind
     not_pinned: dict[str, str]  # coefficient -> why
     labels: list[str]
     num_simulations: int
@@ -250,11 +251,25 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
     moved = tuple(n for j, n in enumerate(names) if n in unit.at_bound and abs(unit.values[j] - initial[j]) > 1e-9)
     result = FitResult(unit.names, unit.values * scale, std, unit.relative_errors, moved)
     uncertainty = {n: float(v) for n, v in zip(names, std) if np.isfinite(v)}
-    pinned_by = {n: labels[int(np.argmax(np.abs(jac[:, j])))] for j, n in enumerate(names)}
+    pinned_by = {n: _pinned_by(jac[:, j], labels) for j, n in enumerate(names)}
     for n, v, e in zip(names, result.values, std):
         if not np.isfinite(e) or e > UNPINNED_SPREAD * abs(v):
             not_pinned[n] = f"fitted, but its standard error ({e:.2g}) is above half its value: not pinned"
     return VllmFit(with_units(unit.values), result, uncertainty, pinned_by, not_pinned, labels, predict.calls, speed)
+
+
+def _pinned_by(column: np.ndarray, labels: list[str]) -> str:
+    """The statistic that moves most with a coefficient, and the observations its information comes from: each
+    kind's (TTFT, QUEUE, ...) share of the squared slopes, those of PINNED_SHARE or more, largest first."""
+    weight = column**2
+    kinds: dict[str, float] = {}
+    for label, w in zip(labels, weight):
+        kind = label.split(": ", 1)[-1].split()[0]
+        kinds[kind] = kinds.get(kind, 0.0) + float(w)
+    total = sum(kinds.values())
+    shares = sorted(((w / total, k) for k, w in kinds.items() if total > 0 and w / total >= PINNED_SHARE), reverse=True)
+    said = ", ".join(f"{k} {share:.0%}" for share, k in shares)
+    return f"{labels[int(np.argmax(np.abs(column)))]}" + (f" ({said})" if said else "")
 
 
 def _central_jacobian(predict_units, u: np.ndarray, lower: np.ndarray, upper: np.ndarray, measured: np.ndarray):

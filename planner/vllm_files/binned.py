@@ -44,21 +44,32 @@ def cumulative_at(values: np.ndarray, bounds: tuple[float, ...]) -> np.ndarray:
 def draw_integers(
     bounds: tuple[float, ...], cumulative: np.ndarray, count: float, total: float, top: int, rng
 ) -> np.ndarray:
-    """`count` whole numbers, as many in each bucket as the histogram holds (in random order), each placed in
-    its bucket (lower, upper] at lower + width * u^a, u uniform: one shape `a` for every bucket, chosen so that
-    the values' expected sum is the histogram's `total` (`_sum`): the buckets say how many, the sum says where
-    in them. The +Inf bucket ends at `top`."""
+    """`count` whole numbers, as many in each bucket (lower, upper] as the histogram holds (in random order; the
+    +Inf bucket ends at `top`). Within its bucket each is placed by the histogram's CDF interpolated monotonically
+    (PCHIP) in log values, the shape the neighbouring buckets suggest; then every position within its bucket is
+    raised to one power, found by bisection, so that the values' sum is the histogram's `total` (its `_sum`)."""
+    from scipy.interpolate import PchipInterpolator
+
     counts = np.rint(per_bucket(cumulative, count)).astype(np.int64)
     lower = np.concatenate([[0.0], bounds])
     upper = np.maximum(np.concatenate([bounds, [float(top)]]), lower + 1)
+    below = np.concatenate([[0.0], np.cumsum(counts) / max(counts.sum(), 1)])  # the CDF at each bucket's lower end
+    at = np.concatenate([[0.5], upper])  # where: the first bucket's values are >= 1
+    rising = np.concatenate([[True], np.diff(below) > 0])
+    inverse = PchipInterpolator(below[rising], np.log(at[rising]))
     which = rng.permutation(np.repeat(np.arange(len(counts)), counts))
-    width = upper - lower
-    spare = float(np.sum(counts * width))
-    share = (total - float(np.sum(counts * lower))) / spare if spare > 0 else 0.5
-    share = min(max(share, 0.02), 0.98)  # the mean of u^a is 1 / (a + 1)
-    u = rng.random(len(which)) ** (1 / share - 1)
-    values = np.ceil(lower[which] + width[which] * u)
-    return np.clip(values, lower[which] + 1, upper[which]).astype(np.int64)
+    u = below[which] + (below[which + 1] - below[which]) * rng.random(len(which))
+    width = upper[which] - lower[which]
+    position = np.clip((np.exp(inverse(u)) - lower[which]) / width, 1e-9, 1.0)
+
+    def values(power: float) -> np.ndarray:
+        return np.clip(np.ceil(lower[which] + width * position**power), lower[which] + 1, upper[which])
+
+    low, high = -6.0, 6.0  # log2 of the power: the sum falls as the power rises
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if values(2.0**middle).sum() > total else (low, middle)
+    return values(2.0 ** ((low + high) / 2)).astype(np.int64)
 
 
 def resolution(value: float, width: float) -> float:

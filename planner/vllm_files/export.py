@@ -7,11 +7,12 @@ What each holds that is not exactly vLLM's, because the recorder does not keep i
   tools compute it, but the spread of one request's gaps is not there; the .prom's ITL histogram has every gap.
 - `vllm:inter_token_latency_seconds`: rebinned from the recorder's gap histogram (sim/statistics.py), whose
   buckets are 0.2% wide: a gap within 0.1% of a boundary may sit in the neighbouring bucket.
-- every sample's timestamp is the run's end, and `process_start_time_seconds` its start (0, the Unix epoch): the
-  scrape is a window of known length, as a periodic scraper's files are.
-- not written: `vllm:request_queue_time_seconds` and `vllm:request_prefill_time_seconds` (a request's first
-  scheduling is not recorded), the prefix cache's counters (not counted per run), and the gauges' history
-  (a scrape after the run: nothing running or waiting, the cache empty).
+- every sample's timestamp is the scrape's time in the run (ms; the run starts at 0, the Unix epoch, its
+  `process_start_time_seconds`): scrape_series writes what a Prometheus server scraping the engine keeps, each
+  window between two of them of known length. A scrape during the run has no inter-token gaps (the recorder keeps
+  them for the whole run), and its gauges are the last step's (gauges_at).
+- not written: the prefix cache's counters (not counted per run); the queue, inference and prefill times where
+  the executor did not record each request's first scheduled step.
 A run of more than MAX_DETAILED_TOKENS output tokens writes the summary form, as vLLM without --save-detailed.
 """
 
@@ -109,7 +110,6 @@ def metrics_text(summary: dict, recorder: Recorder, until_s: float | None = None
     lat = per_request_latencies_ms(requests)
     first = everyone["first_token_s"] <= end_s  # ... but TTFT at the first token
     lat["ttft"] = (everyone["first_token_s"][first] - everyone["arrival_s"][first]) * 1e3
-    decode_s = requests["finished_s"] - requests["first_token_s"]  # vLLM's decode_time: last token - first token
     max_len = int(scenario["max_model_len"])
     out: list[str] = []
     _histogram(
@@ -133,14 +133,8 @@ def metrics_text(summary: dict, recorder: Recorder, until_s: float | None = None
         lat["e2el"] / 1e3,
         names.REQUEST_LATENCY_BUCKETS_S,
     )
-    _histogram(
-        out,
-        names.DECODE,
-        "Histogram of time spent in DECODE phase for request.",
-        labels,
-        decode_s,
-        names.REQUEST_LATENCY_BUCKETS_S,
-    )
+    for name, (help_text, values) in _phases(requests).items():
+        _histogram(out, name, help_text, labels, values, names.REQUEST_LATENCY_BUCKETS_S)
     buckets = names.build_1_2_5_buckets(max_len)
     _histogram(
         out, names.PROMPT_TOKENS, "Number of prefill tokens processed.", labels, requests["prompt_tokens"], buckets
@@ -167,7 +161,7 @@ def metrics_text(summary: dict, recorder: Recorder, until_s: float | None = None
         "# TYPE vllm:request_success counter",
         f'vllm:request_success_total{{{labels},finished_reason="length"}} {float(success)!r}',
     ]
-    for gauge, value in _gauges(everyone, end_s, until_s is None).items():
+    for gauge, value in gauges_at(recorder, everyone, end_s, until_s is None).items():
         out += [f"# TYPE {gauge} gauge", f"{gauge}{{{labels}}} {value!r}"]
     engine = scenario["engine"]
     info = {
@@ -187,15 +181,47 @@ def metrics_text(summary: dict, recorder: Recorder, until_s: float | None = None
     return "\n".join(line if line.startswith("#") else line + end_ms for line in out) + "\n"
 
 
-def _gauges(requests: dict[str, np.ndarray], at_s: float, after_run: bool) -> dict[str, float]:
-    """The gauges at `at_s`. After the run all idle; during it, a request sent and without its first token
-    counts as waiting and one between its first token and its end as running (the recorder keeps no
-    scheduling time: one in its prefill is counted waiting), and the KV cache's use is not written."""
+def _phases(requests: dict[str, np.ndarray]) -> dict[str, tuple[str, np.ndarray]]:
+    """Each request's times in vLLM's phases (vllm/v1/metrics/stats.py, update_from_finished_request: queued from
+    arrival to its first scheduled step, inference from there to its last token, prefill to its first token,
+    decode from its first token to its last), in vLLM's order; only decode where the executor did not record
+    the first scheduled step."""
+    scheduled, first, last = requests["first_scheduled_s"], requests["first_token_s"], requests["finished_s"]
+    decode = {names.DECODE: ("Histogram of time spent in DECODE phase for request.", last - first)}
+    if not np.all(np.isfinite(scheduled)):
+        return decode
+    return {
+        names.QUEUE: ("Histogram of time spent in WAITING phase for request.", scheduled - requests["arrival_s"]),
+        names.INFERENCE: ("Histogram of time spent in RUNNING phase for request.", last - scheduled),
+        names.PREFILL: ("Histogram of time spent in PREFILL phase for request.", first - scheduled),
+        **decode,
+    }
+
+
+def gauges_at(recorder: Recorder, requests: dict[str, np.ndarray], at_s: float, after_run: bool) -> dict[str, float]:
+    """The gauges at `at_s`. After the run all idle. During it, where the recorder kept one engine's steps, those of
+    the last step begun by then (the scheduler's running and waiting queues after it, and the share of the KV
+    cache's blocks in use, as vLLM's scheduler stats give them); else from the requests' times (sent and not yet
+    scheduled: waiting; scheduled and not finished: running), without the KV cache's use."""
     if after_run:
         return {names.RUNNING: 0.0, names.WAITING: 0.0, names.KV_USAGE: 0.0}
-    sent, first = requests["arrival_s"] <= at_s, requests["first_token_s"] <= at_s
-    running = sent & first & (requests["finished_s"] > at_s)
-    return {names.RUNNING: float(running.sum()), names.WAITING: float((sent & ~first).sum())}
+    steps = recorder.step_rows() if recorder.record_steps else {}
+    if len(steps.get("start_s", ())) and np.all(steps["replica"] == 0):
+        order = np.argsort(steps["start_s"], kind="stable")
+        i = int(np.searchsorted(steps["start_s"][order], at_s, side="right")) - 1
+        if i < 0:
+            return {names.RUNNING: 0.0, names.WAITING: 0.0, names.KV_USAGE: 0.0}
+        row = order[i]
+        return {
+            names.RUNNING: float(steps["num_running"][row]),
+            names.WAITING: float(steps["num_waiting"][row]),
+            names.KV_USAGE: float(steps["kv_blocks_used"][row]) / recorder.num_gpu_blocks,
+        }
+    scheduled = requests["first_scheduled_s"]
+    scheduled = np.where(np.isfinite(scheduled), scheduled, requests["first_token_s"])
+    sent, started = requests["arrival_s"] <= at_s, scheduled <= at_s
+    running = started & (requests["finished_s"] > at_s)
+    return {names.RUNNING: float(running.sum()), names.WAITING: float((sent & ~started).sum())}
 
 
 def scrape_series(summary: dict, recorder: Recorder, interval_s: float) -> list[str]:

@@ -27,6 +27,7 @@ ITL = "vllm:inter_token_latency_seconds"  # every gap between two tokens of a re
 TPOT = "vllm:request_time_per_output_token_seconds"  # one per request: its mean gap
 E2E = "vllm:e2e_request_latency_seconds"
 QUEUE = "vllm:request_queue_time_seconds"
+INFERENCE = "vllm:request_inference_time_seconds"
 PREFILL = "vllm:request_prefill_time_seconds"
 DECODE = "vllm:request_decode_time_seconds"
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
