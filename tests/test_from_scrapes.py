@@ -135,3 +135,27 @@ def test_a_bench_file_fits_with_the_phases_of_the_scrape_that_counted_its_reques
     printed = capsys.readouterr().out
     assert "queue, prefill and decode times not matched: its 150 requests are bench.json's, held out" in printed
     assert with_phases >= int(re.search(r"(\d+) statistics", printed).group(1)) + 3  # a mean of each phase at least
+
+
+def test_a_window_without_lengths_or_with_too_few_requests_is_refused(series, tmp_path, capsys):
+    _, scrapes = series
+    first, second = (scrapes[1].read_text(), scrapes[2].read_text())
+    lengthless = []
+    for name, text in (("a.prom", first), ("b.prom", second)):
+        lengthless.append(tmp_path / name)
+        kept = [line for line in text.splitlines() if "vllm:request_prompt_tokens" not in line]
+        lengthless[-1].write_text("\n".join(kept) + "\n")
+    err = error_of(["calibrate", "--from-vllm", *map(str, lengthless), "--scenario", H100], capsys)
+    assert f"{lengthless[1]}: vllm:request_prompt_tokens: absent: the requests' lengths are drawn from it" in err
+    later = tmp_path / "later.prom"  # the same counts a second on: a window of no request
+    later.write_text(re.sub(r" (\d+)$", lambda m: f" {int(m.group(1)) + 1000}", first, flags=re.MULTILINE))
+    err = error_of(["calibrate", "--from-vllm", str(scrapes[1]), str(later), "--scenario", H100], capsys)
+    assert f"{later}: vllm:e2e_request_latency_seconds: no observation" in err
+    from planner.calibration.from_scrapes_bench import write_scrape_series
+    from planner.calibration.resolve import resolve_cost_model
+    from planner.scenario.load import load_scenario
+
+    tiny = load_scenario(H100, ["workload.num_requests=30", "workload.arrival.rate=10"])
+    short = write_scrape_series(tmp_path / "short", tiny, resolve_cost_model(tiny)[0], 1.0)  # ~10 requests each
+    err = error_of(["calibrate", "--from-vllm", str(short[1]), str(short[2]), "--scenario", H100], capsys)
+    assert "_count = " in err and "the window finished fewer than 20 requests" in err

@@ -4,9 +4,11 @@ files (docs/calibration-from-vllm.md).
 1. read the files (planner/vllm_files/inputs.py): bench-serve results, Prometheus scrapes; the engine facts the
    scrapes carry replace the scenario's (block_size, the KV pool's blocks) and are printed;
 2. rebuild each result's workload (planner.calibration.vllm_replay) and hold part out: with several result
-   files the last one, with one the requests sent in its last HELD_OUT_SHARE;
+   files the last one, with one the requests sent in its last HELD_OUT_SHARE; a scrape window that counted a
+   fitted file's requests adds its queue, prefill and decode histograms. Without a result file, each window of
+   the scrapes is rebuilt instead and the last held out (planner.calibration.from_scrapes);
 3. fit through the simulator (planner.calibration.vllm_fit) and print each coefficient with its standard error,
-   the statistic that pins it, and those the files cannot pin;
+   the statistic that pins it (and the kinds of observation it is pinned by), and those the files cannot pin;
 4. print the held-out error table as `planner calibrate` does (planner.calibration.validation_report), and write
    the profile (source vllm-metrics) that `planner simulate --calibration` and `planner size` read.
 """
