@@ -159,3 +159,38 @@ def test_a_window_without_lengths_or_with_too_few_requests_is_refused(series, tm
     short = write_scrape_series(tmp_path / "short", tiny, resolve_cost_model(tiny)[0], 1.0)  # ~10 requests each
     err = error_of(["calibrate", "--from-vllm", str(short[1]), str(short[2]), "--scenario", H100], capsys)
     assert "_count = " in err and "the window finished fewer than 20 requests" in err
+
+
+def test_simulate_writes_scrapes_that_fit_back_to_its_profile(tmp_path, capsys):
+    """The round trip through the command line: `planner simulate --calibration TRUTH --out run --scrape-every 30`,
+    then `calibrate --from-vllm` on the steady scrapes gives TRUTH's bandwidth efficiency back within its error."""
+    import dataclasses
+
+    from planner.calibration.profile import content_id, save_profile
+    from planner.scenario.load import load_scenario
+
+    scenario = load_scenario(H100, [])
+    shipped = load_profile(SCENARIOS.parent / "planner" / "calibrations" / "h100-sxm-tp1.yaml")
+    coefficients = dict(shipped.coefficients, bandwidth_efficiency=shipped.coefficients["bandwidth_efficiency"] * 0.8)
+    truth = dataclasses.replace(
+        shipped, id="", coefficients=coefficients, model=scenario.model.name, dtype=scenario.dtype
+    )
+    truth = dataclasses.replace(truth, id=content_id(truth.to_dict()))
+    profile = save_profile(truth, tmp_path / "truth.yaml")
+    run = tmp_path / "run"
+    load = ["--set", "workload.num_requests=1200", "--set", "workload.arrival.rate=10"]
+    argv = ["simulate", H100, *load, "--calibration", str(profile), "--out", str(run), "--scrape-every", "30"]
+    assert main(argv) == 0
+    assert "vllm_scrapes to " in capsys.readouterr().out
+    scrapes = sorted((run / "vllm_scrapes").iterdir())
+    assert [p.name for p in scrapes[:2]] == ["scrape-0000.prom", "scrape-0001.prom"] and len(scrapes) == 6
+    out = tmp_path / "fitted.yaml"
+    steady = [str(p) for p in scrapes[1:-1]]  # 30 s to 120 s: the windows of a running server
+    assert main(["calibrate", "--from-vllm", *steady, "--scenario", H100, "--out", str(out)]) == 0
+    fitted = load_profile(out)
+    std = fitted.uncertainty["bandwidth_efficiency"]
+    assert abs(fitted.coefficients["bandwidth_efficiency"] - coefficients["bandwidth_efficiency"]) <= 2 * std
+    fleet = SCENARIOS / "mixed_gpus_llama31_8b_by_length.yaml"
+    err = error_of(["simulate", str(fleet), "--out", str(tmp_path / "f"), "--scrape-every", "5"], capsys)
+    assert "fleet: --scrape-every writes one engine's /metrics" in err
+    assert "give --out" in error_of(["simulate", H100, "--scrape-every", "30"], capsys)

@@ -199,13 +199,14 @@ def _phases(requests: dict[str, np.ndarray]) -> dict[str, tuple[str, np.ndarray]
 
 
 def gauges_at(recorder: Recorder, requests: dict[str, np.ndarray], at_s: float, after_run: bool) -> dict[str, float]:
-    """The gauges at `at_s`. After the run all idle. During it, where the recorder kept one engine's steps, those of
-    the last step begun by then (the scheduler's running and waiting queues after it, and the share of the KV
-    cache's blocks in use, as vLLM's scheduler stats give them); else from the requests' times (sent and not yet
-    scheduled: waiting; scheduled and not finished: running), without the KV cache's use."""
+    """The gauges at `at_s`. After the run all idle. During it, where the recorder kept one engine's steps (all of
+    them, in memory), those of the last step begun by then (the scheduler's running and waiting queues after it,
+    and the share of the KV cache's blocks in use, as vLLM's scheduler stats give them); else (steps.csv written
+    as the run went, several engines) from the requests' times (sent and not yet scheduled: waiting; scheduled and
+    not finished: running), without the KV cache's use."""
     if after_run:
         return {names.RUNNING: 0.0, names.WAITING: 0.0, names.KV_USAGE: 0.0}
-    steps = recorder.step_rows() if recorder.record_steps else {}
+    steps = recorder.step_rows() if recorder.record_steps and recorder.steps_sink is None else {}
     if len(steps.get("start_s", ())) and np.all(steps["replica"] == 0):
         order = np.argsort(steps["start_s"], kind="stable")
         i = int(np.searchsorted(steps["start_s"][order], at_s, side="right")) - 1
