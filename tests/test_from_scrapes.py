@@ -194,3 +194,43 @@ def test_simulate_writes_scrapes_that_fit_back_to_its_profile(tmp_path, capsys):
     err = error_of(["simulate", str(fleet), "--out", str(tmp_path / "f"), "--scrape-every", "5"], capsys)
     assert "fleet: --scrape-every writes one engine's /metrics" in err
     assert "give --out" in error_of(["simulate", H100, "--scrape-every", "30"], capsys)
+
+
+def test_a_mid_run_scrape_holds_the_last_steps_gauges(tmp_path, capsys):
+    """scrape_series' gauges at t are those of the last step begun by t (running, waiting, KV blocks in use), the
+    histograms only what ended by t; too many scrapes are refused."""
+    import json
+
+    from planner.outputs.results import build_summary
+    from planner.scenario.load import load_scenario
+    from planner.vllm_files import names
+    from planner.vllm_files.export import scrape_series
+    from planner.vllm_files.prom_read import read_scrape
+    from sim.driver import simulate
+
+    scenario = load_scenario(H100, ["workload.num_requests=300", "workload.arrival.rate=40"])
+    result = simulate(scenario, None, record_steps=True)
+    recorder = result.recorder
+    summary = json.loads(json.dumps(build_summary("simulated", scenario, recorder, result.memory.to_dict(), 0, 0, {})))
+    path = tmp_path / "mid.prom"
+    path.write_text(scrape_series(summary, recorder, 3.0)[1])  # at 3 s
+    scrape = read_scrape(path)
+    steps = recorder.step_rows()
+    last = int(np.flatnonzero(steps["start_s"] <= 3.0)[-1])
+    gauges = {n: v for (n, _), v in scrape.gauges.items()}
+    assert gauges[names.RUNNING] == steps["num_running"][last] > 0
+    assert gauges[names.WAITING] == steps["num_waiting"][last]
+    assert gauges[names.KV_USAGE] == pytest.approx(steps["kv_blocks_used"][last] / recorder.num_gpu_blocks)
+    ended = int(np.sum(recorder.requests.view()["finished_s"] <= 3.0))
+    assert scrape.histogram(names.E2E).count == ended < 300 and scrape.end_s == 3.0
+    argv = [
+        "simulate",
+        H100,
+        "--set",
+        "workload.num_requests=20",
+        "--out",
+        str(tmp_path / "r"),
+        "--scrape-every",
+        "1e-4",
+    ]
+    assert "scrapes (at most 10,000); scrape less often" in error_of(argv, capsys)
