@@ -3,7 +3,9 @@ workload must match the observed ones.
 
 What is matched: per file, over the requests being fitted, the mean and the 10/25/50/75/90th percentiles of
 TTFT, TPOT and E2E (bench serve's definitions), each as a relative error. Quantiles, not each request: a
-simulator right on average still orders a few requests differently when two arrive within a step.
+simulator right on average still orders a few requests differently when two arrive within a step. A window of
+Prometheus scrapes matches its histograms' instead (planner.calibration.histogram_match), whose buckets leave each
+quantile open by their width: that is carried into the standard errors too (`resolution`).
 
 The optimiser is scipy's least_squares (trust-region reflective, the fitter of `planner calibrate`,
 planner.calibration.fit): a handful of bounded coefficients, a residual vector of a few dozen statistics, a
