@@ -108,6 +108,9 @@ def place_experts(runners: list[ModelRunner]) -> None:
 def _lockstep_step(schedulers, runners, outs, clock, on_finished) -> None:
     """Every rank with a batch runs it; then each is updated and recorded as one step of the group's length."""
     start, sampled, device_s = clock(), [], []
+    for out in outs:
+        if not is_dummy(out):
+            out.start_s = start
     blocks_in_use = [s.kv.pool.num_used_blocks for s in schedulers]
     for runner, out in zip(runners, outs, strict=True):
         executed = clock()

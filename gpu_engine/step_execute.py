@@ -12,6 +12,7 @@ def execute(scheduler: Scheduler, runner: ModelRunner, clock, on_finished, out, 
     """The rest of step() once `out` is scheduled (gpu_engine/pd_pair.py schedules itself: a disaggregated
     engine may have nothing to schedule while its requests wait for KV)."""
     blocks_in_use = scheduler.kv.pool.num_used_blocks
+    out.start_s = start
     executed = clock()
     sampled = runner.execute(out.scheduled)
     end = clock()

@@ -79,6 +79,16 @@ def _simulate_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="also run N workload seeds x coefficient draws: 90%% intervals and the probability of each SLO",
     )
+    _scrape_arg(p)
+
+
+def _scrape_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--scrape-every",
+        type=float,
+        metavar="SECONDS",
+        help="with --out: also write vllm_scrapes/, the engine's /metrics scraped every SECONDS of the run",
+    )
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -91,6 +101,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold in (0, 1]")
     p.add_argument("--out", type=_folder)
     p.add_argument("--json", action="store_true")
+    _scrape_arg(p)
 
 
 def _calibrate_args(p: argparse.ArgumentParser) -> None:

@@ -112,6 +112,9 @@ class LockstepGroup:
             sides = [self._rank_sides(out, moe) for out in outs]
             duration = max(float(cost.combine(host, device, after_idle)) for host, device in sides)
             start, blocks = env.now, [s.kv.pool.num_used_blocks for s in schedulers]
+            for out in outs:
+                if not is_dummy(out):
+                    out.start_s = start
             yield env.timeout(duration)
             finished = []
             for s, out, (host, device), used in zip(schedulers, outs, sides, blocks, strict=True):

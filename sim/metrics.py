@@ -55,6 +55,7 @@ REQUEST_COLUMNS = {
     "prompt_tokens": np.int64,
     "output_tokens": np.int64,
     "preemptions": np.int32,
+    "first_scheduled_s": np.float64,  # the start of its first step (NaN where the executor does not say)
 }
 PERCENTILES = (50, 90, 99)
 STEP_CHUNK_ROWS = 1 << 16  # with a steps_sink: rows handed over at a time (about 4 MB)
@@ -224,7 +225,7 @@ class Recorder:
         self.itl.add_counted([now_s - last_s for last_s in since_s], counts)
 
     def finished(self, request: Request) -> None:
-        if self.prefix is not None and request.first_scheduled_s is not None:
+        if self.prefix is not None and self.prefix.host_hit_tokens is not None:  # the TTFT's split: with a host tier
             self.prefix.finished(request)
         self._finished.append(
             (
@@ -235,6 +236,7 @@ class Recorder:
                 request.num_prompt_tokens,
                 request.num_output_tokens,
                 request.num_preemptions,
+                request.first_scheduled_s,
             )
         )
         if len(self._finished) >= FINISHED_BATCH:

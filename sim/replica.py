@@ -194,6 +194,7 @@ class Replica:
         env, sched, cost = self.env, self.scheduler, self.cost
         self._release_deferred()  # arrivals during the previous step: too late for this one
         start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
+        out.start_s = start
         if self.host_link is not None:
             mark_first_scheduled(out, start)
         host = cost.host_s(out.num_seqs) if out.host_scheduled else cost.block_step_host_s(out.num_seqs)

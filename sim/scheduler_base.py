@@ -116,6 +116,8 @@ class Scheduler(ABC):
             gained = 1
             if computed != request.num_prompt_tokens + num_output:
                 if computed < request.num_prompt_tokens + num_output:
+                    if request.first_scheduled_s is None:
+                        request.first_scheduled_s = output.start_s
                     continue  # mid-prompt chunk: nothing sampled
                 # drafts verified (sim/speculation.py): the rejected ones come off the computed tokens
                 num_drafts = computed - request.num_prompt_tokens - num_output
@@ -128,6 +130,8 @@ class Scheduler(ABC):
             last_s = request.last_token_s
             if last_s is None:
                 request.first_token_s = now_s
+                if request.first_scheduled_s is None:
+                    request.first_scheduled_s = output.start_s
             elif last_s == run_since_s:
                 run += 1
             else:

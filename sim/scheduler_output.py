@@ -25,6 +25,9 @@ class SchedulerOutput:
     # and prepared them with the first, and they advance their inputs on the device (CostModel.block_step_host_s).
     host_scheduled: bool = True
     num_draft_tokens: int = 0  # speculative decoding: drafted tokens verified (in num_tokens, beside their rows)
+    # When the step began, set by whoever runs it: a request's first step is its vLLM scheduled_ts (the end of its
+    # queue time, the start of its prefill time: vllm/v1/metrics/stats.py, update_from_finished_request)
+    start_s: float | None = None
 
     def add(self, request: Request, num_new_tokens: int) -> None:
         computed = request.num_computed_tokens

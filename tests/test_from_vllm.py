@@ -128,9 +128,9 @@ def test_bad_scrapes_are_refused(simulated, tmp_path, capsys):
     assert "model.prom: model_name = 'other-model'" in err
 
 
-def test_scrapes_alone_and_a_missing_scenario_are_refused(simulated, capsys):
+def test_one_scrape_alone_and_a_missing_scenario_are_refused(simulated, capsys):
     err = _fit_error([simulated / "vllm_metrics.prom"], capsys)
-    assert "only Prometheus scrapes" in err and "--save-detailed" in err
+    assert "vllm_metrics.prom: one scrape: its counters hold the server's whole life" in err and "no window" in err
     err = error_of(["calibrate", "--from-vllm", str(simulated / "vllm_bench.json")], capsys)
     assert "--from-vllm needs --scenario" in err
 
@@ -235,7 +235,8 @@ def test_a_folder_of_scrapes_is_read_as_windows(simulated, tmp_path, capsys):
     folder = tmp_path / "scrapes"
     folder.mkdir()
     text = (simulated / "vllm_metrics.prom").read_text()
-    zero = re.sub(r"^(vllm:(?!cache_config_info)\S+) \S+$", r"\1 0.0", text, flags=re.MULTILINE)
+    zero = re.sub(r"^(vllm:(?!cache_config_info)\S+) \S+ \d+$", r"\1 0.0 0", text, flags=re.MULTILINE)
+    zero = re.sub(r" \d+$", " 0", zero, flags=re.MULTILINE)  # taken at 0: the window is the run
     (folder / "scrape-1.prom").write_text(zero)
     (folder / "scrape-2.prom").write_text(text)
     out = tmp_path / "p.yaml"

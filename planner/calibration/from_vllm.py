@@ -4,9 +4,11 @@ files (docs/calibration-from-vllm.md).
 1. read the files (planner/vllm_files/inputs.py): bench-serve results, Prometheus scrapes; the engine facts the
    scrapes carry replace the scenario's (block_size, the KV pool's blocks) and are printed;
 2. rebuild each result's workload (planner.calibration.vllm_replay) and hold part out: with several result
-   files the last one, with one the requests sent in its last HELD_OUT_SHARE;
+   files the last one, with one the requests sent in its last HELD_OUT_SHARE; a scrape window that counted a
+   fitted file's requests adds its queue, prefill and decode histograms. Without a result file, each window of
+   the scrapes is rebuilt instead and the last held out (planner.calibration.from_scrapes);
 3. fit through the simulator (planner.calibration.vllm_fit) and print each coefficient with its standard error,
-   the statistic that pins it, and those the files cannot pin;
+   the statistic that pins it (and the kinds of observation it is pinned by), and those the files cannot pin;
 4. print the held-out error table as `planner calibrate` does (planner.calibration.validation_report), and write
    the profile (source vllm-metrics) that `planner simulate --calibration` and `planner size` read.
 """
@@ -21,9 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from planner.calibration.calibrate import check_writable, file_name, say, writing
+from planner.calibration.from_scrapes import held_out_window, scrape_replays, with_phases
+from planner.calibration.gauge_check import gauge_lines
 from planner.calibration.validate import HeldOutRun
 from planner.calibration.vllm_fit import DIFF_STEP, Replay, VllmFit, fit_replays, simulate_replay
-from planner.calibration.vllm_replay import Latencies, observed, replay_scenario, simulated
+from planner.calibration.vllm_replay import Latencies, growing_ttft, observed, replay_scenario, simulated
 from planner.errors import PlannerError
 from planner.vllm_files import names
 from sim.cost_model import CostCoefficients
@@ -51,22 +55,25 @@ def cmd_from_vllm(args) -> int:
     if scenario.fleet is not None:
         raise PlannerError(f"{args.scenario}: fleet: --from-vllm fits one engine; give a scenario of one pool")
     inputs = read_inputs(list(args.from_vllm), scenario.model)
-    if not inputs.bench:
-        raise PlannerError(
-            f"{args.from_vllm[0]}: only Prometheus scrapes: they hold no request's arrival or length to replay; give"
-            " the vllm bench serve --save-result --save-detailed file of the same window too"
-        )
     start, provenance = resolve_cost_model(scenario)
     with tempfile.TemporaryDirectory(prefix="planner-vllm-") as folder:
-        replays, held, lines = _replays(scenario, inputs, Path(folder))
+        if inputs.bench:
+            replays, held, lines = _replays(scenario, inputs, Path(folder))
+        else:  # scrapes alone: planner.calibration.from_scrapes
+            replays, held, lines = scrape_replays(scenario, inputs, Path(folder))
         say(*lines, f"Starting coefficients: {provenance.label}")
         fit = fit_replays(replays, start)
         say(*fit_lines(fit))
-        runs = [_held_out(replay, mask, fit.coefficients, inputs) for replay, mask in held]
+        if inputs.bench:
+            runs = [_held_out(replay, mask, fit.coefficients, inputs) for replay, mask in held]
+        else:
+            runs = [held_out_window(window, replays[-1], fit.coefficients, inputs) for window in held]
+            say(*gauge_lines([*replays, *held], fit.coefficients))
     from planner.calibration.validation_report import report_lines
 
     device = "cpu" if scenario.hardware.gpu.name == "cpu" else "cuda"
-    say(*report_lines(runs, device))
+    if runs:
+        say(*report_lines(runs, device))
     prof = _profile(scenario, replays[0].scenario.engine, fit, inputs, args.from_vllm)
     from planner.calibration.profile import default_profile_dir, save_profile
 
@@ -95,7 +102,8 @@ def _replays(scenario, inputs, folder: Path) -> tuple[list[Replay], list[tuple[R
     engine = replays[0].scenario.engine
     lines.append(f"  max_num_seqs = {engine.max_num_seqs} (the scenario's: vLLM's files do not carry it)")
     if len(replays) > 1:
-        return replays[:-1], [(replays[-1], replays[-1].fit_mask)], lines
+        fitted, said = with_phases(replays[:-1], replays[-1:], inputs.windows)
+        return fitted, [(replays[-1], replays[-1].fit_mask)], lines + said
     only = replays[0]
     cut = int(np.ceil(len(only.fit_mask) * (1 - HELD_OUT_SHARE)))
     if cut < MIN_FIT_REQUESTS:
@@ -107,13 +115,14 @@ def _replays(scenario, inputs, folder: Path) -> tuple[list[Replay], list[tuple[R
     lines.append(
         f"Held out: the last {len(only.fit_mask) - cut} of {len(only.fit_mask)} requests sent (fit on the first {cut})"
     )
-    return [dataclasses.replace(only, fit_mask=fit_mask)], [(only, ~fit_mask)], lines
+    fitted = dataclasses.replace(only, fit_mask=fit_mask)
+    _, said = with_phases([fitted], [only], inputs.windows)  # a window counts the held-out requests too
+    return [fitted], [(only, ~fit_mask)], lines + said
 
 
 def window_lines(scrape) -> list[str]:
-    """A scrape's (or window's) requests and mean times per request phase. Read, not fitted: the simulator does
-    not record when a request is first scheduled (queue | prefill), and a bench file of the same window already
-    gives every request's TTFT and E2E exactly."""
+    """A scrape's (or window's) requests and mean times per request phase (matched with a bench file whose
+    requests it counted: from_scrapes.with_phases)."""
     e2e = scrape.histogram(names.E2E)
     line = f"  {scrape.path}: Prometheus, {0 if e2e is None else int(e2e.count):,} requests finished"
     means = []
@@ -170,18 +179,6 @@ def _summary(lat: Latencies, mask: np.ndarray, num_gpu_blocks: int | None) -> di
     return out
 
 
-def _growing_ttft(lat: Latencies, mask: np.ndarray) -> bool | None:
-    """Saturation seen from the requests, as a bench file shows it (no engine queue there; one rule for the three
-    ways): the mean TTFT of requests sent in the last quarter above 1.5x that of the second quarter
-    (validate.saturated's rule on the waiting queue, read through its effect)."""
-    arrival, ttft = lat.arrival_s[mask], lat.ttft_s[mask]
-    if not np.all(np.isfinite(arrival)) or len(arrival) < 8:
-        return None
-    q = np.quantile(arrival, [0.25, 0.5, 0.75])
-    late, middle = ttft[arrival >= q[2]], ttft[(arrival >= q[0]) & (arrival < q[1])]
-    return bool(len(middle) and np.mean(late) > 1.5 * np.mean(middle))
-
-
 def _held_out(replay: Replay, mask: np.ndarray, fitted: CostCoefficients, inputs) -> HeldOutRun:
     blocks = inputs.engine.get("num_gpu_blocks_override")
     lat = {"measured": replay.observed}
@@ -191,7 +188,7 @@ def _held_out(replay: Replay, mask: np.ndarray, fitted: CostCoefficients, inputs
         lat[way] = simulated(result.recorder)
         summaries[way] = _summary(lat[way], mask, result.recorder.num_gpu_blocks)
     open_loop = replay.scenario.workload.arrival.process != "closed"
-    flags = {way: _growing_ttft(x, mask) if open_loop else None for way, x in lat.items()}
+    flags = {way: growing_ttft(x, mask) if open_loop else None for way, x in lat.items()}
     latencies = {
         way: {"ttft": x.ttft_s[mask] * 1e3, "tpot": x.tpot_s(mask) * 1e3, "e2el": x.e2e_s[mask] * 1e3}
         for way, x in lat.items()
@@ -216,6 +213,9 @@ def _profile(scenario, engine, fit: VllmFit, inputs, paths):
     versions = sorted({run.vllm_version for run in inputs.bench if run.vllm_version})
     requests = sum(len(run) for run in inputs.bench)
     span = sum(run.span_s for run in inputs.bench)
+    if not inputs.bench:  # scrapes alone: their windows
+        e2e = [w.histogram(names.E2E) for w in inputs.windows]
+        requests, span = int(sum(h.count for h in e2e if h is not None)), sum(w.window_s for w in inputs.windows)
     provenance = (
         f"fitted from vLLM metrics (files: {', '.join(str(p) for p in paths)}; window: {requests:,} requests over"
         f" {span:.1f} s; vLLM version: {', '.join(versions) or 'not in the files'})"

@@ -3,7 +3,9 @@ workload must match the observed ones.
 
 What is matched: per file, over the requests being fitted, the mean and the 10/25/50/75/90th percentiles of
 TTFT, TPOT and E2E (bench serve's definitions), each as a relative error. Quantiles, not each request: a
-simulator right on average still orders a few requests differently when two arrive within a step.
+simulator right on average still orders a few requests differently when two arrive within a step. A window of
+Prometheus scrapes matches its histograms' instead (planner.calibration.histogram_match), whose buckets leave each
+quantile open by their width: that is carried into the standard errors too (`resolution`).
 
 The optimiser is scipy's least_squares (trust-region reflective, the fitter of `planner calibrate`,
 planner.calibration.fit): a handful of bounded coefficients, a residual vector of a few dozen statistics, a
@@ -44,6 +46,7 @@ MAX_EVALUATIONS = 25  # least_squares' evaluations (each Jacobian costs one simu
 MIN_INDEPENDENT = 0.1  # see _independent
 UNPINNED_SPREAD = 0.5
 BOOTSTRAP_SAMPLES = 200
+PINNED_SHARE = 0.1  # a kind of observation giving a coefficient this share of its information is named
 SPEED_SEARCH = (
     np.log(1 / 20),
     np.log(200),
@@ -52,13 +55,41 @@ SPEED_SEARCH = (
 
 @dataclass(frozen=True)
 class Replay:
-    """One observed file as the simulator replays it; `fit_mask`: its requests the fit matches."""
+    """One observed file as the simulator replays it; `fit_mask`: its requests the fit matches.
+
+    What the fit asks of what it matches (a bench file here; a window of scrapes in
+    planner.calibration.scrape_replay): `measured()`, the statistics and their labels; `predicted(recorder)`, the
+    same of a simulation; `bootstrap(recorder, rng)`, how the fit's relative errors move over resamples;
+    `resolution()`, how far the files leave each statistic open (relative)."""
 
     name: str
     scenario: Scenario
     facts: EngineFacts
     observed: Latencies
     fit_mask: np.ndarray
+
+    def measured(self) -> tuple[np.ndarray, list[str]]:
+        return statistics(self.observed, self.fit_mask)
+
+    def predicted(self, recorder) -> np.ndarray:
+        return statistics(simulated(recorder), self.fit_mask)[0]
+
+    def bootstrap(self, recorder, rng) -> np.ndarray:
+        """The fit's relative errors over BOOTSTRAP_SAMPLES resamples of the fitted requests (with replacement;
+        the same requests observed and simulated), less those of all of them: resample x statistic."""
+        chosen = np.flatnonzero(self.fit_mask)
+        simulated_lat = simulated(recorder)
+        errors = statistics(simulated_lat, self.fit_mask)[0] / statistics(self.observed, self.fit_mask)[0]
+        rows = []
+        for _ in range(BOOTSTRAP_SAMPLES):
+            pick = rng.choice(chosen, size=len(chosen))
+            every = np.ones(len(pick), dtype=bool)
+            sim_stats = statistics(_subset(simulated_lat, pick), every)[0]
+            rows.append(sim_stats / statistics(_subset(self.observed, pick), every)[0] - errors)
+        return np.asarray(rows)
+
+    def resolution(self) -> np.ndarray:
+        return np.zeros(len(self.measured()[0]))  # each request's latency is in the file
 
 
 def statistics(lat: Latencies, mask: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -85,7 +116,7 @@ class VllmFit:
     coefficients: CostCoefficients
     result: FitResult | None  # None: nothing could be fitted
     uncertainty: dict[str, float]
-    pinned_by: dict[str, str]  # fitted coefficient -> the statistic it moves most
+    pinned_by: dict[str, str]  # fitted coefficient -> the statistic it moves most, and its information by kind
     not_pinned: dict[str, str]  # coefficient -> why
     labels: list[str]
     num_simulations: int
@@ -100,8 +131,7 @@ class _Counter:
         self.calls += 1
         out = []
         for replay in self.replays:
-            lat = simulated(simulate_replay(replay, coefficients).recorder)
-            out.append(statistics(lat, replay.fit_mask)[0])
+            out.append(replay.predicted(simulate_replay(replay, coefficients).recorder))
         return np.concatenate(out)
 
 
@@ -173,9 +203,9 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
     """The coefficients (of `candidates`) that make the replays' simulated statistics the observed ones,
     starting from `start` slowed by the one factor that matches the observed speed best (matched_speed)."""
     predict = _Counter(replays)
-    measured = np.concatenate([statistics(r.observed, r.fit_mask)[0] for r in replays])
+    measured = np.concatenate([r.measured()[0] for r in replays])
     speed, start = matched_speed(predict, start, candidates(replays[0].scenario), measured)
-    labels = [f"{r.name}: {label}" for r in replays for label in statistics(r.observed, r.fit_mask)[1]]
+    labels = [f"{r.name}: {label}" for r in replays for label in r.measured()[1]]
     at_start = predict(start)
     columns, not_pinned = {}, {}
     for name in candidates(replays[0].scenario):
@@ -216,19 +246,32 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
         max_nfev=MAX_EVALUATIONS,
     )
     jac = _central_jacobian(predict_units, unit.values, lower, upper, measured)
-    std = (
-        np.maximum(_standard_errors(jac, unit.relative_errors), _sampling_errors(jac, replays, with_units(unit.values)))
-        * scale
-    )
+    resolution = np.concatenate([r.resolution() for r in replays])
+    spread = np.hypot(_sampling_errors(jac, replays, with_units(unit.values)), _resolution_errors(jac, resolution))
+    std = np.maximum(_standard_errors(jac, unit.relative_errors), spread) * scale
     # a coefficient that starts on a bound (an overhead of 0) and stays there is where it began, not a misfit
     moved = tuple(n for j, n in enumerate(names) if n in unit.at_bound and abs(unit.values[j] - initial[j]) > 1e-9)
     result = FitResult(unit.names, unit.values * scale, std, unit.relative_errors, moved)
     uncertainty = {n: float(v) for n, v in zip(names, std) if np.isfinite(v)}
-    pinned_by = {n: labels[int(np.argmax(np.abs(jac[:, j])))] for j, n in enumerate(names)}
+    pinned_by = {n: _pinned_by(jac[:, j], labels) for j, n in enumerate(names)}
     for n, v, e in zip(names, result.values, std):
         if not np.isfinite(e) or e > UNPINNED_SPREAD * abs(v):
             not_pinned[n] = f"fitted, but its standard error ({e:.2g}) is above half its value: not pinned"
     return VllmFit(with_units(unit.values), result, uncertainty, pinned_by, not_pinned, labels, predict.calls, speed)
+
+
+def _pinned_by(column: np.ndarray, labels: list[str]) -> str:
+    """The statistic that moves most with a coefficient, and the observations its information comes from: each
+    kind's (TTFT, QUEUE, ...) share of the squared slopes, those of PINNED_SHARE or more, largest first."""
+    weight = column**2
+    kinds: dict[str, float] = {}
+    for label, w in zip(labels, weight):
+        kind = label.split(": ", 1)[-1].split()[0]
+        kinds[kind] = kinds.get(kind, 0.0) + float(w)
+    total = sum(kinds.values())
+    shares = sorted(((w / total, k) for k, w in kinds.items() if total > 0 and w / total >= PINNED_SHARE), reverse=True)
+    said = ", ".join(f"{k} {share:.0%}" for share, k in shares)
+    return f"{labels[int(np.argmax(np.abs(column)))]}" + (f" ({said})" if said else "")
 
 
 def _central_jacobian(predict_units, u: np.ndarray, lower: np.ndarray, upper: np.ndarray, measured: np.ndarray):
@@ -247,26 +290,21 @@ def _central_jacobian(predict_units, u: np.ndarray, lower: np.ndarray, upper: np
 
 def _sampling_errors(jac: np.ndarray, replays: list[Replay], fitted: CostCoefficients) -> np.ndarray:
     """One standard error per coefficient from the requests being a sample of what the engine does: the fit's
-    relative errors over BOOTSTRAP_SAMPLES resamples of each file's fitted requests (with replacement, seeded;
-    the same requests observed and simulated, so what moves them is how each request's observed latency departs
+    relative errors over BOOTSTRAP_SAMPLES resamples (seeded; each replay's `bootstrap`: for a bench file the
+    same requests observed and simulated, so what moves them is how each request's observed latency departs
     from the simulator's, not which requests were sent), carried to the coefficients through the Jacobian's
     pseudo-inverse. Unlike the residuals' spread, this keeps the statistics' correlation (a few slow requests
     move every TTFT percentile at once)."""
     rng = np.random.default_rng(0)
-    blocks = []
-    for replay in replays:
-        chosen = np.flatnonzero(replay.fit_mask)
-        simulated_lat = simulated(simulate_replay(replay, fitted).recorder)
-        errors = statistics(simulated_lat, replay.fit_mask)[0] / statistics(replay.observed, replay.fit_mask)[0]
-        rows = []
-        for _ in range(BOOTSTRAP_SAMPLES):
-            pick = rng.choice(chosen, size=len(chosen))
-            every = np.ones(len(pick), dtype=bool)
-            sim_stats = statistics(_subset(simulated_lat, pick), every)[0]
-            rows.append(sim_stats / statistics(_subset(replay.observed, pick), every)[0] - errors)
-        blocks.append(np.asarray(rows))
+    blocks = [replay.bootstrap(simulate_replay(replay, fitted).recorder, rng) for replay in replays]
     spread = np.linalg.pinv(jac) @ np.hstack(blocks).T  # coefficient (scaled) x resample
     return np.std(spread, axis=1)
+
+
+def _resolution_errors(jac: np.ndarray, resolution: np.ndarray) -> np.ndarray:
+    """One standard error per coefficient from what the files leave open (a quantile anywhere in its histogram
+    bucket), each statistic's taken as independent, carried through the Jacobian's pseudo-inverse."""
+    return np.sqrt((np.linalg.pinv(jac) ** 2) @ resolution**2)
 
 
 def _subset(lat: Latencies, pick: np.ndarray) -> Latencies:

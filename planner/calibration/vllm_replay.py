@@ -52,6 +52,18 @@ def simulated(recorder) -> Latencies:
     )
 
 
+def growing_ttft(lat: Latencies, mask: np.ndarray) -> bool | None:
+    """Saturation seen from the requests, as a bench file shows it (no engine queue there; one rule for the three
+    ways): the mean TTFT of requests sent in the last quarter above 1.5x that of the second quarter
+    (validate.saturated's rule on the waiting queue, read through its effect)."""
+    arrival, ttft = lat.arrival_s[mask], lat.ttft_s[mask]
+    if not np.all(np.isfinite(arrival)) or len(arrival) < 8:
+        return None
+    q = np.quantile(arrival, [0.25, 0.5, 0.75])
+    late, middle = ttft[arrival >= q[2]], ttft[(arrival >= q[0]) & (arrival < q[1])]
+    return bool(len(middle) and np.mean(late) > 1.5 * np.mean(middle))
+
+
 def _arrival(run: BenchRun) -> tuple[ArrivalConfig, str | None, str]:
     """The arrival process, the trace's arrival column (None: not from the trace) and how it was rebuilt."""
     if run.start_s is not None:
@@ -90,13 +102,23 @@ def replay_scenario(scenario: Scenario, run: BenchRun, trace_path: Path, engine:
         )
     arrival, column, said = _arrival(run)
     times = run.start_s if run.start_s is not None else np.zeros(len(run))
-    table = np.column_stack([times, run.prompt_tokens, run.output_tokens])
+    lengths = (run.prompt_tokens, run.output_tokens)
+    return trace_scenario(scenario, times, lengths, arrival, column, trace_path, engine), said
+
+
+def trace_scenario(
+    scenario: Scenario, times, lengths, arrival: ArrivalConfig, column: str | None, trace_path: Path, engine: dict
+) -> Scenario:
+    """The scenario serving these requests (their lengths, and their times when `column` names the arrival
+    column, written to trace_path, a CSV) in order, its engine settings updated by `engine`."""
+    prompt, output = lengths
+    table = np.column_stack([times, prompt, output])
     np.savetxt(
         trace_path, table, fmt=["%.9f", "%d", "%d"], delimiter=",", header="arrived_at,prompt,output", comments=""
     )
     workload = dataclasses.replace(
         scenario.workload,
-        num_requests=len(run),
+        num_requests=len(prompt),
         arrival=arrival,
         prompt_tokens=Distribution("trace"),
         output_tokens=Distribution("trace"),
@@ -104,4 +126,4 @@ def replay_scenario(scenario: Scenario, run: BenchRun, trace_path: Path, engine:
         shared_prefix=None,
         too_long="reject",
     )
-    return dataclasses.replace(scenario, workload=workload, engine=dataclasses.replace(scenario.engine, **engine)), said
+    return dataclasses.replace(scenario, workload=workload, engine=dataclasses.replace(scenario.engine, **engine))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
-from planner.commands.output import check_out, emit
+from planner.commands.output import check_out, emit, refuse_fleet_scrapes
 from planner.commands.scenario_checks import load_scenario_args, refuse, workload_problems
 from planner.errors import PlannerError
 from planner.outputs.progress import ProgressBar
@@ -46,6 +46,7 @@ def cmd_run(args) -> int:
     if scenario.fleet is not None:  # a prefill/decode pair (gpu_engine/pd_pair.py)
         from planner.commands.simulate_fleet import run_pair_command
 
+        refuse_fleet_scrapes(args, scenario)
         return run_pair_command(args, scenario, SamplingParams(args.temperature, args.top_p))
     progress = ProgressBar(f"running on {args.device}", "requests", delay_s=2.0)
     try:

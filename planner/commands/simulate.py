@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.commands.output import check_out, emit
+from planner.commands.output import check_out, emit, refuse_fleet_scrapes
 from planner.commands.scenario_checks import load_scenario_args, refuse, run_problems
 from planner.errors import PlannerError
 from planner.outputs.progress import ProgressBar
@@ -20,6 +20,7 @@ def cmd_simulate(args) -> int:
 
         refuse(scenario, run_problems(scenario, None))
         _check_intervals(args.intervals)
+        refuse_fleet_scrapes(args, scenario)
         return simulate_fleet_command(args, scenario)
     facts = EngineFacts.of(scenario)  # derived once: the fit check, the run and its intervals read these
     refuse(scenario, run_problems(scenario, facts))

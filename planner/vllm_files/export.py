@@ -7,9 +7,12 @@ What each holds that is not exactly vLLM's, because the recorder does not keep i
   tools compute it, but the spread of one request's gaps is not there; the .prom's ITL histogram has every gap.
 - `vllm:inter_token_latency_seconds`: rebinned from the recorder's gap histogram (sim/statistics.py), whose
   buckets are 0.2% wide: a gap within 0.1% of a boundary may sit in the neighbouring bucket.
-- not written: `vllm:request_queue_time_seconds` and `vllm:request_prefill_time_seconds` (a request's first
-  scheduling is not recorded), the prefix cache's counters (not counted per run), and the gauges' history
-  (a scrape after the run: nothing running or waiting, the cache empty).
+- every sample's timestamp is the scrape's time in the run (ms; the run starts at 0, the Unix epoch, its
+  `process_start_time_seconds`): scrape_series writes what a Prometheus server scraping the engine keeps, each
+  window between two of them of known length. A scrape during the run has no inter-token gaps (the recorder keeps
+  them for the whole run), and its gauges are the last step's (gauges_at).
+- not written: the prefix cache's counters (not counted per run); the queue, inference and prefill times where
+  the executor did not record each request's first scheduled step.
 A run of more than MAX_DETAILED_TOKENS output tokens writes the summary form, as vLLM without --save-detailed.
 """
 
@@ -96,19 +99,24 @@ def _detailed(requests: dict[str, np.ndarray], lat: dict[str, np.ndarray], with_
     }
 
 
-def metrics_text(summary: dict, recorder: Recorder) -> str:
-    """The Prometheus text a scrape of vLLM's /metrics would give after the run, one engine (`engine="0"`)."""
+def metrics_text(summary: dict, recorder: Recorder, until_s: float | None = None) -> str:
+    """The Prometheus text a scrape of vLLM's /metrics would give after the run, one engine (`engine="0"`); with
+    `until_s`, at that time of the run (scrape_series)."""
     scenario = summary["scenario"]
     labels = f'model_name="{_escaped(scenario["model"]["name"])}",engine="0"'
-    requests = _requests(recorder)
+    everyone = _requests(recorder)
+    end_s = float(everyone["finished_s"].max(initial=0.0)) if until_s is None else until_s
+    requests = {k: v[everyone["finished_s"] <= end_s] for k, v in everyone.items()}  # vLLM observes at the end
     lat = per_request_latencies_ms(requests)
-    decode_s = requests["finished_s"] - requests["first_token_s"]  # vLLM's decode_time: last token - first token
+    first = everyone["first_token_s"] <= end_s  # ... but TTFT at the first token
+    lat["ttft"] = (everyone["first_token_s"][first] - everyone["arrival_s"][first]) * 1e3
     max_len = int(scenario["max_model_len"])
     out: list[str] = []
     _histogram(
         out, names.TTFT, "Histogram of time to first token in seconds.", labels, lat["ttft"] / 1e3, names.TTFT_BUCKETS_S
     )
-    _gap_histogram(out, labels, recorder)
+    if until_s is None:  # the recorder keeps the gaps of the whole run only
+        _gap_histogram(out, labels, recorder)
     _histogram(
         out,
         names.TPOT,
@@ -125,14 +133,8 @@ def metrics_text(summary: dict, recorder: Recorder) -> str:
         lat["e2el"] / 1e3,
         names.REQUEST_LATENCY_BUCKETS_S,
     )
-    _histogram(
-        out,
-        names.DECODE,
-        "Histogram of time spent in DECODE phase for request.",
-        labels,
-        decode_s,
-        names.REQUEST_LATENCY_BUCKETS_S,
-    )
+    for name, (help_text, values) in _phases(requests).items():
+        _histogram(out, name, help_text, labels, values, names.REQUEST_LATENCY_BUCKETS_S)
     buckets = names.build_1_2_5_buckets(max_len)
     _histogram(
         out, names.PROMPT_TOKENS, "Number of prefill tokens processed.", labels, requests["prompt_tokens"], buckets
@@ -159,8 +161,8 @@ def metrics_text(summary: dict, recorder: Recorder) -> str:
         "# TYPE vllm:request_success counter",
         f'vllm:request_success_total{{{labels},finished_reason="length"}} {float(success)!r}',
     ]
-    for gauge in (names.RUNNING, names.WAITING, names.KV_USAGE):  # a scrape after the run: all idle
-        out += [f"# TYPE {gauge} gauge", f"{gauge}{{{labels}}} 0.0"]
+    for gauge, value in gauges_at(recorder, everyone, end_s, until_s is None).items():
+        out += [f"# TYPE {gauge} gauge", f"{gauge}{{{labels}}} {value!r}"]
     engine = scenario["engine"]
     info = {
         "block_size": engine["block_size"],
@@ -172,7 +174,64 @@ def metrics_text(summary: dict, recorder: Recorder) -> str:
     }
     info_labels = ",".join(f'{k}="{v}"' for k, v in info.items())
     out += [f"# TYPE {names.CACHE_CONFIG_INFO} gauge", f"{names.CACHE_CONFIG_INFO}{{{info_labels}}} 1.0"]
-    return "\n".join(out) + "\n"
+    # The simulated server starts at time 0 (the Unix epoch) and is scraped as its last request ends: every
+    # sample carries that time (ms), so that this one scrape is a window of known length (prom_read.Scrape).
+    out += [f"# TYPE {names.START_TIME} gauge", f"{names.START_TIME} 0.0"]
+    end_ms = f" {round(end_s * 1e3)}"
+    return "\n".join(line if line.startswith("#") else line + end_ms for line in out) + "\n"
+
+
+def _phases(requests: dict[str, np.ndarray]) -> dict[str, tuple[str, np.ndarray]]:
+    """Each request's times in vLLM's phases (vllm/v1/metrics/stats.py, update_from_finished_request: queued from
+    arrival to its first scheduled step, inference from there to its last token, prefill to its first token,
+    decode from its first token to its last), in vLLM's order; only decode where the executor did not record
+    the first scheduled step."""
+    scheduled, first, last = requests["first_scheduled_s"], requests["first_token_s"], requests["finished_s"]
+    decode = {names.DECODE: ("Histogram of time spent in DECODE phase for request.", last - first)}
+    if not np.all(np.isfinite(scheduled)):
+        return decode
+    return {
+        names.QUEUE: ("Histogram of time spent in WAITING phase for request.", scheduled - requests["arrival_s"]),
+        names.INFERENCE: ("Histogram of time spent in RUNNING phase for request.", last - scheduled),
+        names.PREFILL: ("Histogram of time spent in PREFILL phase for request.", first - scheduled),
+        **decode,
+    }
+
+
+def gauges_at(recorder: Recorder, requests: dict[str, np.ndarray], at_s: float, after_run: bool) -> dict[str, float]:
+    """The gauges at `at_s`. After the run all idle. During it, where the recorder kept one engine's steps (all of
+    them, in memory), those of the last step begun by then (the scheduler's running and waiting queues after it,
+    and the share of the KV cache's blocks in use, as vLLM's scheduler stats give them); else (steps.csv written
+    as the run went, several engines) from the requests' times (sent and not yet scheduled: waiting; scheduled and
+    not finished: running), without the KV cache's use."""
+    if after_run:
+        return {names.RUNNING: 0.0, names.WAITING: 0.0, names.KV_USAGE: 0.0}
+    steps = recorder.step_rows() if recorder.record_steps and recorder.steps_sink is None else {}
+    if len(steps.get("start_s", ())) and np.all(steps["replica"] == 0):
+        order = np.argsort(steps["start_s"], kind="stable")
+        i = int(np.searchsorted(steps["start_s"][order], at_s, side="right")) - 1
+        if i < 0:
+            return {names.RUNNING: 0.0, names.WAITING: 0.0, names.KV_USAGE: 0.0}
+        row = order[i]
+        return {
+            names.RUNNING: float(steps["num_running"][row]),
+            names.WAITING: float(steps["num_waiting"][row]),
+            names.KV_USAGE: float(steps["kv_blocks_used"][row]) / recorder.num_gpu_blocks,
+        }
+    scheduled = requests["first_scheduled_s"]
+    scheduled = np.where(np.isfinite(scheduled), scheduled, requests["first_token_s"])
+    sent, started = requests["arrival_s"] <= at_s, scheduled <= at_s
+    running = started & (requests["finished_s"] > at_s)
+    return {names.RUNNING: float(running.sum()), names.WAITING: float((sent & ~started).sum())}
+
+
+def scrape_series(summary: dict, recorder: Recorder, interval_s: float) -> list[str]:
+    """Scrapes of the run every `interval_s` from its start (the first at 0), and one as it ends: what a
+    Prometheus server scraping the engine keeps. Without the inter-token gaps except in the last (the recorder
+    keeps them for the whole run only)."""
+    end_s = float(recorder.requests.view()["finished_s"].max(initial=0.0))
+    times = np.arange(0.0, end_s, interval_s)
+    return [metrics_text(summary, recorder, float(t)) for t in times] + [metrics_text(summary, recorder)]
 
 
 def _escaped(text: str) -> str:
@@ -193,10 +252,7 @@ def _gap_histogram(out: list[str], labels: str, recorder: Recorder) -> None:
     """Every inter-token gap, from the recorder's log buckets: each counted at its bucket's geometric middle."""
     itl = recorder.itl
     count = len(itl)  # bins the pending gaps
-    middles_s = itl.MIN_S * itl.RATIO ** (np.arange(itl.NUM_BUCKETS) + 0.5)
-    cumulative = np.cumsum(itl.counts)
-    at = np.searchsorted(middles_s, np.asarray(names.ITL_BUCKETS_S), side="right") - 1
-    counts = [int(cumulative[i]) if i >= 0 else 0 for i in at]
+    counts = gap_cumulative(itl, names.ITL_BUCKETS_S)
     _write_histogram(
         out,
         names.ITL,
@@ -207,6 +263,16 @@ def _gap_histogram(out: list[str], labels: str, recorder: Recorder) -> None:
         count,
         itl.sum_s if count else 0.0,
     )
+
+
+def gap_cumulative(itl, bounds_s) -> list[int]:
+    """The recorder's gaps (sim.statistics.GapHistogram) at or below each bound, each gap counted at its log
+    bucket's geometric middle."""
+    len(itl)  # bins the pending gaps
+    middles_s = itl.MIN_S * itl.RATIO ** (np.arange(itl.NUM_BUCKETS) + 0.5)
+    cumulative = np.cumsum(itl.counts)
+    at = np.searchsorted(middles_s, np.asarray(bounds_s, dtype=np.float64), side="right") - 1
+    return [int(cumulative[i]) if i >= 0 else 0 for i in at]
 
 
 def _write_histogram(out, name, help_text, labels, buckets, counts, count, total) -> None:

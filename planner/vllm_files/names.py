@@ -27,11 +27,13 @@ ITL = "vllm:inter_token_latency_seconds"  # every gap between two tokens of a re
 TPOT = "vllm:request_time_per_output_token_seconds"  # one per request: its mean gap
 E2E = "vllm:e2e_request_latency_seconds"
 QUEUE = "vllm:request_queue_time_seconds"
+INFERENCE = "vllm:request_inference_time_seconds"
 PREFILL = "vllm:request_prefill_time_seconds"
 DECODE = "vllm:request_decode_time_seconds"
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
 GENERATION_TOKENS = "vllm:request_generation_tokens"
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+START_TIME = "process_start_time_seconds"  # prometheus_client's process collector: when the server started
 RUNNING, WAITING, KV_USAGE = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
 
 # What makes a JSON a bench-serve result (its summary keys) and its per-request lists (--save-detailed).

@@ -17,10 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import PlannerError, read_text_file
-from planner.vllm_files.names import CACHE_CONFIG_INFO
+from planner.vllm_files.names import CACHE_CONFIG_INFO, START_TIME
 
 MAX_SCRAPE_BYTES = 1 << 26
-START_TIME = "process_start_time_seconds"  # prometheus_client's process collector: when the server started
 _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{(.*)\})?\s+(\S+)(\s+-?\d+)?\s*$")
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(,|$)')
 
@@ -47,6 +46,17 @@ class Scrape:
     counters: dict[Series, float] = field(default_factory=dict)
     gauges: dict[Series, float] = field(default_factory=dict)
     cache_config: dict[str, str] = field(default_factory=dict)  # vllm:cache_config_info's labels, engine 0's
+    # When the window began and ended (Unix seconds): a scrape's end is its samples' timestamp (the text format's
+    # optional third field, ms; None without one); a window's start is its first scrape's (one scrape alone has
+    # none: its counters hold the server's whole life, and not how its traffic went over it).
+    start_s: float | None = None
+    end_s: float | None = None
+
+    @property
+    def window_s(self) -> float | None:
+        if self.start_s is None or self.end_s is None:
+            return None
+        return self.end_s - self.start_s
 
     def models(self) -> set[str]:
         return {v for (_, labels) in [*self.histograms, *self.counters] for k, v in labels if k == "model_name"}
@@ -93,6 +103,7 @@ def read_scrape(path: Path) -> Scrape:
     buckets: dict[Series, dict[float, float]] = {}
     parts: dict[Series, dict[str, float]] = {}
     scrape = Scrape(path)
+    stamps_ms: list[float] = []
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("# TYPE "):
             fields = line.split()
@@ -106,6 +117,8 @@ def read_scrape(path: Path) -> Scrape:
             raise PlannerError(f"{path}: line {number}: {line[:40]!r}: not Prometheus text (name{{labels}} value)")
         name, labels = match.group(1), _labels(path, number, match.group(3) or "")
         value = _value(path, number, name, match.group(4))
+        if match.group(5) is not None:
+            stamps_ms.append(float(match.group(5)))
         le = labels.pop("le", None)
         key = (name, tuple(sorted(labels.items())))
         base = name.rsplit("_", 1)[0]
@@ -126,6 +139,8 @@ def read_scrape(path: Path) -> Scrape:
             scrape.gauges[key] = value
     for series, by_le in buckets.items():
         scrape.histograms[series] = _histogram(path, series, by_le, parts.get(series, {}))
+    if stamps_ms:  # one scrape's samples share a time, give or take the scrape's own duration: its end
+        scrape.end_s = max(stamps_ms) / 1e3
     if not scrape.histograms and not scrape.counters and not scrape.cache_config:
         raise PlannerError(f"{path}: no histogram, counter or cache_config_info: not a scrape of vLLM's /metrics")
     if not any(n.startswith("vllm:") for n, _ in [*scrape.histograms, *scrape.counters]):
@@ -178,6 +193,7 @@ def window(first: Scrape, last: Scrape) -> Scrape:
                 " restarted between the scrapes (its counters began again); give scrapes of one server's life"
             )
     out = Scrape(last.path, gauges=dict(last.gauges), cache_config=dict(last.cache_config))
+    out.start_s, out.end_s = first.end_s, last.end_s
     for series, value in last.counters.items():
         before = first.counters.get(series, 0.0)
         if value < before:
@@ -194,6 +210,11 @@ def window(first: Scrape, last: Scrape) -> Scrape:
             raise _backwards(first, last, f"{_shown(series)}_count", before.count, h.count)
         out.histograms[series] = Histogram(
             h.bounds, h.cumulative - before.cumulative, h.count - before.count, h.sum - before.sum
+        )
+    if out.start_s is not None and out.end_s is not None and out.end_s <= out.start_s:
+        raise PlannerError(
+            f"{last.path}: its samples' timestamp {out.end_s:.3f} s is not after {first.path}'s"
+            f" ({out.start_s:.3f} s): give the scrapes in the order they were taken (a folder: in name order)"
         )
     return out
 
