@@ -11,8 +11,9 @@ Attention and the KV writes are left out, and every shared prefix counts as cach
 request, so it is an upper bound. A data-parallel replica's figures are its ranks' sum (a rank's batch and KV
 pool are its own; the balancer spreads the requests), each rank priced without the group's MoE layers and
 all-to-all, which sim/moe_group.py adds per lockstep step: still an upper bound, and the one-request step a
-lower bound. The largest batch is what `max_num_seqs` and the KV pool allow at the shortest context and, with a TPOT bound, the largest batch whose decode step meets it (a replica whose
-steps are mostly slower than the bound misses it on most requests). It prunes candidates that cannot win
+lower bound. The largest batch is what `max_num_seqs` and the KV pool allow at the shortest context and, with a
+TPOT bound, the largest batch whose decode step meets it (a replica whose steps are mostly slower than the bound
+misses it on most requests). It prunes candidates that cannot win
 and brackets the simulator's search; it is never reported as a capacity.
 """
 

@@ -1,8 +1,9 @@
 """Every combination of the search's GPUs, tensor parallel sizes, data-parallel layouts (ranks, expert parallel),
-weight dtypes and engine settings, as one replica's scenario each, and the reasons those that cannot run were pruned: the scenario's own rules
-(tensor parallel not dividing the heads, a token budget below max_num_seqs...), the memory model (weights
-and activations do not fit), a tensor parallel size on a GPU without an interconnect, a swept max_model_len
-that every request of a probe is longer than, a missing price."""
+weight dtypes and engine settings, as one replica's scenario each, and the reasons those that cannot run were
+pruned: the scenario's own rules (tensor parallel not dividing the heads, a token budget below max_num_seqs, a
+data-parallel group not filling its nodes...), the memory model (weights and activations do not fit), a tensor
+parallel size on a GPU without an interconnect, a swept max_model_len that every request of a probe is longer
+than, a missing price."""
 
 from __future__ import annotations
 
@@ -115,8 +116,8 @@ def enumerate_candidates(q: SizingQuestion) -> tuple[list[Candidate], list[Prune
         coefficients, prov = resolve_coefficients(scenario)
         kept.append(
             Candidate(
-                len(kept), label, gpu, tp, dp, ep, dtype, settings, scenario, facts, coefficients, prov.label, prov.kind,
-                dict(prov.uncertainty),
+                len(kept), label, gpu, tp, dp, ep, dtype, settings, scenario, facts, coefficients, prov.label,
+                prov.kind, dict(prov.uncertainty),
             )
         )  # fmt: skip
     return kept, pruned

@@ -93,6 +93,7 @@ def llmd_values(replica: Scenario | None, replicas: int, unit: Scenario | None =
     header = (
         f"# llm-d ModelService Helm chart values ({CHART}, the layout of its examples/values-pd.yaml) for {head}.\n"
         "# Images, memory and CPU requests, node selection of each role's GPU type and the gateway: the chart's defaults\n"
-        "# and your cluster's. Written by planner size --out (the recommendation) or planner simulate --out (a fleet).\n"
+        "# and your cluster's. Written by planner size --out (the recommendation) or planner simulate --out (a\n"
+        "# fleet).\n"
     )
     return header + yaml.safe_dump(values, sort_keys=False, width=1000)

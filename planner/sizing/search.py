@@ -341,8 +341,11 @@ def _record(q: SizingQuestion, out: SizingResult, r: Result, ev: Evaluation, sha
         r.note = f"needs {need} replicas; search.candidates.replicas allows at most {max(q.search.replicas)}"
         return
     tokens_per_s = output_tokens_per_s(d, shape, ev.at_demand)
-    r.costs = costs(prices(r.candidate.gpu, q.search.money), q.search.money,
-                    ev.replicas * r.candidate.num_gpus, tokens_per_s, ev.replicas * r.candidate.host_memory_gib)  # fmt: skip
+    c = r.candidate
+    r.costs = costs(
+        prices(c.gpu, q.search.money), q.search.money, ev.replicas * c.num_gpus, tokens_per_s,
+        ev.replicas * c.host_memory_gib,
+    )  # fmt: skip
     if ev.at_demand is not None and not ev.at_demand.met:
         r.note = "misses the SLOs at the demand: " + _misses(ev.at_demand, d.unit)
         return

@@ -5,10 +5,11 @@ model.
 A unit is what such a deployment scales by: `x` prefill replicas and `y` decode replicas behind one proxy (xPyD, as
 vLLM's disaggregated-serving proxy, llm-d and Dynamo deploy them), its KV pulled over the sizing file's link; or
 `x` replicas serving the prompts up to a threshold and `y` the longer ones behind a router by prompt length (two
-pools of different GPUs, as inference-fleet-sim studies). Each unit is a fleet scenario (planner/scenario/fleet.py checks it as it checks a file's `fleet:`), run by
-the fleet simulator (sim/fleet.py) through the same probes and capacity search as a replica
-(planner/sizing/probe.py, capacity.py): its capacity is the highest load one unit serves within the SLOs, the
-demand x headroom needs ceil(demand x headroom / capacity) units, and their GPUs are priced per role.
+pools of different GPUs, as inference-fleet-sim studies). Each unit is a fleet scenario (planner/scenario/fleet.py
+checks it as it checks a file's `fleet:`), run by the fleet simulator (sim/fleet.py) through the same probes and
+capacity search as a replica (planner/sizing/probe.py, capacity.py): its capacity is the highest load one unit
+serves within the SLOs, the demand x headroom needs ceil(demand x headroom / capacity) units, and their GPUs are
+priced per role.
 
 Simplified: units are independent (the proxy or router of one unit never sends to another's replicas; a fleet-wide
 router could balance them better), and every unit of a deployment is the same.
@@ -149,7 +150,8 @@ def enumerate_units(q: SizingQuestion) -> tuple[list[Unit], list[tuple[str, str]
             shapes = split_shapes(q, threshold)
             router = {"policy": "length", "threshold_tokens": threshold, "short_pool": "short", "long_pool": "long"}
             for (sg, stp, se, lg, ltp, le), (x, y) in itertools.product(roles, r.ratios):
-                label = f"{x}S{y}L at {threshold:,} tokens: short {_pool_label(sg, stp, se)}, long {_pool_label(lg, ltp, le)}"
+                pools = f"short {_pool_label(sg, stp, se)}, long {_pool_label(lg, ltp, le)}"
+                label = f"{x}S{y}L at {threshold:,} tokens: {pools}"
                 pools = {"short": (sg, stp, x, se), "long": (lg, ltp, y, le)}
                 _add_unit(q, units, pruned, label, pools, {"router": router}, "length-routed", shapes)
     return units, pruned
