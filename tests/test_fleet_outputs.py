@@ -25,6 +25,7 @@ def test_a_prefill_decode_fleet_gets_plots_per_pool_and_its_chart_values(tmp_pat
     assert run.returncode == 0, run.stderr
     names = [
         "latency_cdf.png",
+        "pools.png",
         *(f"{kind}_{pool}.png" for pool in ("prefill", "decode") for kind in ("throughput", "kv_cache")),
     ]
     for name in names:
@@ -44,6 +45,7 @@ def test_a_fleet_by_length_gets_plots_per_pool_and_no_chart_values(tmp_path):
     run = simulate("scenarios/mixed_gpus_llama31_8b_by_length.yaml", tmp_path, "workload.num_requests=80")
     assert run.returncode == 0, run.stderr
     pools = yaml.safe_load((ROOT / "scenarios/mixed_gpus_llama31_8b_by_length.yaml").read_text())["fleet"]["pools"]
+    assert (tmp_path / "pools.png").read_bytes().startswith(PNG)
     for pool in pools:
         assert (tmp_path / f"throughput_{pool}.png").read_bytes().startswith(PNG)
         assert (tmp_path / f"kv_cache_{pool}.png").read_bytes().startswith(PNG)

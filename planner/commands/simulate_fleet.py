@@ -131,6 +131,33 @@ def write_fleet_outputs(out_dir, summary: dict, result) -> list:
     return written
 
 
+def _pools_plot(out_dir, summary: dict, result, title: str):
+    """pools.png: the pools side by side over time (planner/outputs/plots/pools.py)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from planner.outputs.plots.context import Context
+    from planner.outputs.plots.pools import pools_figure
+    from planner.outputs.plots.style import DPI, FIGSIZE
+
+    pools = []
+    for pool in result.pools:
+        hw = pool.config.hardware
+        name = pool.config.name if pool.config.name == pool.config.role else f"{pool.config.name} ({pool.config.role})"
+        label = f"{name}: {hw.replicas}x {hw.tensor_parallel_size}x {hw.gpu.name}"
+        pools.append((label, pool.recorder.step_rows(), pool.recorder.num_gpu_blocks))
+    steps = {"start_s": np.concatenate([p[1]["start_s"] for p in pools]),
+             "duration_s": np.concatenate([p[1]["duration_s"] for p in pools])}  # fmt: skip
+    ctx = Context(result.recorder.requests.view(), steps, summary, title)
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    FigureCanvasAgg(fig)
+    pools_figure(fig, ctx, pools)
+    path = out_dir / "pools.png"
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
 def write_fleet_plots(out_dir, summary: dict, result) -> list:
     """The client's latency CDFs (the requests as the proxy or router returns them, their SLO bounds marked), and
     per pool its throughput and KV cache over time from its own steps and requests (a prefill pool's requests end
@@ -146,6 +173,7 @@ def write_fleet_plots(out_dir, summary: dict, result) -> list:
         out_dir, client.requests.view(), {}, client_summary, f"{name} ({mode})", client.itl.sample_ms(CDF_POINTS),
         names=("latency_cdf.png",),
     )  # fmt: skip
+    written.append(_pools_plot(out_dir, client_summary, result, f"{name} ({mode})"))
     for pool in result.pools:
         hw = pool.config.hardware
         pool_summary = {"mode": mode, "scenario": {"hardware": {"replicas": hw.replicas}}}
