@@ -3,6 +3,7 @@ steps, and for a prefill/decode fleet llm-d's chart values of the fleet that ran
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -39,6 +40,11 @@ def test_a_prefill_decode_fleet_gets_plots_per_pool_and_its_chart_values(tmp_pat
         assert values[role]["replicas"] == pool["hardware"]["replicas"]
         assert values[role]["parallelism"]["tensor"] == pool["hardware"]["tensor_parallel_size"]
     assert "llm-d-values.yaml" in run.stdout.splitlines()[-1]
+    # what vllm bench serve against the proxy saves: the client's requests, as the summary counts them
+    bench = json.loads((tmp_path / "vllm_bench.json").read_text())
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert bench["completed"] == summary["completed"] == 80 and len(bench["ttfts"]) == 80
+    assert bench["median_ttft_ms"] == summary["median_ttft_ms"]
 
 
 def test_a_fleet_by_length_gets_plots_per_pool_and_no_chart_values(tmp_path):

@@ -111,6 +111,7 @@ def write_fleet_outputs(out_dir, summary: dict, result) -> list:
     from planner.outputs.results import _write_csv, summary_json, with_num_steps
     from planner.sizing.llmd_values import llmd_values
     from planner.sizing.report.files import MANIFEST_NAME
+    from planner.vllm_files.export import BENCH_FILE, bench_json
     from sim.fleet import fleet_step_rows
 
     try:
@@ -121,6 +122,8 @@ def write_fleet_outputs(out_dir, summary: dict, result) -> list:
         order = np.argsort(requests["request_id"], kind="stable")
         _write_csv(written[1], {name: column[order] for name, column in requests.items()})
         _write_csv(written[2], with_num_steps(fleet_step_rows(result)))
+        written.append(out_dir / BENCH_FILE)  # what `vllm bench serve` against the fleet's proxy or router saves
+        written[-1].write_text(bench_json(summary, result.recorder))
         written += write_fleet_plots(out_dir, summary, result)
         manifest = llmd_values(None, 0, result.scenario, 1)
         if manifest is not None:  # a prefill/decode fleet with NixlConnector and a checkpoint: llm-d's chart values
