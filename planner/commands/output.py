@@ -27,11 +27,12 @@ def check_out(args) -> None:
 
 
 def refuse_fleet_scrapes(args, scenario) -> None:
-    """A fleet's run writes no vLLM file (several engines behind a router): --scrape-every is refused with it."""
+    """A fleet's engines are its pools' replicas behind a router: one engine's /metrics scrapes say nothing of the
+    fleet, so --scrape-every is refused with it (its --out writes the client's vllm_bench.json)."""
     if getattr(args, "scrape_every", None) is not None:
         raise PlannerError(
-            f"{args.scenario}: fleet: --scrape-every writes one engine's /metrics, and a fleet's run writes no vLLM"
-            " files; give a scenario of one pool"
+            f"{args.scenario}: fleet: --scrape-every writes one engine's /metrics, and a fleet runs several engines"
+            " behind a router (its --out writes the client's vllm_bench.json); give a scenario of one pool"
         )
 
 
