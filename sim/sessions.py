@@ -2,7 +2,9 @@
 
 Sessions start as a Poisson process of `rate` sessions/s; a session has a uniform number of turns in [min_turns,
 max_turns], its turns `turn_gap_s` apart on average (exponential gaps, arrival to arrival: the loop is open, a turn
-does not wait for the previous reply). Turn 1's prompt is drawn from workload.prompt_tokens; turn k's prompt is
+does not wait for the previous reply). With `wait_for_reply` the same turns, drawn alike, are sent each a gap after
+its predecessor's reply is complete (the workload's `follows` and `think_s`; the drivers release them as they
+release a closed loop's users' requests): only their arrival times then depend on the engine. Turn 1's prompt is drawn from workload.prompt_tokens; turn k's prompt is
 turn k-1's prompt, its reply (workload.output_tokens) and a new message (sessions.message_tokens). Each source draws
 from its own child of SeedSequence(seed), so both executors see identical requests.
 
@@ -34,7 +36,8 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
     until one starts after the n-th earliest turn drawn so far (none after it can have a turn among the first n)."""
     ss, n = cfg.sessions, cfg.num_requests
     starts = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(_STARTS,)))
-    turns: list[tuple[float, int, int, tuple[int, ...]]] = []  # (arrival s, prompt, reply, block ids)
+    # (arrival s, prompt, reply, block ids, session, gap s before it: 0 for a session's first turn)
+    turns: list[tuple[float, int, int, tuple[int, ...], int, float]] = []
     rejected_s: list[float] = []  # arrivals of the turns past max_model_len
     start_s, next_id, bound_s = 0.0, 0, np.inf
     for session in range(MAX_SESSIONS):
@@ -47,6 +50,7 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
     turns.sort(key=lambda t: t[0])  # stable: ties keep the sessions' order
     kept = turns[:n]
     last_s = kept[-1][0] if kept else 0.0
+    follows, think_s = _waits(kept) if ss.wait_for_reply else (None, None)
     return Workload(
         arrival_s=read_only(np.array([t[0] for t in kept])),
         prompt_tokens=read_only(np.array([t[1] for t in kept], np.int64)),
@@ -59,7 +63,21 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
         vocab_size=vocab_size,
         block_ids=tuple(t[3] for t in kept),
         block_tokens=SESSION_BLOCK_TOKENS,
+        follows=read_only(follows),
+        think_s=read_only(think_s),
     )
+
+
+def _waits(kept: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """Per kept turn, the index of the turn whose reply it waits for (-1: a session's first, due at its arrival)
+    and its gap after that reply. The first n turns by open-loop arrival hold each one's predecessors (a turn
+    arrives after them), so every turn waited for is kept."""
+    follows = np.full(len(kept), -1, np.int64)
+    last_of: dict[int, int] = {}  # session -> index of its latest kept turn
+    for index, turn in enumerate(kept):
+        follows[index] = last_of.get(turn[4], -1)
+        last_of[turn[4]] = index
+    return follows, np.array([t[5] for t in kept])
 
 
 MAX_SESSIONS = 10_000_000  # far past any workload's (num_requests is at most 10^7 and a session has a turn)
@@ -83,7 +101,6 @@ def _session(cfg, max_model_len, session, start_s, first_id, turns, rejected_s) 
             rejected_s.append(at_s)
             rejected_s.extend(at_s + float(g) for g in np.cumsum(gaps_s[k + 1 :]))
             break
-        turns.append(
-            (at_s, context, replies[k], tuple(range(first_id, first_id + -(-context // SESSION_BLOCK_TOKENS))))
-        )
+        ids = tuple(range(first_id, first_id + -(-context // SESSION_BLOCK_TOKENS)))
+        turns.append((at_s, context, replies[k], ids, session, float(gaps_s[k]) if k else 0.0))
     return first_id + -(-(context + replies[-1]) // SESSION_BLOCK_TOKENS) + 1
