@@ -99,3 +99,16 @@ def test_the_live_engine_refuses_a_disk_tier(capsys, tmp_path):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "engine.kv_offload.disk_gib: the live engine has no disk tier" in err and "Traceback" not in err
+
+
+def test_lmcaches_examples_are_simulated_as_a_prompt_computed_then_found_on_the_gpu():
+    from planner.fidelity import kv_offload
+
+    cold_s, warm_s, label = kv_offload.simulated_ttfts_s()
+    assert cold_s > 20 * warm_s and "transferred" in label  # no L4 profile: its coefficients come from others
+    rows = [r for r in kv_offload.rows() if r[4] != "not simulated"]
+    assert [r[2] for r in rows] == ["cold TTFT", "warm TTFT"] * 2
+    listed = [m for m in kv_offload.MEASUREMENTS if m.simulated]
+    for row, measured in zip(rows, [t for m in listed for t in (m.cold_ttft_s, m.warm_ttft_s)], strict=True):
+        ours = cold_s if row[2] == "cold TTFT" else warm_s
+        assert row[5].startswith(f"{100 * (ours / measured - 1):.1f}%")
