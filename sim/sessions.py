@@ -4,9 +4,10 @@ Sessions start as a Poisson process of `rate` sessions/s; a session has a unifor
 max_turns], its turns `turn_gap_s` apart on average (exponential gaps, arrival to arrival: the loop is open, a turn
 does not wait for the previous reply). With `wait_for_reply` the same turns, drawn alike, are sent each a gap after
 its predecessor's reply is complete (the workload's `follows` and `think_s`; the drivers release them as they
-release a closed loop's users' requests): only their arrival times then depend on the engine. Turn 1's prompt is drawn from workload.prompt_tokens; turn k's prompt is
-turn k-1's prompt, its reply (workload.output_tokens) and a new message (sessions.message_tokens). Each source draws
-from its own child of SeedSequence(seed), so both executors see identical requests.
+release a closed loop's users' requests): only their arrival times then depend on the engine. Turn 1's prompt is
+drawn from workload.prompt_tokens; turn k's prompt is turn k-1's prompt, its reply (workload.output_tokens) and a
+new message (sessions.message_tokens). Each source draws from its own child of SeedSequence(seed), so both
+executors see identical requests.
 
 Prefix identity: a session is one growing stream of tokens, cut in blocks of SESSION_BLOCK_TOKENS, each with an id
 of its own (sim/trace_blocks.py's ids: the block's tokens and all before it); a turn's prompt holds the stream's
