@@ -164,7 +164,7 @@ def run_data_parallel(
 
     def on_finished(request: Request) -> None:
         num_done[0] += 1
-        arrivals.reply_done(request.finished_s)
+        arrivals.reply_done(request.finished_s, request.request_id)
         if progress is not None:
             progress(num_done[0], len(workload))
 

@@ -111,13 +111,19 @@ def warm_up(facts: EngineFacts, runner: ModelRunner, workload: Workload, num_blo
 
 
 class Arrivals:
-    """When each request is due: the workload's times (open loop) or a reply + think time (closed loop)."""
+    """When each request is due: the workload's times (open loop), a reply + think time (closed loop), or, for
+    sessions whose turns wait for replies, a first turn's time and each later turn's predecessor's reply + its
+    think time (the simulator's sim/simulation.py alike)."""
 
     def __init__(self, workload: Workload) -> None:
         self.workload = workload
         self.issued = 0
         self.due: list[tuple[float, int]] = []  # heap of (arrival_s, request index)
-        if workload.arrival_s is not None:
+        self.next_turns = None if workload.follows is None else workload.next_turns()
+        if self.next_turns is not None:
+            for index in (i for i, follows in enumerate(workload.follows.tolist()) if follows < 0):
+                heapq.heappush(self.due, (float(workload.arrival_s[index]), index))
+        elif workload.arrival_s is not None:
             for arrival_s in workload.arrival_s.tolist():
                 self._issue(arrival_s)
         else:  # each user's first request, at its start (the simulator's users start alike)
@@ -128,8 +134,13 @@ class Arrivals:
         heapq.heappush(self.due, (arrival_s, self.issued))
         self.issued += 1
 
-    def reply_done(self, now_s: float) -> None:
-        if self.workload.arrival_s is None and self.issued < len(self.workload):
+    def reply_done(self, now_s: float, index: int) -> None:
+        """Request `index`'s reply was complete at now_s."""
+        if self.next_turns is not None:
+            after = int(self.next_turns[index])
+            if after >= 0:
+                heapq.heappush(self.due, (now_s + float(self.workload.think_s[after]), after))
+        elif self.workload.arrival_s is None and self.issued < len(self.workload):
             self._issue(now_s + self.workload.think_time_s)
 
     def pop_due(self, now_s: float) -> list[tuple[float, int]]:
@@ -182,6 +193,11 @@ def run_scenario(
             f" KV cache in the model dtype ({scenario.dtype}); set kv_cache_dtype: auto to run this scenario"
         )
     e, facts = scenario.engine, EngineFacts.of(scenario)
+    if e.kv_offload is not None and e.kv_offload.disk_gib is not None:
+        raise EngineError(
+            f"{scenario.source}: engine.kv_offload.disk_gib: the live engine has no disk tier; `planner simulate`"
+            " models it (run without disk_gib for the host tier alone)"
+        )
     torch_device = _device(device)
     if torch_device.type == "cpu":
         torch.set_num_threads(CPU_THREADS)
@@ -221,7 +237,7 @@ def run_scenario(
 
     recorder = Recorder(num_blocks, e.block_size, record_steps=True)
     if workload.block_ids is not None or e.kv_offload is not None:  # as the simulator's (sim/simulation.py)
-        recorder.prefix = PrefixCacheCounts(host_hit_tokens=None if e.kv_offload is None else 0)
+        recorder.prefix = PrefixCacheCounts.of(e.kv_offload)
     scheduler = build_scheduler(facts, num_blocks, recorder, seed=scenario.workload.seed)
     host = HostCopies(scheduler, runner) if scheduler.kv.host is not None else None  # a host KV tier's copies
     arrivals = Arrivals(workload)
@@ -230,7 +246,7 @@ def run_scenario(
     def on_finished(request: Request) -> None:
         nonlocal finished_count
         finished_count += 1
-        arrivals.reply_done(request.finished_s)
+        arrivals.reply_done(request.finished_s, request.request_id)
         if progress is not None:
             progress(finished_count, len(workload))
 

@@ -94,7 +94,7 @@ def run_pd_pair(
     def on_finished(request: Request) -> None:
         nonlocal finished
         finished += 1
-        arrivals.reply_done(request.finished_s)
+        arrivals.reply_done(request.finished_s, request.request_id)
         if progress is not None:
             progress(finished, len(workload))
 

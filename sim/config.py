@@ -120,6 +120,13 @@ class KvOffloadConfig:
     # The host memory (GiB) the engine may pin, when given (a node's RAM over the engines it runs): the tier of
     # every GPU of the engine must fit in it
     host_memory_gib: float | None = None
+    # A local disk tier behind the host tier (LMCache's `local_disk` / `max_local_disk_size`, per GPU here; its
+    # default 0 is no disk): every block the host tier stores is written to it too, and the blocks past the host
+    # tier's hits are looked up there (sim/disk_tier.py). Its read and write GB/s (1e9 bytes/s) per GPU are
+    # required with it: the disk's, measured or spec
+    disk_gib: float | None = None
+    disk_read_gb_s: float | None = None
+    disk_write_gb_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -247,8 +254,11 @@ class SessionsConfig:
     # turn's prompt is workload.prompt_tokens, every reply workload.output_tokens
     message_tokens: Distribution
     # Mean seconds from one turn's arrival to the next's (exponential): the reply and the user's (or tool's) time
-    # together. Open loop: a turn does not wait for the previous reply
+    # together, a turn not waiting for the previous reply; with wait_for_reply, from that reply's end
     turn_gap_s: float
+    # true: a turn is sent its gap (the same draws) after the previous turn's reply is complete, as a chat client
+    # or an agent loop does; false: at its own time, whatever the reply's latency
+    wait_for_reply: bool = False
     # empty: the first session starts at 0, so turns come faster as sessions accumulate; steady: the run starts
     # with sessions under way, as on a server up for a while (those begun earlier send only their later turns,
     # whose contexts hold the earlier ones): turns arrive at a steady rate from the start (planner size's probes)

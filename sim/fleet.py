@@ -145,7 +145,7 @@ class FleetSimulation(Simulation):
         self.env = simpy.Environment()
         self.workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
         self.client = Recorder(1, scenario.engine.block_size, record_steps=False)  # requests only: no steps
-        closed_loop = self.workload.arrival_s is None
+        closed_loop = self.workload.closed_loop
         num_replicas = sum(p.hardware.replicas for p in fleet.pools)
         # Windows need every arrival known ahead: not so for a pull's end, nor (closed loop) for a reply's.
         windows = fast_forward and not fleet.disaggregated and not (closed_loop and num_replicas > 1)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import simpy
 
+from sim.disk_tier import disk_load_s
+from sim.host_tier import HostTier
 from sim.link_clock import LinkClock
 from sim.request import Request
 from sim.scheduler_base import Scheduler
@@ -24,15 +26,18 @@ HOST, GPU = "host", "gpu"  # the link's two ends: every load of a replica shares
 class HostLink:
     """A replica's host link: its loads in flight, each request handed back (done) once its blocks are in."""
 
-    def __init__(self, env: simpy.Environment, bytes_per_s: float, block_bytes: int, done: Callable[[Request], None]):
-        self.env, self.bytes_per_s, self.block_bytes, self.done = env, bytes_per_s, block_bytes, done
+    def __init__(self, env: simpy.Environment, tier: HostTier, done: Callable[[Request], None]):
+        self.env, self.tier, self.done = env, tier, done
         self.loading: dict[int, tuple[Request, float]] = {}  # request id -> (request, load start)
         self.clock = LinkClock(env, self._loaded)
 
     def load(self, request: Request, num_blocks: int) -> None:
-        """Start copying num_blocks blocks in for request; `done(request)` once they are there."""
+        """Start copying num_blocks blocks in for request (the last of them from the disk tier, as many as its
+        lookup found there); `done(request)` once they are there."""
         self.loading[request.request_id] = (request, self.env.now)
-        self.clock.add(request.request_id, num_blocks * self.block_bytes / self.bytes_per_s, HOST, GPU)
+        tier, num_disk = self.tier, self.tier.last_disk_hits
+        solo_s = disk_load_s(num_blocks - num_disk, num_disk, tier.block_bytes, tier.config)
+        self.clock.add(request.request_id, solo_s, HOST, GPU)
 
     def _loaded(self, request_id: int) -> None:
         request, start_s = self.loading.pop(request_id)
@@ -43,9 +48,9 @@ class HostLink:
 def host_link_of(env: simpy.Environment, scheduler: Scheduler, done: Callable[[Request], None]) -> HostLink | None:
     """The link of a scheduler's host tier, wired to it (its loads start there, `done` gets each request back once
     loaded); None without a tier."""
-    host, offload = scheduler.kv.host, scheduler.config.kv_offload
+    host = scheduler.kv.host
     if host is None:
         return None
-    link = HostLink(env, offload.host_link_gb_s * 1e9, host.block_bytes, done)
+    link = HostLink(env, host, done)
     scheduler.on_host_load = link.load
     return link

@@ -19,6 +19,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
+from sim.disk_tier import disk_tiers_summary
+
 if TYPE_CHECKING:
     from sim.config import KvOffloadConfig
     from sim.memory import MemoryBreakdown
@@ -41,11 +43,17 @@ class HostTier:
         # The live engine's copies (gpu_engine/host_copies.py): ("store", key, GPU block id) and ("evict", key,
         # None) in the order they happen, for it to copy once the step has computed the blocks; None: not kept
         self.journal: list[tuple[str, Hashable, int | None]] | None = None
+        # A disk tier behind this one (sim/disk_tier.py): written with every store, looked up past this tier's
+        # hits; the last lookup's blocks found there (counted in its return)
+        self.disk: HostTier | None = None
+        self.last_disk_hits = 0
 
     def store(self, keys: Sequence[Hashable], block_ids: Sequence[int]) -> None:
         """Blocks just computed (keys, and the GPU blocks that hold them): those not held yet are copied in (and
         touched, as the rest)."""
         lru, journal = self._lru, self.journal
+        if self.disk is not None:
+            self.disk.store(keys, block_ids)
         for key, block_id in zip(keys, block_ids, strict=True):
             if key in lru:
                 lru.move_to_end(key)
@@ -61,13 +69,16 @@ class HostTier:
                 journal.append(("evict", key, None))
 
     def lookup(self, keys: Sequence[Hashable]) -> int:
-        """How many of the leading keys the tier holds (each found one touched)."""
+        """How many of the leading keys the tier holds (each found one touched), and past those the disk tier's."""
         lru, found = self._lru, 0
         for key in keys:
             if key not in lru:
                 break
             lru.move_to_end(key)
             found += 1
+        if self.disk is not None:
+            self.last_disk_hits = self.disk.lookup(keys[found:]) if found < len(keys) else 0
+            return found + self.last_disk_hits
         return found
 
 
@@ -75,6 +86,7 @@ def host_tiers_summary(tiers: list[HostTier], prefix: PrefixCacheCounts | None) 
     """summary.json's `kv_offload`: the tier per GPU, blocks per replica, bytes per GPU moved each way summed over
     the replicas, and the seconds requests spent waiting for loads (summed over requests)."""
     config = tiers[0].config
+    disk = {} if tiers[0].disk is None else {"disk": disk_tiers_summary([t.disk for t in tiers])}
     return {
         "size_gib": config.size_gib,
         "host_link_gb_s": config.host_link_gb_s,
@@ -84,7 +96,7 @@ def host_tiers_summary(tiers: list[HostTier], prefix: PrefixCacheCounts | None) 
         "evicted_blocks": sum(t.num_evicted for t in tiers),
         "num_loads": sum(t.num_loads for t in tiers),
         "load_s": prefix.load_s if prefix is not None else 0.0,
-    }
+    } | disk
 
 
 def host_memory(offload: KvOffloadConfig, mem: MemoryBreakdown, tensor_parallel_size: int) -> dict:

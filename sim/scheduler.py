@@ -30,6 +30,7 @@ the same reference by the same test.
 from __future__ import annotations
 
 from sim.decode_windows import DecodeWindows
+from sim.disk_tier import disk_blocks
 from sim.engine_facts import EngineFacts
 from sim.host_tier import HostTier
 from sim.kv_groups import HybridKVCacheManager, kv_groups
@@ -280,12 +281,17 @@ class ContinuousScheduler(DecodeWindows, Scheduler):
             return False
         if not kv.allocate_slots(request, 0, hits, reserve_tokens=num_loaded):
             return False
+        num_disk = kv.host.last_disk_hits  # of num_host, those found on the disk tier (sim/disk_tier.py)
         if self.recorder.prefix is not None and not request.num_preemptions:
-            self.recorder.prefix.admitted(request.num_tokens, len(hits) * kv.block_size, num_host * kv.block_size)
+            bs = kv.block_size
+            self.recorder.prefix.admitted(request.num_tokens, len(hits) * bs, (num_host - num_disk) * bs, num_disk * bs)
         request.num_computed_tokens = num_loaded
         request.status = Status.WAITING_FOR_REMOTE_KVS
-        kv.host.num_loaded += num_host
+        kv.host.num_loaded += num_host - num_disk
         kv.host.num_loads += 1
+        if num_disk:
+            kv.host.disk.num_loaded += num_disk
+            kv.host.disk.num_loads += 1
         self.on_host_load(request, num_host)
         return True
 
@@ -319,6 +325,8 @@ def build_scheduler(
         if e.kv_offload is not None:
             block_bytes = e.block_size * facts.kv_bytes_per_token
             kv.host = HostTier(int(e.kv_offload.size_gib * 2**30) // block_bytes, block_bytes, e.kv_offload)
+            if e.kv_offload.disk_gib is not None:
+                kv.host.disk = HostTier(disk_blocks(e.kv_offload, block_bytes), block_bytes, e.kv_offload)
             recorder.host_tiers.append(kv.host)
     policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
     scheduler = policy(e, kv, recorder, replica)

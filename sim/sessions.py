@@ -2,9 +2,12 @@
 
 Sessions start as a Poisson process of `rate` sessions/s; a session has a uniform number of turns in [min_turns,
 max_turns], its turns `turn_gap_s` apart on average (exponential gaps, arrival to arrival: the loop is open, a turn
-does not wait for the previous reply). Turn 1's prompt is drawn from workload.prompt_tokens; turn k's prompt is
-turn k-1's prompt, its reply (workload.output_tokens) and a new message (sessions.message_tokens). Each source draws
-from its own child of SeedSequence(seed), so both executors see identical requests.
+does not wait for the previous reply). With `wait_for_reply` the same turns, drawn alike, are sent each a gap after
+its predecessor's reply is complete (the workload's `follows` and `think_s`; the drivers release them as they
+release a closed loop's users' requests): only their arrival times then depend on the engine. Turn 1's prompt is
+drawn from workload.prompt_tokens; turn k's prompt is turn k-1's prompt, its reply (workload.output_tokens) and a
+new message (sessions.message_tokens). Each source draws from its own child of SeedSequence(seed), so both
+executors see identical requests.
 
 Prefix identity: a session is one growing stream of tokens, cut in blocks of SESSION_BLOCK_TOKENS, each with an id
 of its own (sim/trace_blocks.py's ids: the block's tokens and all before it); a turn's prompt holds the stream's
@@ -16,7 +19,8 @@ A turn past max_model_len ends its session there (counted as rejected, with the 
 
 `start: steady` begins the run with sessions under way: sessions start at the same rate from WARM_UP_SPANS longest
 expected sessions (max_turns x turn_gap_s) before 0, and only their turns from 0 on are sent (a turn's context
-still holds its session's earlier turns, which the engine has not seen: a cold cache, as after a restart).
+still holds its session's earlier turns, which the engine has not seen: a cold cache, as after a restart). With
+`wait_for_reply`, a session's first turn sent waits for nothing (its predecessors were before 0): it comes at its time.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
     until one starts after the n-th earliest turn drawn so far (none after it can have a turn among the first n)."""
     ss, n = cfg.sessions, cfg.num_requests
     starts = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(_STARTS,)))
-    turns: list[tuple[float, int, int, tuple[int, ...]]] = []  # (arrival s, prompt, reply, block ids)
+    # (arrival s, prompt, reply, block ids, session, gap s before it: 0 for a session's first turn)
+    turns: list[tuple[float, int, int, tuple[int, ...], int, float]] = []
     rejected_s: list[float] = []  # arrivals of the turns past max_model_len
     start_s = -WARM_UP_SPANS * ss.max_turns * ss.turn_gap_s if ss.start == "steady" else 0.0
     next_id, bound_s = 0, np.inf
@@ -56,6 +61,7 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
     turns.sort(key=lambda t: t[0])  # stable: ties keep the sessions' order
     kept = turns[:n]
     last_s = kept[-1][0] if kept else 0.0
+    follows, think_s = _waits(kept) if ss.wait_for_reply else (None, None)
     return Workload(
         arrival_s=read_only(np.array([t[0] for t in kept], np.float64)),
         prompt_tokens=read_only(np.array([t[1] for t in kept], np.int64)),
@@ -68,7 +74,21 @@ def session_workload(cfg: WorkloadConfig, max_model_len: int, vocab_size: int | 
         vocab_size=vocab_size,
         block_ids=tuple(t[3] for t in kept),
         block_tokens=SESSION_BLOCK_TOKENS,
+        follows=read_only(follows),
+        think_s=read_only(think_s),
     )
+
+
+def _waits(kept: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+    """Per kept turn, the index of the turn whose reply it waits for (-1: a session's first, due at its arrival)
+    and its gap after that reply. The first n turns by open-loop arrival hold each one's predecessors (a turn
+    arrives after them), so every turn waited for is kept."""
+    follows = np.full(len(kept), -1, np.int64)
+    last_of: dict[int, int] = {}  # session -> index of its latest kept turn
+    for index, turn in enumerate(kept):
+        follows[index] = last_of.get(turn[4], -1)
+        last_of[turn[4]] = index
+    return follows, np.array([t[5] for t in kept])
 
 
 MAX_SESSIONS = 10_000_000  # far past any workload's (num_requests is at most 10^7 and a session has a turn)
@@ -94,7 +114,6 @@ def _session(cfg, max_model_len, session, start_s, first_id, turns, rejected_s) 
             break
         if at_s < 0:  # a steady start: sent before the run began
             continue
-        turns.append(
-            (at_s, context, replies[k], tuple(range(first_id, first_id + -(-context // SESSION_BLOCK_TOKENS))))
-        )
+        ids = tuple(range(first_id, first_id + -(-context // SESSION_BLOCK_TOKENS)))
+        turns.append((at_s, context, replies[k], ids, session, float(gaps_s[k]) if k else 0.0))
     return first_id + -(-(context + replies[-1]) // SESSION_BLOCK_TOKENS) + 1

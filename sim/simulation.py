@@ -66,7 +66,7 @@ class Simulation:
         self.recorder = Recorder(num_blocks, scenario.engine.block_size, record_steps, steps_sink)
         offload = scenario.engine.kv_offload
         if self.workload.block_ids is not None or offload is not None:  # what did the cache (and the tier) hit?
-            self.recorder.prefix = PrefixCacheCounts(host_hit_tokens=None if offload is None else 0)
+            self.recorder.prefix = PrefixCacheCounts.of(offload)
         self.progress = progress
         self.env = simpy.Environment()
         self.num_finished = 0
@@ -76,7 +76,7 @@ class Simulation:
         self.round_robin = itertools.count()
         # A closed loop over several replicas: a reply finishing on one replica sends a request to another,
         # which may be in the middle of a decode window; windows are not interrupted, so step there.
-        closed_loop = self.workload.arrival_s is None
+        closed_loop = self.workload.closed_loop
         fast_paths = fast_forward  # False: the reference, every fast path off (the tests compare with it)
         fast_forward = fast_forward and not (closed_loop and self.num_engines > 1)
         self.replicas = self.build_replicas(facts, num_blocks, fast_paths, fast_forward, closed_loop)
@@ -106,7 +106,7 @@ class Simulation:
 
     def next_arrival_s(self) -> float:
         wl = self.workload
-        if wl.arrival_s is not None:
+        if not wl.closed_loop:
             return float(wl.arrival_s[self.next_index]) if self.next_index < len(wl) else math.inf
         return self.thinking_until[0] if self.thinking_until else math.inf
 
@@ -136,26 +136,44 @@ class Simulation:
 
     def user(self, user: int):
         """A closed-loop user: wait for its start, then send, wait for the whole reply, think, send again."""
-        think_s = self.workload.think_time_s
-        start_s = self.workload.user_start_s(user)
-        if start_s > 0:  # a due request, as a thinking user's: decode windows stop short of it
-            heapq.heappush(self.thinking_until, start_s)
-            yield self.env.timeout(start_s)
-            heapq.heappop(self.thinking_until)
+        yield from self._think(self.workload.user_start_s(user))
         while self.next_index < len(self.workload):
             index = self.next_index
             self.next_index += 1
-            done = self.done_events[index] = self.env.event()
-            self.route(make_request(self.workload, index, self.env.now))
-            yield done
-            if think_s > 0:
-                heapq.heappush(self.thinking_until, self.env.now + think_s)
-                yield self.env.timeout(think_s)
-                heapq.heappop(self.thinking_until)
+            yield from self._send_and_wait(index)
+            yield from self._think(self.workload.think_time_s)
+
+    def session(self, first: int, next_turns: np.ndarray):
+        """A session whose turns wait for replies: its first turn at its arrival, each later one its think time
+        after the previous turn's reply, as a closed-loop user's next request."""
+        wl, index = self.workload, first
+        yield from self._think(float(wl.arrival_s[first]) - self.env.now)
+        while True:
+            yield from self._send_and_wait(index)
+            index = int(next_turns[index])
+            if index < 0:
+                return
+            yield from self._think(float(wl.think_s[index]))
+
+    def _send_and_wait(self, index: int):
+        done = self.done_events[index] = self.env.event()
+        self.route(make_request(self.workload, index, self.env.now))
+        yield done
+
+    def _think(self, seconds: float):
+        if seconds > 0:  # a due request, as a thinking user's: decode windows stop short of it
+            heapq.heappush(self.thinking_until, self.env.now + seconds)
+            yield self.env.timeout(seconds)
+            heapq.heappop(self.thinking_until)
 
     def start_load(self) -> None:
         """The workload's arrivals, or its closed loop's users, as SimPy processes on this simulation's clock."""
-        if self.workload.arrival_s is not None:
+        wl = self.workload
+        if wl.follows is not None:
+            next_turns = wl.next_turns()
+            for first in np.flatnonzero(wl.follows < 0).tolist():
+                self.env.process(self.session(first, next_turns))
+        elif wl.arrival_s is not None:
             self.env.process(self.arrivals())
         else:
             for user in range(self.workload.concurrency or 1):

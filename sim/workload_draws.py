@@ -57,9 +57,25 @@ class Workload:
     # ids cover at most its prompt; tokens past them are its own). None: no ids.
     block_ids: tuple[tuple[int, ...], ...] | None = None
     block_tokens: int = 0
+    # Sessions whose turns wait for replies (sim/sessions.py): request i is sent think_s[i] after request
+    # follows[i]'s reply is complete; follows[i] = -1: at arrival_s[i]. None: every request at its arrival_s.
+    follows: np.ndarray | None = None  # int64 [n]
+    think_s: np.ndarray | None = None  # float64 [n]
 
     def __len__(self) -> int:
         return len(self.prompt_tokens)
+
+    @property
+    def closed_loop(self) -> bool:
+        """Whether some request is sent when another's reply is complete (a user's, a waiting session's turn)."""
+        return self.arrival_s is None or self.follows is not None
+
+    def next_turns(self) -> np.ndarray:
+        """Per request, the index of the one sent after its reply (-1: none): follows inverted."""
+        after = np.full(len(self), -1, np.int64)
+        waiting = np.flatnonzero(self.follows >= 0)
+        after[self.follows[waiting]] = waiting
+        return after
 
     def user_start_s(self, user: int) -> float:
         """When closed-loop user `user` (0, 1, ...) sends its first request: the users' first requests spread

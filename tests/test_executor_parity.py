@@ -57,6 +57,13 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
     # ... and on the host tier's scenario, more hits than the GPU pool alone keeps (tests/test_kv_offload.py
     # checks that the tier found some of them)
     "host-tier": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
+    # every turn alone in its steps (it waited for the last reply: sent open loop without gaps, all ten would
+    # arrive together) and each finding its predecessor's prompt cached
+    "session-waits": lambda d: (
+        len(d.requests) == 10
+        and all(row["num_seqs"] == 1 for row in d.rows)
+        and _prefill_tokens(d) < sum(r[1] for r in d.requests)
+    ),
 }
 
 

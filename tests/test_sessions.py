@@ -70,6 +70,44 @@ def test_each_turn_finds_its_predecessors_prompt_cached_at_light_load():
     assert summary["prefix_cache"]["hit_tokens"] == expected
 
 
+WAIT = ["workload.num_requests=600", "workload.sessions.wait_for_reply=true"]
+
+
+def test_waiting_turns_are_the_same_turns_sent_after_each_reply():
+    s, waits = _workload(WAIT)
+    _, opens = _workload(WAIT[:1])
+    # the same requests, drawn alike; only when they are sent differs
+    assert np.array_equal(waits.prompt_tokens, opens.prompt_tokens) and waits.block_ids == opens.block_ids
+    assert np.array_equal(waits.output_tokens, opens.output_tokens) and opens.follows is None
+    done = simulate(s, record_steps=False).recorder.requests.view()
+    by_id = {int(i): k for k, i in enumerate(done["request_id"])}
+    sent, finished = done["arrival_s"], done["finished_s"]
+    waited = 0
+    for turns in _sessions(waits):
+        first = by_id[turns[0]]
+        assert waits.follows[turns[0]] == -1 and sent[first] == waits.arrival_s[turns[0]]
+        for a, b in pairwise(turns):
+            assert waits.follows[b] == a
+            # sent its think time after the predecessor's reply: the open loop's gap, drawn alike
+            assert sent[by_id[b]] == pytest.approx(finished[by_id[a]] + waits.think_s[b], abs=1e-9)
+            assert waits.think_s[b] == pytest.approx(opens.arrival_s[b] - opens.arrival_s[a])
+            waited += sent[by_id[b]] > opens.arrival_s[b]
+    assert waited > 100  # turns the open loop sent before their predecessor's reply was back
+
+
+def test_the_live_engine_releases_a_waiting_turn_after_its_predecessors_reply():
+    pytest.importorskip("torch")  # the live engine
+    from gpu_engine.engine import Arrivals
+
+    _, wl = _workload(WAIT)
+    arrivals = Arrivals(wl)
+    firsts = [i for i in range(len(wl)) if wl.follows[i] < 0]
+    assert [index for _, index in arrivals.pop_due(np.inf)] == firsts
+    second = int(wl.next_turns()[firsts[0]])
+    arrivals.reply_done(100.0, firsts[0])
+    assert arrivals.pop_due(np.inf) == [(100.0 + wl.think_s[second], second)]
+
+
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
@@ -80,6 +118,7 @@ def test_each_turn_finds_its_predecessors_prompt_cached_at_light_load():
             "workload.arrival: cannot be combined with workload.sessions",
         ),
         (["workload.too_long=truncate"], 'workload.too_long = "truncate": must be reject with workload.sessions'),
+        (["workload.sessions.wait_for_reply=1"], "workload.sessions.wait_for_reply = 1: expected true or false"),
     ],
 )
 def test_bad_sessions_are_refused(capsys, overrides, words):

@@ -48,17 +48,20 @@ def lru_hit_rates(scenario: Scenario, capacities_blocks: list[float]) -> list[fl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scenario")
+    parser.add_argument("--gib", type=float, action="append", default=[], help="a cache of this many GiB per GPU too")
     args = parser.parse_args(argv)
     s = load_scenario(args.scenario)
     mem = memory_breakdown(EngineFacts.of(s))
-    capacities = [m * mem.num_gpu_blocks for m in MULTIPLES] + [math.inf]
-    rates = lru_hit_rates(s, capacities)
+    rows = [(f"{m} x the GPU pool ({m * mem.num_gpu_blocks:,} blocks)", m * mem.num_gpu_blocks) for m in MULTIPLES]
+    for gib in args.gib:  # as a tier of that size holds them: whole blocks
+        blocks = int(gib * 2**30) // mem.block_bytes
+        rows.append((f"{gib:,g} GiB ({blocks:,} blocks)", blocks))
+    rates = lru_hit_rates(s, [blocks for _, blocks in rows] + [math.inf])
     print("| LRU cache of | GiB per GPU | prompt tokens found cached |")
     print("| --- | --- | --- |")
-    for capacity, multiple, rate in zip(capacities, [*MULTIPLES, None], rates, strict=True):
-        size = "unbounded" if multiple is None else f"{multiple} x the GPU pool ({capacity:,} blocks)"
-        gib = "" if multiple is None else f"{capacity * mem.block_bytes / 2**30:,.1f}"
-        print(f"| {size} | {gib} | {rate * 100:.1f}% |")
+    for (size, blocks), rate in zip(rows, rates, strict=False):
+        print(f"| {size} | {blocks * mem.block_bytes / 2**30:,.1f} | {rate * 100:.1f}% |")
+    print(f"| unbounded |  | {rates[-1] * 100:.1f}% |")
     return 0
 
 

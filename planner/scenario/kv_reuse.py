@@ -34,12 +34,37 @@ def check_kv_offload(s: Scenario, ctx: Ctx) -> None:
     for refused, key, why in refusals:
         if refused:
             raise ScenarioError(ctx.file, WHERE, NO_VALUE, f"cannot be combined with {key}: {why}")
+    _check_disk(offload, ctx)
     gpus = s.hardware.tensor_parallel_size
     if offload.host_memory_gib is not None and offload.size_gib * gpus > offload.host_memory_gib:
         raise ScenarioError(
             ctx.file, f"{WHERE}.size_gib", offload.size_gib,
             f"pins {offload.size_gib * gpus:g} GiB of host memory for the engine's {gpus} GPU(s), more than"
             f" host_memory_gib {offload.host_memory_gib:g} allows",
+        )  # fmt: skip
+
+
+def _check_disk(offload, ctx: Ctx) -> None:
+    """A disk tier (sim/disk_tier.py) takes its read and write rates, and is written with everything the host tier
+    stores: one no larger than the host tier would hold only what the host tier holds."""
+    rates = ("disk_read_gb_s", "disk_write_gb_s")
+    if offload.disk_gib is None:
+        for key in rates:
+            if getattr(offload, key) is not None:
+                raise ScenarioError(
+                    ctx.file, f"{WHERE}.{key}", getattr(offload, key), "is a disk tier's: give disk_gib"
+                )
+        return
+    for key in rates:
+        if getattr(offload, key) is None:
+            raise ScenarioError(
+                ctx.file, f"{WHERE}.{key}", NO_VALUE, "is required with disk_gib: the disk's GB/s, measured or spec"
+            )
+    if offload.disk_gib <= offload.size_gib:
+        raise ScenarioError(
+            ctx.file, f"{WHERE}.disk_gib", offload.disk_gib,
+            f"must be larger than size_gib ({offload.size_gib:g}): the disk is written with every block the host"
+            " tier stores, so a smaller one holds nothing the host tier does not",
         )  # fmt: skip
 
 

@@ -140,10 +140,16 @@ def scenario_to_dict(s: Scenario) -> dict:
     for engine, config in ((out["engine"], s.engine), *zip(_pool_engines(out), _pool_configs(s), strict=True)):
         if config.kv_offload is None:
             del engine["kv_offload"]  # likewise without a host tier
+        elif config.kv_offload.disk_gib is None:
+            for key in ("disk_gib", "disk_read_gb_s", "disk_write_gb_s"):
+                del engine["kv_offload"][key]  # ... and a host tier without a disk
     if s.workload.sessions is None:
         del out["workload"]["sessions"]  # ... and independent requests
-    elif s.workload.sessions.start == "empty":
-        del out["workload"]["sessions"]["start"]  # ... and sessions from an empty start
+    else:
+        if not s.workload.sessions.wait_for_reply:
+            del out["workload"]["sessions"]["wait_for_reply"]  # ... and sessions whose turns do not wait
+        if s.workload.sessions.start == "empty":
+            del out["workload"]["sessions"]["start"]  # ... and sessions from an empty start
     trace = s.workload.trace
     if trace is not None and trace.block_ids_column is None:  # ... and a trace without block ids, read in seconds
         for key in ("block_ids_column", "block_tokens", *(("arrival_unit",) if trace.arrival_unit == "s" else ())):

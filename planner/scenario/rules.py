@@ -177,6 +177,10 @@ RULES: dict[tuple[type, str], Rule] = {
     (KvOffloadConfig, "size_gib"): in_range(0.001, 16384, " GiB"),
     (KvOffloadConfig, "host_link_gb_s"): in_range(0.1, 1000, " GB/s"),
     (KvOffloadConfig, "host_memory_gib"): in_range(0.001, 1 << 20, " GiB"),
+    # A disk tier of a few MiB to 1 PiB per GPU, read or written at a SATA SSD's 0.1 GB/s to past PCIe 6.0 NVMe
+    (KvOffloadConfig, "disk_gib"): in_range(0.001, 1 << 20, " GiB"),
+    (KvOffloadConfig, "disk_read_gb_s"): in_range(0.01, 1000, " GB/s"),
+    (KvOffloadConfig, "disk_write_gb_s"): in_range(0.01, 1000, " GB/s"),
     (TraceConfig, "block_tokens"): in_range(1, 1 << 20, " tokens"),
     (SharedPrefixConfig, "tokens"): in_range(1, MAX_TOKENS),
     (SharedPrefixConfig, "group_size"): in_range(1, MAX_NUM_REQUESTS),

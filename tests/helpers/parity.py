@@ -109,6 +109,19 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
         "workload.prompt_tokens={dist: trace}",
         "workload.output_tokens={dist: fixed, value: 4}",
     ],
+    # one session of 10 turns, each sent the moment the previous turn's reply is complete (no think time): its
+    # whole context found cached each turn. (Sessions start at random times: with two, which turns share a step
+    # would depend on the durations.)
+    "session-waits": [
+        "workload.num_requests=10",
+        "workload.arrival=null",
+        (
+            "workload.sessions={rate: 1000000, min_turns: 10, max_turns: 10, message_tokens: {dist: uniform, low: 4,"
+            " high: 24}, turn_gap_s: 0, wait_for_reply: true}"
+        ),
+        "engine.enable_prefix_caching=true",
+        "engine.num_gpu_blocks_override=256",
+    ],
 }
 PD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_pd.yaml"
 DP_SCENARIO = ROOT / "scenarios" / "cpu_tiny_moe_dp2.yaml"
