@@ -329,7 +329,7 @@ class CostModel:
 
     def _refuse(self, what: str) -> None:
         gpu = self.facts.gpu
-        coefficients = ", ".join(f"{k} {v:g}" for k, v in asdict(self.coefficients).items())
+        coefficients = ", ".join(f"{k} {v:g}" for k, v in self.coefficients.to_dict().items())  # the calibrated ones
         raise StepTimeError(
             f"the cost model has no finite step time: {what} (GPU {gpu.name}: bf16_tflops {gpu.bf16_tflops:g},"
             f" memory_bandwidth_gbps {gpu.memory_bandwidth_gbps:g}; coefficients: {coefficients}); every step must"
