@@ -161,6 +161,8 @@ def interval_line(c: TopologyComparison, unit: str) -> str | None:
     lat, digits = iv["latency_ms"], 0 if unit == "users" else 2
     need = iv["units_needed"]
     units = "-" if not need else "none enough" if need["low"] is None else f"{need['low']}-{need['high']}"
+    if need and need["low"] is not None and need["low"] == need["high"]:
+        units = str(need["low"])
     if iv["probability_units_suffice"] is not None:
         units += f" ({c.best.evaluation.units} enough in {iv['probability_units_suffice']:.0%})"
     capacity = "-" if iv["capacity_per_unit"] is None else f"{interval_text(iv['capacity_per_unit'], digits)} {unit}"
