@@ -1,0 +1,159 @@
+"""Dual-batch overlap (`engine.enable_dbo`, vLLM's --enable-dbo) of a data-parallel expert-parallel group: when a
+step splits (sim/dual_batch.py), what the overlapped step costs against its parts, that a step below the thresholds
+is exactly as without it, the shipped DeepSeek-V3 group with it, the serve line and the refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.cli import main
+from planner.errors import ScenarioError
+from planner.outputs.data_parallel_summary import data_parallel_lines
+from planner.scenario.load import load_scenario
+from planner.sizing.serve import vllm_serve_command
+from sim.cost_model import CostModel
+from sim.driver import simulate
+from sim.dual_batch import DualBatch, overlapped_s, splits
+from sim.engine_facts import EngineFacts
+from sim.moe_group import MoeGroupCost
+from sim.scheduler_output import SchedulerOutput
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+DEEPSEEK_DP16 = SCENARIOS / "h200x16_deepseek_v3_dp16_ep.yaml"
+QWEN3_DP2 = SCENARIOS / "h100x2_qwen3_30b_a3b_dp2_ep.yaml"
+CPU_PAIR = SCENARIOS / "cpu_tiny_moe_dp2.yaml"
+DBO = ("engine.enable_dbo=true",)
+
+
+def test_the_overlap_lies_between_the_slower_part_and_the_sum_of_both():
+    for compute_s, comm_s, layers in itertools.product((1e-4, 3e-3, 0.05), (1e-4, 3e-3, 0.05), (1, 3, 58)):
+        step_s = overlapped_s(compute_s, comm_s, layers)
+        both_compute, both_comm = 2 * compute_s, 2 * comm_s
+        assert max(both_compute, both_comm) < step_s <= both_compute + both_comm
+        # one segment of the smaller part stays exposed: the pipeline's fill or drain
+        assert step_s == pytest.approx(max(both_compute, both_comm) + min(compute_s, comm_s) / (2 * layers))
+
+
+def _group_step(path: Path, tokens_per_rank: int, decode: bool, overrides: tuple[str, ...] = DBO):
+    """(whole-step device seconds of the slowest rank, the DualBatchStep or None) for every rank running the same
+    batch: decodes of 2,000-token contexts, or one prompt chunk."""
+    s = load_scenario(path, overrides)
+    cost = CostModel(EngineFacts.of(s))
+    moe = MoeGroupCost(cost)
+    seqs = tokens_per_rank if decode else 1
+    pairs = tokens_per_rank * 2000 if decode else tokens_per_rank * (tokens_per_rank + 1) // 2
+    out = SchedulerOutput(
+        scheduled=[object()] * seqs, num_tokens=tokens_per_rank, num_seqs=seqs, num_sampled=seqs,
+        attention_pairs=pairs, sum_context_tokens=2000 * seqs if decode else 0,
+    )  # fmt: skip
+    ranks = [out] * s.hardware.data_parallel_size
+    whole = moe.step([tokens_per_rank] * len(ranks))
+    dense_s = cost.device_s(out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens)
+    return dense_s + whole.total_s, DualBatch(cost, moe).step(ranks)
+
+
+def test_a_split_step_lies_between_its_parts_and_pays_for_the_split():
+    for tokens, decode in ((64, True), (512, True), (2048, False), (8192, False)):
+        whole_s, split = _group_step(DEEPSEEK_DP16, tokens, decode)
+        assert split is not None
+        assert max(split.compute_s, split.all2all_s) <= split.device_s <= split.compute_s + split.all2all_s
+        # two half batches cost more than one whole one: the weights read twice, the calls' latencies twice
+        assert split.compute_s + split.all2all_s > whole_s
+
+
+def test_the_overlap_pays_where_the_all_to_all_is_large_and_costs_on_small_decode_batches():
+    # DeepSeek-V3 over two 8x H200 nodes: a prefill step's all-to-all crosses the network and is hidden ...
+    for tokens in (2048, 8192):
+        whole_s, split = _group_step(DEEPSEEK_DP16, tokens, decode=False)
+        assert split.device_s < 0.75 * whole_s
+    # ... a small decode batch reads its bf16 weights twice for little all-to-all to hide
+    whole_s, split = _group_step(DEEPSEEK_DP16, 32, decode=True)
+    assert split.device_s > 1.2 * whole_s
+
+
+def test_splits_follows_vllms_thresholds_and_all_ranks_agreeing():
+    assert splits([32, 40], [True, True], 32, 512)
+    assert not splits([31, 40], [True, True], 32, 512)  # one rank below the decode threshold: nobody splits
+    assert not splits([511, 600], [False, False], 32, 512)  # a rank with prompt tokens under 512
+    assert splits([512, 600], [False, True], 32, 512)
+    assert not splits([40, 100], [True, True], 32, 512)  # half the largest (50) >= the smallest: one half empty
+    assert not splits([1, 600], [True, False], 1, 1)  # a dummy batch's one token
+
+
+def test_below_the_thresholds_the_run_is_exactly_as_without_dbo():
+    s = load_scenario(DEEPSEEK_DP16, ("workload.num_requests=120",))
+    off = simulate(s)
+    unreachable = ("engine.dbo_decode_token_threshold=100000", "engine.dbo_prefill_token_threshold=100000")
+    on = simulate(load_scenario(DEEPSEEK_DP16, ("workload.num_requests=120", *DBO, *unreachable)))
+    assert on.data_parallel["dbo_steps"] == 0 and on.data_parallel["dbo_saved_s"] == 0.0
+    for key in ("duration_s", "start_s", "num_tokens"):
+        assert np.array_equal(off.recorder.step_rows()[key], on.recorder.step_rows()[key])
+    assert {k: v for k, v in on.data_parallel.items() if not k.startswith("dbo_")} == off.data_parallel
+
+
+def test_the_shipped_deepseek_group_under_load_gets_faster_with_dbo():
+    # at 48 requests/s the ranks run long prompt chunks together, where the all-to-all is a large share
+    loaded = ("workload.arrival.rate=48", "workload.num_requests=400")
+    off = simulate(load_scenario(DEEPSEEK_DP16, loaded))
+    on = simulate(load_scenario(DEEPSEEK_DP16, (*loaded, *DBO)))
+    dp = on.data_parallel
+    assert dp["dbo_steps"] > 0 and dp["dbo_saved_s"] > 0 and dp["dbo_saved_share"] > 0.01
+    assert on.recorder.step_rows()["duration_s"].sum() < off.recorder.step_rows()["duration_s"].sum()
+    assert dp["all2all_share"] < off.data_parallel["all2all_share"]  # only the exposed all-to-all counts
+
+
+def test_the_same_scenario_and_seed_give_the_same_results_with_dbo():
+    s = load_scenario(DEEPSEEK_DP16, ("workload.num_requests=200", *DBO))
+    first, second = simulate(s), simulate(s)
+    assert first.data_parallel == second.data_parallel
+    assert np.array_equal(first.recorder.step_rows()["duration_s"], second.recorder.step_rows()["duration_s"])
+
+
+def test_the_summary_says_how_many_steps_split_and_what_that_saved():
+    s = load_scenario(DEEPSEEK_DP16, ("workload.arrival.rate=48", "workload.num_requests=200", *DBO))
+    dp = {**simulate(s).data_parallel}
+    lines = data_parallel_lines({"data_parallel": dp, "scenario": dataclasses.asdict(s)})
+    line = next(line for line in lines if "dual-batch overlap" in line)
+    expected = f"{dp['dbo_steps']:,} of {dp['lockstep_steps']:,} steps as two micro-batches, which saved"
+    assert expected in line and f"{dp['dbo_saved_s']:,.2f} s" in line
+
+
+def test_the_serve_line_carries_dbo_and_its_thresholds_where_not_vllms_defaults():
+    line = vllm_serve_command(load_scenario(DEEPSEEK_DP16, DBO))
+    assert "--enable-dbo" in line and "--dbo-" not in line
+    line = vllm_serve_command(load_scenario(DEEPSEEK_DP16, (*DBO, "engine.dbo_decode_token_threshold=128")))
+    assert "--enable-dbo --dbo-decode-token-threshold 128" in line and "--dbo-prefill" not in line
+    assert "--enable-dbo" not in vllm_serve_command(load_scenario(DEEPSEEK_DP16))
+
+
+@pytest.mark.parametrize(
+    ("path", "overrides", "expected"),
+    [
+        # without data parallel and expert parallel
+        (SCENARIOS / "h100_qwen3_30b_a3b.yaml", DBO, r"engine\.enable_dbo = true: is for expert parallel across"),
+        # a backend vLLM does not micro-batch
+        (QWEN3_DP2, DBO, r"engine\.all2all_backend = \"allgather_reducescatter\": engine\.enable_dbo overlaps DeepEP"),
+        # thresholds without dbo, and out of range
+        (DEEPSEEK_DP16, ("engine.dbo_decode_token_threshold=64",), r"dbo_decode_token_threshold = 64: .* needs engine"),
+        (DEEPSEEK_DP16, (*DBO, "engine.dbo_prefill_token_threshold=1"), r"prefill_token_threshold = 1: must be in \[2,"),
+    ],
+)  # fmt: skip
+def test_each_mistake_has_one_message_naming_key_value_and_what_is_allowed(path, overrides, expected):
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path, overrides)
+    assert path.name in str(info.value) and re.search(expected, str(info.value)), str(info.value)
+
+
+def test_the_live_engine_refuses_dbo(tmp_path, capsys):
+    args = ["run", str(CPU_PAIR), "--device", "cpu", "--out", str(tmp_path / "run")]
+    overrides = ["--set", "engine.all2all_backend=deepep_low_latency", "--set", "engine.enable_dbo=true"]
+    assert main([*args, *overrides]) == 2
+    err = capsys.readouterr().err
+    assert "cpu_tiny_moe_dp2.yaml: engine.enable_dbo = true: the live data-parallel group" in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
