@@ -84,12 +84,13 @@ class DualBatch:
     def __init__(self, cost: CostModel, moe: MoeGroupCost) -> None:
         eng = cost.facts.engine
         self.cost, self.moe = cost, moe
-        self.decode_threshold, self.prefill_threshold = eng.dbo_decode_token_threshold, eng.dbo_prefill_token_threshold
+        self.thresholds = eng.dbo_decode_token_threshold, eng.dbo_prefill_token_threshold  # (decode, prefill)
 
     def step(self, outs: list) -> DualBatchStep | None:
         """The step of these ranks' batches (no dummy among them) as two micro-batches, or None if it is not split."""
         tokens = [out.num_tokens for out in outs]
-        if not splits(tokens, [out.num_tokens == out.num_seqs for out in outs], *self._thresholds):
+        decodes = [out.num_tokens == out.num_seqs for out in outs]  # vLLM's uniform_decode: one token a row
+        if not splits(tokens, decodes, *self.thresholds):
             return None
         moe = self.moe.step([t / 2 for t in tokens])
         dense_s = max(
@@ -102,7 +103,3 @@ class DualBatch:
         compute_half_s = dense_s + moe.experts_s
         device_s = overlapped_s(compute_half_s, moe.all2all_s, self.moe.layers)
         return DualBatchStep(device_s, 2 * compute_half_s, 2 * moe.all2all_s, moe)
-
-    @property
-    def _thresholds(self) -> tuple[int, int]:
-        return self.decode_threshold, self.prefill_threshold
