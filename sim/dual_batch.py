@@ -36,7 +36,8 @@ than the whole one: that is why vLLM has the thresholds; the planner reports the
 Simplified: both micro-batches are the same size and shape (vLLM cuts by tokens, so a prefill chunk can fall in
 one); the host's work is the step's own, once (scheduling is not split); vLLM pads every rank to the largest
 rank's token count when it splits (and under CUDA graphs, split or not), which the planner prices in neither;
-the SMs DeepEP's high-throughput kernels take from the GEMMs while overlapped (VLLM_DBO_COMM_SMS) are not taken.
+the SMs DeepEP's high-throughput kernels take from the GEMMs while overlapped (VLLM_DBO_COMM_SMS, 20 by default,
+vllm/envs.py) are not taken (errs fast with deepep_high_throughput; the low-latency kernels take none).
 """
 
 from __future__ import annotations
