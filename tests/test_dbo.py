@@ -114,6 +114,9 @@ def test_what_the_docs_say_of_the_shipped_group_holds():
     off, _ = run()
     on, on_dp = run(*DBO)
     assert on_dp["dbo_saved_s"] < 0 and 1.05 < on["mean_tpot_ms"] / off["mean_tpot_ms"] < 1.15  # "TPOT up 9%"
+    scenario = dataclasses.asdict(load_scenario(DEEPSEEK_DP16, DBO))
+    line = data_parallel_lines({"data_parallel": on_dp, "scenario": scenario})[-1]
+    assert f"which cost {-on_dp['dbo_saved_s']:,.2f} s: {-on_dp['dbo_saved_share']:.1%} of the steps' time" in line
     high, high_dp = run(*DBO, "engine.dbo_decode_token_threshold=256")
     assert high_dp["dbo_steps"] == 0 and high["mean_tpot_ms"] == off["mean_tpot_ms"]
     loaded_off, _ = run("workload.arrival.rate=48")

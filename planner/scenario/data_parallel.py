@@ -196,7 +196,7 @@ def _check_dbo(s: Scenario, given_engine: dict, fail: Fail) -> None:
     if eng.enable_dbo and eng.all2all_backend not in DBO_BACKENDS:
         fail(
             "engine.all2all_backend", eng.all2all_backend,
-            f"engine.enable_dbo overlaps DeepEP's kernels only (vLLM refuses micro-batching with the others);"
+            "engine.enable_dbo overlaps DeepEP's kernels only (vLLM refuses micro-batching with the others);"
             f" allowed with it: {', '.join(DBO_BACKENDS)}",
         )  # fmt: skip
     for key in DBO_KEYS[1:]:
