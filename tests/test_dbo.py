@@ -15,9 +15,9 @@ import pytest
 from planner.calibration.resolve import resolve_cost_model
 from planner.cli import main
 from planner.errors import ScenarioError
+from planner.fidelity.dual_batch import main as table_main
+from planner.fidelity.dual_batch import uniform_step
 from planner.outputs.data_parallel_summary import data_parallel_lines
-from planner.outputs.dual_batch_table import main as table_main
-from planner.outputs.dual_batch_table import uniform_step
 from planner.scenario.load import load_scenario
 from planner.sizing.serve import vllm_serve_command
 from sim.cost_model import CostModel

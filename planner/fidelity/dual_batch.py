@@ -1,8 +1,10 @@
 """Where dual-batch overlap pays (docs/data-parallel-expert-parallel.md): one lockstep step of a data-parallel
 group whose every rank runs the same batch, whole and as two micro-batches (sim/dual_batch.py), by tokens per rank,
-priced with the coefficients `planner simulate` takes for the scenario.
+priced with the coefficients `planner simulate` takes for the scenario. Not a comparison with a measurement: no
+public benchmark isolates vLLM's dual-batch overlap at a stated batch (planner/fidelity/data_parallel.py lists the
+deployments that overlap micro-batches, all disaggregated); it sits beside that page's evidence tables.
 
-`python -m planner.outputs.dual_batch_table SCENARIO [--set key=value ...]` (engine.enable_dbo is set on)."""
+`python -m planner.fidelity.dual_batch SCENARIO [--set key=value ...]` (engine.enable_dbo is set on)."""
 
 from __future__ import annotations
 
