@@ -179,6 +179,13 @@ class EngineConfig:
     # window) for the placement without EPLB. None: a uniform router (only each step's random spread is uneven).
     # EPLB removes this skew (sim/moe_group.py).
     expert_load_balancedness: float | None = None
+    # vLLM's --enable-dbo (dual-batch overlap, ParallelConfig): a lockstep step whose every rank passes its threshold
+    # runs as two micro-batches, one's all-to-all overlapping the other's compute (sim/dual_batch.py). DeepEP only.
+    enable_dbo: bool = False
+    # vLLM's --dbo-decode-token-threshold: a rank's decode-only batch splits from this many tokens (vLLM's 32)
+    dbo_decode_token_threshold: int = 32
+    # vLLM's --dbo-prefill-token-threshold: a rank's batch with prompt tokens splits from this many (vLLM's 512)
+    dbo_prefill_token_threshold: int = 512
     kv_offload: KvOffloadConfig | None = None  # a KV tier in host memory; None: evicted blocks are gone
 
     def max_model_len_for(self, model: ModelSpec) -> int:

@@ -4,7 +4,8 @@ engine ranks, each with its own scheduler, batch and KV pool, behind vLLM's DP b
 - A mixture of experts under expert parallel: the ranks step in lockstep (sim/dp_balancer.py), an idle one running a
   dummy batch (a one-token forward that samples nothing). A step lasts as long as the slowest rank's: its attention
   and dense layers (its own batch, sim/cost_model.py, routed experts left out) plus the group's MoE layers, which
-  the busiest GPU sets (sim/moe_group.py).
+  the busiest GPU sets (sim/moe_group.py). With engine.enable_dbo a step whose ranks all pass vLLM's thresholds runs
+  as two micro-batches whose all-to-all and compute overlap (sim/dual_batch.py).
 - A dense model: the ranks are independent engines (vLLM runs non-MoE data-parallel ranks as separate engines,
   with no lockstep), each stepped as sim/replica.py steps a replica.
 
@@ -21,6 +22,7 @@ import simpy
 
 from sim.cost_model import CostModel
 from sim.dp_balancer import balancer_score, is_dummy, lockstep_schedule, pick_rank
+from sim.dual_batch import DualBatch, DualBatchStep
 from sim.engine_facts import EngineFacts
 from sim.moe_group import MoeGroupCost, MoeStep
 from sim.replica import Replica
@@ -41,6 +43,9 @@ class DataParallelStats:
     all2all_s: float = 0.0  # of which dispatch and combine
     imbalance_sum: float = 0.0  # the busiest GPU's (token, expert) pairs over the mean GPU's, summed over steps
     dummy_rank_steps: int = 0  # rank-steps that were dummy batches (the rank had nothing to run)
+    dbo: bool = False  # engine.enable_dbo: the steps below are counted
+    split_steps: int = 0  # steps run as two micro-batches
+    split_saved_s: float = 0.0  # what splitting them saved against running them whole (negative: it cost)
 
     def add(self, duration_s: float, moe: MoeStep, num_dummy: int) -> None:
         self.num_steps += 1
@@ -50,6 +55,17 @@ class DataParallelStats:
         self.imbalance_sum += moe.imbalance
         self.dummy_rank_steps += num_dummy
 
+    def add_split(self, duration_s: float, whole_s: float, split: DualBatchStep) -> None:
+        """A step run as two micro-batches (whole_s: its duration unsplit): its experts both halves' GEMMs, its
+        all-to-all only what the overlap left exposed."""
+        self.num_steps += 1
+        self.busy_s += duration_s
+        self.experts_s += 2 * split.moe.experts_s
+        self.all2all_s += split.exposed_all2all_s
+        self.imbalance_sum += split.moe.imbalance
+        self.split_steps += 1
+        self.split_saved_s += whole_s - duration_s
+
     def to_dict(self) -> dict:
         steps, busy = max(self.num_steps, 1), self.busy_s or 1.0
         return {
@@ -58,6 +74,16 @@ class DataParallelStats:
             "experts_share": self.experts_s / busy,
             "mean_imbalance": self.imbalance_sum / steps,
             "dummy_share": self.dummy_rank_steps / (steps * self.num_ranks),
+            **(self._dbo_dict() if self.dbo else {}),
+        }
+
+    def _dbo_dict(self) -> dict:
+        """The split steps, and what they saved over the group's busy time had every step run whole."""
+        whole_s = self.busy_s + self.split_saved_s
+        return {
+            "dbo_steps": self.split_steps,
+            "dbo_saved_s": self.split_saved_s,
+            "dbo_saved_share": self.split_saved_s / whole_s if whole_s else 0.0,
         }
 
 
@@ -89,7 +115,8 @@ class LockstepGroup:
         self.env, self.cost, self.on_finished = env, cost, on_finished
         self.moe = MoeGroupCost(cost)
         self.ranks = [LockstepRank(self, s) for s in schedulers]
-        self.stats = DataParallelStats(len(schedulers))
+        self.dbo = DualBatch(cost, self.moe) if cost.facts.engine.enable_dbo else None
+        self.stats = DataParallelStats(len(schedulers), dbo=self.dbo is not None)
         self.idle: simpy.Event | None = None
         env.process(self.run())
 
@@ -111,6 +138,10 @@ class LockstepGroup:
             moe = self.moe.step([1 if is_dummy(out) else out.num_tokens for out in outs])
             sides = [self._rank_sides(out, moe) for out in outs]
             duration = max(float(cost.combine(host, device, after_idle)) for host, device in sides)
+            split = self._split(outs)
+            if split is not None:  # every rank's device time the overlapped micro-batches'
+                sides, whole_s = [(host, split.device_s) for host, _ in sides], duration
+                duration = max(float(cost.combine(host, split.device_s, after_idle)) for host, _ in sides)
             start, blocks = env.now, [s.kv.pool.num_used_blocks for s in schedulers]
             for out in outs:
                 if not is_dummy(out):
@@ -121,12 +152,21 @@ class LockstepGroup:
                 if not is_dummy(out):
                     finished += s.update(out, env.now)
                     s.record_step(out, start, duration, used, host, device)
-            self.stats.add(duration, moe, sum(map(is_dummy, outs)))
+            if split is None:
+                self.stats.add(duration, moe, sum(map(is_dummy, outs)))
+            else:
+                self.stats.add_split(duration, whole_s, split)
             after_idle = False
             for request in finished:
                 self.on_finished(request)
             if finished:
                 yield env.timeout(0)  # as sim/replica.py: the users whose replies completed go first
+
+    def _split(self, outs) -> DualBatchStep | None:
+        """The step as two micro-batches, if dbo is on and vLLM would split it (never with a dummy batch)."""
+        if self.dbo is None or any(map(is_dummy, outs)):
+            return None
+        return self.dbo.step(outs)
 
     def _rank_sides(self, out, moe: MoeStep) -> tuple[float, float]:
         """(host, device) seconds of one rank's step: its own batch, or a dummy batch of one token that samples

@@ -26,7 +26,8 @@ for the slowest at each layer, so a layer costs what the busiest GPU's share cos
   allgather_reducescatter (vLLM's default) and naive instead gather every rank's tokens on every GPU and
   reduce-scatter the outputs (ring collectives: (R - 1)/R of all tokens' hidden states each way).
 
-Simplified: the layer's experts, dispatch and combine add up (DeepEP's two-micro-batch overlap is not modelled);
+Simplified: the layer's experts, dispatch and combine add up (DeepEP's two-micro-batch overlap, vLLM's
+--enable-dbo, is sim/dual_batch.py's, from these parts priced for half batches);
 tokens routed uniformly beyond the stated skew; a rank of tp GPUs splits its tokens over them (vLLM's
 sequence-parallel MoE); DeepEP's de-duplication of a token's pairs per node is not modelled (errs slow).
 """

@@ -7,7 +7,7 @@ import sys
 
 from planner.commands.output import check_out, emit, refuse_fleet_scrapes
 from planner.commands.scenario_checks import load_scenario_args, refuse, workload_problems
-from planner.errors import PlannerError
+from planner.errors import PlannerError, ScenarioError
 from planner.outputs.progress import ProgressBar
 
 # Below it logits / temperature overflows float32 (inf, then nan probabilities); vLLM raises a lower one to it.
@@ -42,6 +42,13 @@ def cmd_run(args) -> int:
     _check_sampling(args.temperature, args.top_p)
     scenario = load_scenario_args(args)
     refuse(scenario, workload_problems(scenario))  # the fit is measured by the engine itself
+    if scenario.engine.enable_dbo:
+        raise ScenarioError(
+            scenario.source, "engine.enable_dbo", True,
+            "the live data-parallel group runs each rank's forward whole, one rank after another in one"
+            " process, so there is no all-to-all on a link for a second micro-batch to hide; dual-batch"
+            " overlap is simulated only (planner simulate); set it false to run the group live",
+        )  # fmt: skip
     check_out(args)
     if scenario.fleet is not None:  # a prefill/decode pair (gpu_engine/pd_pair.py)
         from planner.commands.simulate_fleet import run_pair_command

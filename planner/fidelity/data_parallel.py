@@ -50,21 +50,22 @@ DEPLOYMENTS = [
         "DeepSeek-V3/R1 on H800 nodes; prefill EP32 / DP32 over 4 nodes, decode EP144 / DP144 over 18 nodes, 32"
         " redundant experts in each; two micro-batches overlapped; 56.3% of input tokens from the KV cache",
         "73.7k input tokens/s per node prefilling, 14.8k output tokens/s per node decoding",
-        "prefill/decode disaggregation of data-parallel groups (refused in a fleet) and micro-batch overlap",
+        "prefill/decode disaggregation of data-parallel groups (refused in a fleet); its two micro-batches alone are"
+        " modelled (engine.enable_dbo)",
     ),
     Deployment(
         "LMSYS / SGLang, large-scale EP on 96 H100s (blog, 2025-05-05)",
         "DeepSeek-V3 on 12 nodes of 8 H100s, prefill and decode disaggregated, DeepEP, EPLB, two-batch overlap;"
         " 2,000-token inputs",
         "52.3k input and 22.3k output tokens/s per node; TTFT 2-5 s, ITL about 100 ms",
-        "prefill/decode disaggregation and two-batch overlap, as above",
+        "prefill/decode disaggregation, as above",
     ),
     Deployment(
         "vLLM blog, DeepSeek @ 2.2k tok/s/H200 with wide-EP (2025-12-17)",
         "DeepSeek-R1 on a CoreWeave H200 cluster, InfiniBand ConnectX-7; wide-EP (DP + EP), disaggregated, dual-batch"
         " overlap, DeepEP, EPLB",
         "2.2k tokens/s per H200 sustained (about 1.5k before its latest kernels)",
-        "disaggregation and dual-batch overlap; the post does not give the batch or the DP sizes of the figure",
+        "disaggregation, as above; the post does not give the batch or the DP sizes of the figure",
     ),
     Deployment(
         "llm-d, wide expert parallelism well-lit path (guide)",

@@ -25,6 +25,18 @@ def data_parallel_lines(s: dict) -> list[str]:
             f" {dp['experts_share']:.1%} (busiest GPU's expert load {dp['mean_imbalance']:.2f}x the mean);"
             f" {dp['dummy_share']:.1%} of rank-steps were dummy batches"
         )
+    if "dbo_steps" in dp:  # engine.enable_dbo (sim/dual_batch.py)
+        lines.append(dual_batch_line(dp))
     if "serve" in dp:
         lines += ["Serve it with:", *(f"  {line}" for line in dp["serve"])]
     return lines
+
+
+def dual_batch_line(dp: dict) -> str:
+    """How many lockstep steps ran as two micro-batches and what that saved against running them whole."""
+    saved = dp["dbo_saved_s"]
+    return (
+        f"  dual-batch overlap: {dp['dbo_steps']:,} of {dp['lockstep_steps']:,} steps as two micro-batches, which"
+        f" {'saved' if saved >= 0 else 'cost'} {abs(saved):,.2f} s: {abs(dp['dbo_saved_share']):.1%} of the steps'"
+        " time had they all run whole"
+    )

@@ -15,7 +15,11 @@ from sim.config import HOST_DEVICES, Scenario
 
 TOPOLOGY_KEYS = ("gpus_per_node", "num_nodes", "nvlink_domain_gpus", "internode_gbit_per_s")
 GPU_TOPOLOGY_KEYS = ("gpus_per_node", "nvlink_domain_gpus", "internode_gbit_per_s")  # the catalog's node
-GROUP_ENGINE_KEYS = ("all2all_backend", "enable_eplb", "eplb_num_redundant_experts", "expert_load_balancedness")
+DBO_KEYS = ("enable_dbo", "dbo_decode_token_threshold", "dbo_prefill_token_threshold")  # vLLM's dual-batch overlap
+GROUP_ENGINE_KEYS = (
+    "all2all_backend", "enable_eplb", "eplb_num_redundant_experts", "expert_load_balancedness", *DBO_KEYS
+)  # fmt: skip
+DBO_BACKENDS = ("deepep_low_latency", "deepep_high_throughput")  # vLLM's VllmConfig refuses DBO with the others
 
 Fail = Callable[[str, Any, str], typing.NoReturn]
 
@@ -50,7 +54,8 @@ def check_data_parallel(s: Scenario, raw: dict, fail: Fail) -> Scenario:
         if key in given_engine and not group:
             fail(
                 f"engine.{key}", given_engine[key],
-                "is for expert parallel across data-parallel ranks (vLLM's all-to-all and EPLB run only there):"
+                "is for expert parallel across data-parallel ranks (vLLM's all-to-all, EPLB and dual-batch overlap"
+                " run only there):"
                 " it needs hardware.data_parallel_size > 1 and hardware.expert_parallel true",
             )  # fmt: skip
     if dp > 1 and "router" in given_hw:
@@ -65,6 +70,7 @@ def check_data_parallel(s: Scenario, raw: dict, fail: Fail) -> Scenario:
         _check_topology(s, fail)
     if group:
         _check_eplb(s, fail)
+        _check_dbo(s, given_engine, fail)
     if dp > 1 and m.num_moe_layers and not hw.expert_parallel:
         fail(
             "hardware.expert_parallel", False,
@@ -182,3 +188,21 @@ def _check_eplb(s: Scenario, fail: Fail) -> None:
             f"with {m.num_experts} experts, the physical experts ({m.num_experts} + {redundant}) must divide evenly"
             f" over the {gpus} GPUs (DeepSeek's EPLB algorithm, which vLLM runs, places the same number on each)",
         )  # fmt: skip
+
+
+def _check_dbo(s: Scenario, given_engine: dict, fail: Fail) -> None:
+    """Dual-batch overlap (sim/dual_batch.py) as vLLM runs it: DeepEP's kernels only, thresholds only with it on."""
+    eng = s.engine
+    if eng.enable_dbo and eng.all2all_backend not in DBO_BACKENDS:
+        fail(
+            "engine.all2all_backend", eng.all2all_backend,
+            "engine.enable_dbo overlaps DeepEP's kernels only (vLLM refuses micro-batching with the others);"
+            f" allowed with it: {', '.join(DBO_BACKENDS)}",
+        )  # fmt: skip
+    for key in DBO_KEYS[1:]:
+        if key in given_engine and not eng.enable_dbo:
+            fail(
+                f"engine.{key}",
+                given_engine[key],
+                "is a threshold of dual-batch overlap: it needs engine.enable_dbo true",
+            )

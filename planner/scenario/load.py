@@ -21,7 +21,7 @@ from typing import Any
 
 from planner.errors import PlannerError, ScenarioError, read_text_file, show_value
 from planner.scenario.cross_checks import check_relations
-from planner.scenario.data_parallel import drop_data_parallel_keys
+from planner.scenario.data_parallel import DBO_KEYS, drop_data_parallel_keys
 from planner.scenario.rules import Ctx
 from planner.scenario.validation import allowed_keys, build_dataclass
 from planner.scenario.yaml_loader import parse_yaml
@@ -132,6 +132,9 @@ def scenario_to_dict(s: Scenario) -> dict:
         drop_data_parallel_keys(out["hardware"], out["engine"])
         for pool in (out.get("fleet") or {}).get("pools", ()):  # refused in a fleet
             drop_data_parallel_keys(pool["hardware"], pool["engine"])
+    elif not s.engine.enable_dbo:  # ... and a data-parallel group without dual-batch overlap
+        for key in DBO_KEYS:
+            del out["engine"][key]
     if s.engine.speculative is None:
         # Without speculative decoding its keys say nothing of the run: a summary keeps the keys it always had
         del out["engine"]["speculative"]

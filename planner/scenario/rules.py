@@ -135,6 +135,9 @@ RULES: dict[tuple[type, str], Rule] = {
     (EngineConfig, "all2all_backend"): one_of(*ALL2ALL_BACKENDS),
     (EngineConfig, "eplb_num_redundant_experts"): in_range(0, 1 << 16),
     (EngineConfig, "expert_load_balancedness"): above_to(0, 1),
+    # a step of one token cannot be split in two micro-batches (vLLM aborts a split that leaves one empty)
+    (EngineConfig, "dbo_decode_token_threshold"): in_range(2, MAX_TOKENS, " tokens"),
+    (EngineConfig, "dbo_prefill_token_threshold"): in_range(2, MAX_TOKENS, " tokens"),
     (EngineConfig, "num_gpu_blocks_override"): Rule(
         lambda v: 2 <= v <= MAX_NUM_GPU_BLOCKS,
         f"must be in [2, {_num(MAX_NUM_GPU_BLOCKS)}] (block 0 is vLLM's null block, never given to a request)",

@@ -1,12 +1,12 @@
 """The `vllm serve` flags of a data-parallel deployment (docs/data-parallel-expert-parallel.md), as vLLM's
 data-parallel deployment guide writes them: the group's size, how many ranks each node runs and where the head
-node listens, the all-to-all backend and EPLB."""
+node listens, the all-to-all backend, dual-batch overlap and EPLB."""
 
 from __future__ import annotations
 
 import json
 
-from sim.config import Scenario
+from sim.config import EngineConfig, Scenario
 
 RPC_PORT = 13345  # any free port; the one vLLM's data-parallel deployment guide uses
 
@@ -26,6 +26,13 @@ def data_parallel_flags(s: Scenario) -> list[str]:
         ]
     if hw.expert_parallel:
         flags.append(f"--all2all-backend {e.all2all_backend}")
+    if e.enable_dbo:  # the thresholds where they are not vLLM's defaults
+        defaults = EngineConfig()
+        flags.append("--enable-dbo")
+        if e.dbo_decode_token_threshold != defaults.dbo_decode_token_threshold:
+            flags.append(f"--dbo-decode-token-threshold {e.dbo_decode_token_threshold}")
+        if e.dbo_prefill_token_threshold != defaults.dbo_prefill_token_threshold:
+            flags.append(f"--dbo-prefill-token-threshold {e.dbo_prefill_token_threshold}")
     if e.enable_eplb:
         flags.append("--enable-eplb")
         if e.eplb_num_redundant_experts:
