@@ -41,6 +41,7 @@ LABELS = {
     "all2all_backend": "a2a",
     "kv_offload": "host tier",
     "enable_eplb": "eplb",
+    "enable_dbo": "dbo",
 }
 
 
