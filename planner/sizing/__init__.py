@@ -3,7 +3,7 @@
 - question.py: the sizing question as data (Demand, SearchSpec, Money, Probe, SizingQuestion)
 - spec.py: the sizing file, a scenario + `search:` (demand, candidates, money, probe), validated
   (spec_fields.py: a section's fields; spec_checks.py: the checks across sections; spec_disaggregated.py and
-  spec_length_routed.py: the units' sections)
+  spec_length_routed.py: the units' sections; spec_money.py: money and the prices each GPU needs)
 - candidates.py: every combination to try (GPU, tensor and data parallel layout, dtype, engine settings), and why
   those that cannot run were pruned
 - coefficients.py: the one function that gives a candidate its cost-model coefficients and their provenance

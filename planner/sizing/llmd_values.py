@@ -61,8 +61,8 @@ def llmd_values(replica: Scenario | None, replicas: int, unit: Scenario | None =
     (`unit`: a fleet of a prefill and a decode pool); None when the model has no checkpoint to serve, its serve
     line is not vLLM's (the planner's baselines), the units' KV connector is not NixlConnector, or the replica is
     a data-parallel group (the chart runs one as a LeaderWorkerSet of one pod per node with its own start-rank
-    script, llm-d-infra's wide-ep-lws example, whose `parallelism.data` counts nodes by its own TODO: a layout
-    too unsettled to write for a user; the serve lines say how to start the group)."""
+    script, llm-d-infra's wide-ep-lws example, whose `parallelism.data` counts nodes, a stopgap by the example's own
+    note: a layout too unsettled to write for a user; the serve lines say how to start the group)."""
     s = unit if unit is not None else replica
     if unit is None and replica.hardware.data_parallel_size > 1:
         return None

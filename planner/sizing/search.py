@@ -151,10 +151,15 @@ def run_search(
     return out
 
 
-def workload_shape(q: SizingQuestion) -> Shape:
+def _demand_workload(q: SizingQuestion):
+    """(the scenario at the demand, its probe's requests, the users' think time): what the shapes are drawn from."""
     s = scenario_at(q.scenario, q.search.demand.kind, q.search.demand.value, q.search.probe.num_requests)
-    wl = generate_workload(s.workload, s.max_model_len)
     think = s.workload.arrival.think_time_s if q.search.demand.kind == "users" else 0.0
+    return s, generate_workload(s.workload, s.max_model_len), think
+
+
+def workload_shape(q: SizingQuestion) -> Shape:
+    s, wl, think = _demand_workload(q)
     if wl.block_ids is not None:  # a trace's prefix ids or sessions: what an unbounded cache finds, in order
         cacheable = lru_hit_rates(s, [math.inf])[0] * float(wl.prompt_tokens.mean())
     else:
@@ -169,9 +174,7 @@ def split_shapes(q: SizingQuestion, threshold_tokens: int) -> dict[str, tuple[fl
     the share of the requests and their mean shape. Their cacheable tokens are taken as every prompt token but
     the last where requests share prefixes (which share is not worked out per side), so the bounds built on them
     stay upper bounds."""
-    s = scenario_at(q.scenario, q.search.demand.kind, q.search.demand.value, q.search.probe.num_requests)
-    wl = generate_workload(s.workload, s.max_model_len)
-    think = s.workload.arrival.think_time_s if q.search.demand.kind == "users" else 0.0
+    _, wl, think = _demand_workload(q)
     shares = (wl.prefix_group >= 0).any() or wl.block_ids is not None
     out = {}
     for side, mask in (("short", wl.prompt_tokens <= threshold_tokens), ("long", wl.prompt_tokens > threshold_tokens)):

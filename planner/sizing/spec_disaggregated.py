@@ -61,13 +61,17 @@ def parse_disaggregated(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx, engine_
     (pg, ptp, pe), (dg, dtp, de) = roles["prefill"], roles["decode"]
     spec = Disaggregated(pg, ptp, dg, dtp, ratios, transfer, dict(transfer_raw), pe, de)
     units = len(pg) * len(ptp) * len(pe) * len(dg) * len(dtp) * len(de) * len(ratios)
+    check_unit_count(units, "prefill/decode units (GPUs x sizes x engine settings per role x ratios)", where, ctx)
+    return spec
+
+
+def check_unit_count(units: int, what: str, where: str, ctx: Ctx) -> None:
+    """Refuse more than MAX_UNITS units: every one runs a capacity search of its own."""
     if units > MAX_UNITS:
         raise ScenarioError(
             ctx.file, where, NO_VALUE,
-            f"{units:,} prefill/decode units (GPUs x sizes x engine settings per role x ratios): at most {MAX_UNITS},"
-            " each runs a capacity search of its own; narrow the lists",
+            f"{units:,} {what}: at most {MAX_UNITS}, each runs a capacity search of its own; narrow the lists",
         )  # fmt: skip
-    return spec
 
 
 def parse_role(raw: Any, where: str, scenario: Scenario, tp_rule, ctx: Ctx, engine_sweep):

@@ -17,7 +17,7 @@ from typing import Any
 from planner.errors import NO_VALUE, ScenarioError
 from planner.scenario.rules import RULES, Ctx
 from planner.sizing.question import LengthRouted
-from planner.sizing.spec_disaggregated import MAX_UNITS, parse_ratios, parse_role
+from planner.sizing.spec_disaggregated import check_unit_count, parse_ratios, parse_role
 from planner.sizing.spec_fields import int_list, mapping, section
 from sim.config import FleetRouterConfig, Scenario
 
@@ -53,10 +53,7 @@ def parse_length_routed(raw: Any, scenario: Scenario, tp_rule, ctx: Ctx, engine_
     (sg, stp, se), (lg, ltp, le) = roles["short"], roles["long"]
     spec = LengthRouted(sg, stp, se, lg, ltp, le, thresholds, ratios)
     units = len(sg) * len(stp) * len(se) * len(lg) * len(ltp) * len(le) * len(thresholds) * len(ratios)
-    if units > MAX_UNITS:
-        raise ScenarioError(
-            ctx.file, where, NO_VALUE,
-            f"{units:,} length-routed units (GPUs x sizes x engine settings per pool x thresholds x ratios): at most"
-            f" {MAX_UNITS}, each runs a capacity search of its own; narrow the lists",
-        )  # fmt: skip
+    check_unit_count(
+        units, "length-routed units (GPUs x sizes x engine settings per pool x thresholds x ratios)", where, ctx
+    )
     return spec

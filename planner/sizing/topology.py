@@ -113,6 +113,7 @@ class TopologyComparison:
     best: UnitResult | None  # the cheapest unit that meets the SLOs at the demand
     num_simulations: int
     wall_s: float
+    kinds: frozenset[str]  # the unit kinds the sizing file asked for (Unit.kind)
     # --intervals N: the best unit's 90% intervals (planner/sizing/unit_intervals.py); None: not asked, or no best
     intervals: dict | None = None
     interval_simulations: int = 0
@@ -314,7 +315,11 @@ def compare_topologies(
     meeting = [r for r in results if r.meets and r.objective_usd_per_month is not None]
     best_unit = min(meeting, key=lambda r: (r.objective_usd_per_month, r.unit.index), default=None)
     sims = sum(len(r.evaluation.capacity.probes) + (r.evaluation.at_demand is not None) * 2 for r in results)
-    return TopologyComparison(results, pruned, best_unit, sims, time.perf_counter() - start)
+    kinds = frozenset(
+        kind for kind, asked in (("disaggregated", q.search.disaggregated), ("length-routed", q.search.length_routed))
+        if asked is not None
+    )  # fmt: skip
+    return TopologyComparison(results, pruned, best_unit, sims, time.perf_counter() - start, kinds)
 
 
 WAVE_SIZE = 4  # units simulated between two pruning decisions (at least the workers)

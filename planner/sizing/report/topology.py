@@ -105,24 +105,18 @@ def verdict(c: TopologyComparison, ranking: Ranking) -> str:
 
 def _units_word(c: TopologyComparison) -> str:
     """What the comparison's units are, in words: 'prefill/decode unit', 'length-routed unit', or 'unit'."""
-    kinds = set(_kinds(c))
-    if kinds == {"disaggregated"}:
+    if c.kinds == {"disaggregated"}:
         return "prefill/decode unit"
-    return "length-routed unit" if kinds == {"length-routed"} else "unit"
-
-
-def _kinds(c: TopologyComparison) -> list[str]:
-    return [r.unit.kind for r in c.results] or [
-        "length-routed" if " tokens: short " in label else "disaggregated" for label, _ in c.pruned
-    ]
+    return "length-routed unit" if c.kinds == {"length-routed"} else "unit"
 
 
 def title(c: TopologyComparison) -> str:
     """The section's heading: what the aggregated candidates are weighed against."""
-    kinds = set(_kinds(c))
-    if kinds == {"length-routed"}:
+    if c.kinds == {"length-routed"}:
         return "Aggregated against length-routed"
-    return "Aggregated against disaggregated" if kinds <= {"disaggregated"} else "Aggregated against units of two pools"
+    return (
+        "Aggregated against disaggregated" if c.kinds == {"disaggregated"} else "Aggregated against units of two pools"
+    )
 
 
 def _why(r: UnitResult) -> str:
