@@ -37,7 +37,7 @@ from sim.metrics import Recorder
 from sim.prefix_stats import PrefixCacheCounts
 from sim.request import Request
 from sim.scheduler import Scheduler, build_scheduler
-from sim.workload import Workload, generate_workload, make_request
+from sim.workload import Workload, all_prompt_token_ids, generate_workload, make_request
 
 # On CPU, one torch thread, as `planner calibrate --device cpu` measures: a profile then fits the runs, and on
 # a shared 2-core machine a second thread turned other processes' time slices into whole-step stalls.
@@ -250,6 +250,7 @@ def run_scenario(
         if progress is not None:
             progress(finished_count, len(workload))
 
+    prompts = all_prompt_token_ids(workload)  # tokenized before the run, as a server receives them
     probe = None if reference is None else ReferenceProbe(runner, reference)
     reference_s = [] if probe is None else [probe.time()]
     # On CPU the machine's speed can change within a run (other processes, other virtual machines on the
@@ -267,14 +268,9 @@ def run_scenario(
     step_start = None  # None: idle, the next step starts when the loop finds work
     others = OtherCpuMeter()
     while scheduler.num_unfinished or arrivals.due:
-        if probe_every_s is not None and clock() - last_probe_s >= probe_every_s:
-            paused_at = time.perf_counter()
-            during_s.append(probe.time(repeats=PROBE_REPEATS, warmup=1))
-            paused_s += time.perf_counter() - paused_at
-            last_probe_s = clock()
         loop_start, cpu_s = clock() if step_start is None else step_start, time.thread_time()
         for arrival_s, index in arrivals.pop_due(clock()):
-            scheduler.add_request(make_request(workload, index, arrival_s, with_token_ids=True))
+            scheduler.add_request(make_request(workload, index, arrival_s, with_token_ids=prompts[index]))
         if not scheduler.num_unfinished:
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             step_start = None
@@ -286,6 +282,14 @@ def run_scenario(
         step_start = clock()
         busy_wall_s += step_start - loop_start
         busy_cpu_s += time.thread_time() - cpu_s
+        if probe_every_s is not None and step_start - last_probe_s >= probe_every_s:
+            # Right after a step, never right after an idle spell: a probe there would time the machine's wake-up
+            # (a busy machine, it would say) and warm it for the step that follows, which then hides its own
+            # (CostCoefficients.idle_wake_s).
+            paused_at = time.perf_counter()
+            during_s.append(probe.time(repeats=PROBE_REPEATS, warmup=1))
+            paused_s += time.perf_counter() - paused_at
+            last_probe_s = step_start = clock()
     if probe is not None:
         reference_s.append(probe.time())
     if recorder.spec is not None:  # the time shares, measured: proposing, and every step

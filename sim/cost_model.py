@@ -54,6 +54,11 @@ from sim.engine_facts import EngineFacts
 from sim.errors import StepTimeError
 from sim.peak_rates import linear_peak_flops, peak_flops
 
+# An idle spell this long or longer makes the next step pay `idle_wake_s`: measured on this repository's 2-vCPU
+# machine (`python -m gpu_engine.sweep_idle`), steps after 1 ms of idle ran as fast as back to back ones, steps
+# after 10 to 100 ms slower by about the same amount.
+IDLE_WAKE_AFTER_S = 0.005
+
 
 @dataclass(frozen=True)
 class CostCoefficients:
@@ -113,6 +118,12 @@ class CostCoefficients:
     draft_pass_overhead_s: float | None = None
     ngram_s_per_context_token: float | None = None  # the n-gram lookup's host seconds per context token scanned
     ngram_overhead_s: float | None = None  # ... and per lookup (one a step: its call, its batch's bookkeeping)
+    # Seconds the first step after the engine waited for work takes beyond its price: whatever the engine's
+    # process needs warm (its code, its data in the caches, the core's clock) has gone cold while it slept, and
+    # steps back to back keep it warm. `planner calibrate` times it (gpu_engine/sweep_idle.py): about a
+    # millisecond on a shared 2-vCPU VM, for steps of 1 to 2.5 ms. None: not calibrated, priced as 0 (no GPU
+    # has been measured: every shipped profile lacks it).
+    idle_wake_s: float | None = None
 
     def to_dict(self) -> dict:
         """Every coefficient; the drafting ones only when calibrated (a profile without them reads as before)."""
@@ -220,6 +231,7 @@ class CostModel:
             0.0 if facts.hardware.gpu.name in HOST_DEVICES else (c.attention_floor_per_layer_s * m.num_hidden_layers)
         )
         self.row_s = c.per_row_layer_overhead_s * m.num_hidden_layers
+        self.idle_wake_s = c.idle_wake_s or 0.0  # added to the first step after the engine waited for work
         self.flops_per_s = peak_flops(facts) * c.flops_efficiency
         self.linear_flops_per_s = linear_peak_flops(facts) * c.flops_efficiency
         self.bytes_per_s = facts.gpu.memory_bandwidth_gbps * 1e9 * c.bandwidth_efficiency

@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import simpy
 
-from sim.cost_model import CostModel
+from sim.cost_model import IDLE_WAKE_AFTER_S, CostModel
 from sim.decode_windows import WindowStart
 from sim.draft_cost import DraftCost
 from sim.host_link import host_link_of
@@ -129,6 +129,7 @@ class Replica:
     def run(self):
         env, sched = self.env, self.scheduler
         after_idle = True  # async: the first step after idle has no step to hide its host side behind
+        woke = False  # the engine waited for work, IDLE_WAKE_AFTER_S or longer, before this step
         # A window ended with arrivals joining the queue: the next step admits them, almost always, so no window
         # is looked for (one stepped step where the queue's head is blocked: stepping is always exact).
         admitting = False
@@ -143,8 +144,9 @@ class Replica:
                     sched.add_request(request)
                 after_idle = True  # drained: the next step's host side has no step to hide behind
                 if not sched.num_unfinished:
-                    self.idle = env.event()
+                    self.idle, idle_from = env.event(), env.now
                     yield self.idle
+                    woke = env.now - idle_from >= IDLE_WAKE_AFTER_S
                     continue
             # A window never starts right after idle: the request that woke the engine is still waiting.
             bound = 0
@@ -176,8 +178,9 @@ class Replica:
                 for request in pending:
                     sched.add_request(request)
                 if not pending:
-                    self.idle = env.event()
+                    self.idle, idle_from = env.event(), env.now
                     yield self.idle
+                    woke = env.now - idle_from >= IDLE_WAKE_AFTER_S
                 after_idle = True
                 continue
             if not out.scheduled:
@@ -185,12 +188,15 @@ class Replica:
                     f"no request can be scheduled at t={env.now:.3f}s with "
                     f"{sched.kv.pool.num_free_blocks} free blocks: the pool is too small"
                 )
-            yield from self._step(out, after_idle)
-            after_idle = False
+            yield from self._step(out, after_idle, woke=woke)
+            after_idle = woke = False
 
-    def _step(self, out: SchedulerOutput, after_idle: bool, priced: tuple[float, float] | None = None):
+    def _step(
+        self, out: SchedulerOutput, after_idle: bool, priced: tuple[float, float] | None = None, woke: bool = False
+    ):
         """Run one scheduled step: release the arrivals kept aside, price it (unless `priced` gives its (step,
-        device) seconds), advance the clock, update."""
+        device) seconds; `woke`: the engine waited for work before it, see CostCoefficients.idle_wake_s),
+        advance the clock, update."""
         env, sched, cost = self.env, self.scheduler, self.cost
         self._release_deferred()  # arrivals during the previous step: too late for this one
         start, blocks_in_use = env.now, sched.kv.pool.num_used_blocks
@@ -204,6 +210,8 @@ class Replica:
                 out.num_tokens, out.num_seqs, out.num_sampled + out.num_draft_tokens, out.attention_pairs,
                 out.sum_context_tokens,
             )  # fmt: skip
+            if woke and cost.idle_wake_s:
+                device += cost.idle_wake_s
             if self.drafting is not None:
                 # Drafting follows the forward in the step, on its critical path (the n-gram lookup on the host)
                 draft = self.drafting.step_s(out)

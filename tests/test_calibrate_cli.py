@@ -24,6 +24,7 @@ def test_calibrate_on_the_cpu_end_to_end(tmp_path, capsys):
     printed = capsys.readouterr().out
     for words in ("Memory probe", "num_gpu_blocks", "Step sweep:", "Fit over", "median |err|", "worst steps"):
         assert words in printed
+    assert "First step after idle: 30 steps of 6 shapes timed after 50 ms idle and warm" in printed
     for name in ("light", "saturated", "closed", "long", "preemption", "shared"):
         assert f"\n  {name} " in printed
     assert "mean_tpot_ms" in printed and "target <= 10%" in printed
@@ -32,6 +33,7 @@ def test_calibrate_on_the_cpu_end_to_end(tmp_path, capsys):
     assert profile.model == "tiny-llama" and profile.dtype == "float32" and profile.source == "live-sweep"
     assert profile.device["kind"] == "cpu" and profile.engine["cpu_threads"] == 1
     assert profile.coefficients and profile.fit["rows"] >= 8
+    assert profile.coefficients["idle_wake_s"] >= 0 and profile.uncertainty["idle_wake_s"] >= 0  # sweep_idle timed it
     with open(out.parent / profile.rows) as f:
         rows = list(csv.DictReader(f))
     assert len(rows) >= 8 and set(STEP_COLUMNS) <= set(rows[0]) and {"spread_rel", "stable"} <= set(rows[0])

@@ -196,6 +196,11 @@ def calibrate_scenario(
         rows = sweep.run_sweep(runner, e, scenario.max_model_len, budget_s, progress=bar, round_meter=meter)
     finally:
         bar.close()
+    from gpu_engine.sweep_idle import IDLE_S, time_wake
+    from planner.calibration.wake import wake_from_idle_samples, with_wake
+
+    cold_s, warm_s, num_shapes = time_wake(runner, e, scenario.max_model_len)  # a few seconds, past the budget
+    wake = wake_from_idle_samples(cold_s, warm_s, IDLE_S, num_shapes)
     other_load = others.load()
     reference_after = reference.time()
     # the machine's undisturbed speed: a busy spell only ever adds time
@@ -231,7 +236,7 @@ def calibrate_scenario(
     say("", *sweep_lines)
     fitted_rows = {k: v[stable] for k, v in rows.items()} if stable.sum() >= 8 else rows
     fit = fitting.fit_steps(scenario, fitted_rows, cuda_graphs=cuda_graphs)
-    say("", *fit.lines())
+    say("", *fit.lines(), *wake.lines())
     held_out = scenario
     if device == "cpu" and e.num_gpu_blocks_override is None:
         # The CPU "device" is host RAM: the memory model would give the held-out engines millions of blocks
@@ -260,6 +265,12 @@ def calibrate_scenario(
         prof = with_drafting(prof, drafting)
         # what the held-out runs simulate with: the target's fit and the drafting terms, each with its std
         fit = dataclasses.replace(fit, coefficients=drafting.coefficients, uncertainty=dict(prof.uncertainty))
+    prof = with_wake(prof, wake)  # the held-out runs simulate with it too
+    fit = dataclasses.replace(
+        fit,
+        coefficients=dataclasses.replace(fit.coefficients, idle_wake_s=wake.seconds),
+        uncertainty=dict(prof.uncertainty),
+    )
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
         write_rows_csv(rows_path, rows)
@@ -274,7 +285,7 @@ def calibrate_scenario(
         rows,
         fit,
         prof,
-        [*probe_lines(probe), "", *sweep_lines, *([] if drafting is None else ["", *drafting.lines()])],
+        [*probe_lines(probe), "", *sweep_lines, *wake.lines(), *([] if drafting is None else ["", *drafting.lines()])],
         (shape, reference_s),
     )
     say("", *validation_lines, "", f"calibration took {time.perf_counter() - started:.0f} s")

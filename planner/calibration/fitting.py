@@ -23,6 +23,7 @@ from planner.calibration.device_gpu import calibration_gpu, measured_gpu, on_mea
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.profile import Profile, profile_from_fit
 from planner.calibration.run_folder import read_run
+from planner.calibration.wake import wake_from_steps, with_wake, woken_steps
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
@@ -48,6 +49,8 @@ BOUNDS = {
     "draft_pass_overhead_s": (0.0, 0.1, 1e-4),
     "ngram_s_per_context_token": (0.0, 1e-4, 1e-8),
     "ngram_overhead_s": (0.0, 0.1, 1e-5),
+    # the first step after idle, timed apart from the fit (planner/calibration/wake.py)
+    "idle_wake_s": (0.0, 0.1, 1e-4),
 }
 HOST_TERMS = ("step_overhead_s", "per_row_overhead_s")
 ZERO_IS_PHYSICAL = ("per_row_layer_overhead_s",)  # 0 where attention is one batched kernel: not a misfit
@@ -280,6 +283,7 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
             )
     names = runs[0][2].keys()
     rows = {n: np.concatenate([r[2][n] for r in runs]) for n in names if all(n in r[2] for r in runs)}
+    woken = np.concatenate([woken_steps(r[2]) for r in runs])  # priced apart: the fit's form has no idle spells
     if scenario.engine.scheduler == "static":  # `planner run` refuses it now; an older folder may hold one
         raise PlannerError(
             f"{run_dirs[0]}: engine.scheduler static: its steps.csv records the padded batch the simulator prices,"
@@ -293,7 +297,11 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     scenario = on_measured_gpu(scenario, gpu, warn, where)  # its peaks are what the efficiencies divide
     # `planner run --device cuda` replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py) unless the
     # run was eager; on CPU there are none.
-    fit = fit_steps(scenario, rows, robust=True, cuda_graphs=kind == "cuda" and not scenario.engine.enforce_eager)
+    graphs = kind == "cuda" and not scenario.engine.enforce_eager
+    fit = fit_steps(scenario, {k: v[~woken] for k, v in rows.items()}, robust=True, cuda_graphs=graphs)
+    after_idle = {k: v[woken] for k, v in rows.items()}
+    price_s = predict_rows(EngineFacts.of(measured_scenario(scenario, graphs)), fit.coefficients, after_idle, True)
+    wake = wake_from_steps(after_idle["duration_s"], price_s)
     device = {
         "name": str(summary0.get("device_name") or kind),
         "kind": kind,
@@ -304,4 +312,5 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
         "torch": None,
     }
     command = "planner calibrate --from " + " ".join(str(d) for d in run_dirs)
-    return profile_from_fit(scenario, fit, "live-runs", dataclasses.asdict(scenario.engine), None, command, device)
+    profile = profile_from_fit(scenario, fit, "live-runs", dataclasses.asdict(scenario.engine), None, command, device)
+    return with_wake(profile, wake)
