@@ -193,11 +193,6 @@ def run_scenario(
             f" KV cache in the model dtype ({scenario.dtype}); set kv_cache_dtype: auto to run this scenario"
         )
     e, facts = scenario.engine, EngineFacts.of(scenario)
-    if e.kv_offload is not None and e.kv_offload.disk_gib is not None:
-        raise EngineError(
-            f"{scenario.source}: engine.kv_offload.disk_gib: the live engine has no disk tier; `planner simulate`"
-            " models it (run without disk_gib for the host tier alone)"
-        )
     torch_device = _device(device)
     if torch_device.type == "cpu":
         torch.set_num_threads(CPU_THREADS)
@@ -290,6 +285,8 @@ def run_scenario(
             during_s.append(probe.time(repeats=PROBE_REPEATS, warmup=1))
             paused_s += time.perf_counter() - paused_at
             last_probe_s = step_start = clock()
+    if host is not None:
+        host.close()
     if probe is not None:
         reference_s.append(probe.time())
     if recorder.spec is not None:  # the time shares, measured: proposing, and every step

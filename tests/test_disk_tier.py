@@ -1,8 +1,10 @@
 """A disk tier behind the host KV tier (engine.kv_offload.disk_gib, LMCache's local disk backend): written with every
 block the host tier stores, looked up past the host tier's hits, its blocks loaded at the slower of the disk's read
-rate and the host link; what it reports per tier; the values it refuses (exit 2), and the live engine's refusal."""
+rate and the host link; what it reports per tier; the values it refuses (exit 2), and the live engine's files."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -17,7 +19,7 @@ from sim.host_tier import HostTier
 from sim.metrics import summarize
 
 CONV = ROOT / "scenarios" / "h100_llama31_8b_mooncake_conv.yaml"
-OFFLOAD = ROOT / "scenarios" / "cpu_tiny_offload.yaml"
+DISK_SCENARIO = ROOT / "scenarios" / "cpu_tiny_disk.yaml"
 # the conversation trace's first 600 rows on a 100 GiB host tier: it evicts, and a 400 GiB disk keeps what it lost
 HOST = "{size_gib: 100, host_link_gb_s: 50"
 DISK = HOST + ", disk_gib: 400, disk_read_gb_s: 5, disk_write_gb_s: 2}"
@@ -92,13 +94,45 @@ def test_bad_disk_tiers_are_refused(capsys, kv_offload, words):
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_the_live_engine_refuses_a_disk_tier(capsys, tmp_path):
-    pytest.importorskip("torch")  # the live engine
-    disk = "{size_gib: 0.01, host_link_gb_s: 10, disk_gib: 0.1, disk_read_gb_s: 1, disk_write_gb_s: 1}"
-    args = ["run", str(OFFLOAD), "--device", "cpu", "--out", str(tmp_path), "--set", f"engine.kv_offload={disk}"]
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "engine.kv_offload.disk_gib: the live engine has no disk tier" in err and "Traceback" not in err
+def test_the_cpu_scenario_loads_from_both_tiers():
+    # what the disk-tier parity case (tests/test_executor_parity.py) runs on both executors
+    s = load_scenario(DISK_SCENARIO)
+    prefix = summarize(simulate(s, record_steps=False).recorder, s.slo)["prefix_cache"]
+    assert prefix["host_hit_tokens"] > 0 and prefix["disk_hit_tokens"] > 0
+
+
+def test_the_live_engine_writes_a_block_to_disk_and_reads_it_back_exactly():
+    torch = pytest.importorskip("torch")
+    from helpers.engine import tier_copies
+
+    from sim.kv_manager import KVCacheManager
+    from sim.request import Request
+
+    config = KvOffloadConfig(size_gib=1.0, host_link_gb_s=10.0, disk_gib=2.0, disk_read_gb_s=1.0, disk_write_gb_s=1.0)
+    kv = KVCacheManager(8, 16, enable_caching=True)
+    kv.host = HostTier(1, 1, config)  # one block on the host: the first of two is evicted there, kept on disk
+    kv.host.disk = HostTier(4, 1, config)
+    copies, caches, added = tier_copies(kv)
+    first = Request(0, 0.0, 40, 4, prompt_token_ids=list(range(40)))
+    assert kv.allocate_slots(first, 40)  # its two full blocks are registered, and stored in the tiers
+    copies._copy_out()  # after the step that computed them
+    assert len(copies.blocks) == 1 and len(copies.disk.files) == 2
+    computed = [(k[first.block_ids[:2]].clone(), v[first.block_ids[:2]].clone()) for k, v in caches]
+    for k, v in caches:  # the GPU's copies are gone
+        k.zero_()
+        v.zero_()
+    again = Request(1, 0.0, 40, 4, prompt_token_ids=list(range(40)))
+    again.block_ids = [5, 6]  # the blocks the scheduler gave its load: the first from the disk, the second the host's
+    copies.loads.append((again, 2))
+    copies._load(lambda: 0.0)
+    for (k, v), (k_then, v_then) in zip(caches, computed, strict=True):
+        assert torch.equal(k[[5, 6]], k_then) and torch.equal(v[[5, 6]], v_then)
+    assert added == [again] and copies.loads == []
+    folder = Path(copies.disk.folder.name)
+    kv.host.disk.store(["x", "y", "z", "w"], [1, 2, 3, 4])  # four new blocks: the disk evicts the first two
+    copies._copy_out()
+    copies.close()
+    assert len(copies.disk.files) == 4 and not folder.exists()  # written, and removed with the run
 
 
 def test_lmcaches_examples_are_simulated_as_a_prompt_computed_then_found_on_the_gpu():

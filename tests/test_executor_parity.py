@@ -57,6 +57,8 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
     # ... and on the host tier's scenario, more hits than the GPU pool alone keeps (tests/test_kv_offload.py
     # checks that the tier found some of them)
     "host-tier": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
+    # ... and on the disk tier's (tests/test_disk_tier.py checks that both tiers found some of them)
+    "disk-tier": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
     # every turn alone in its steps (it waited for the last reply: sent open loop without gaps, all ten would
     # arrive together) and each finding its predecessor's prompt cached
     "session-waits": lambda d: (

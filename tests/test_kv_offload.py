@@ -128,18 +128,14 @@ def test_the_cpu_scenario_loads_from_its_tier():
 
 def test_the_live_engine_copies_a_block_out_and_back_exactly():
     torch = pytest.importorskip("torch")
-    from types import SimpleNamespace
+    from helpers.engine import tier_copies
 
-    from gpu_engine.host_copies import HostCopies
     from sim.kv_manager import KVCacheManager
     from sim.request import Request
 
     kv = KVCacheManager(8, 16, enable_caching=True)
     kv.host = HostTier(4, 1, KvOffloadConfig(size_gib=1.0, host_link_gb_s=10.0))
-    caches = [(torch.randn(8, 16, 2, 4), torch.randn(8, 16, 2, 4)) for _ in range(3)]  # 3 layers of K and V
-    runner = SimpleNamespace(device=torch.device("cpu"), kv_caches=caches)
-    added = []
-    copies = HostCopies(SimpleNamespace(kv=kv, on_host_load=None, add_request=added.append), runner)
+    copies, caches, added = tier_copies(kv)
     first = Request(0, 0.0, 40, 4, prompt_token_ids=list(range(40)))
     assert kv.allocate_slots(first, 40)  # its two full blocks are registered, and stored in the tier
     copies._copy_out()  # after the step that computed them

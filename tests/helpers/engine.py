@@ -183,3 +183,17 @@ def count_triton_calls(monkeypatch) -> tuple[str, collections.Counter]:
     counted_ops = gpu_engine.attention.KernelOps(**{name: counted(name) for name in kernels})  # every layer checks
     monkeypatch.setattr(gpu_engine.attention, "_triton_ops", lambda device_type: counted_ops)
     return device, calls
+
+
+def tier_copies(kv) -> tuple:
+    """A live engine's tier copies (gpu_engine.host_copies.HostCopies) on `kv` (a KVCacheManager of 8 blocks of 16
+    tokens with its tiers), a CPU cache of 3 layers of random K and V, and the requests its loads made schedulable:
+    (copies, caches, added)."""
+    from types import SimpleNamespace
+
+    from gpu_engine.host_copies import HostCopies
+
+    caches = [(torch.randn(8, 16, 2, 4), torch.randn(8, 16, 2, 4)) for _ in range(3)]
+    runner = SimpleNamespace(device=torch.device("cpu"), kv_caches=caches)
+    added: list[Request] = []
+    return HostCopies(SimpleNamespace(kv=kv, on_host_load=None, add_request=added.append), runner), caches, added

@@ -109,6 +109,14 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
         "workload.prompt_tokens={dist: trace}",
         "workload.output_tokens={dist: fixed, value: 4}",
     ],
+    # ... and with a disk tier behind a small host tier (DISK_SCENARIO): the first prompts come back from the disk,
+    # which the live engine wrote to files
+    "disk-tier": [
+        "workload.num_requests=64",
+        "workload.arrival={process: closed, concurrency: 1, think_time_s: 0}",
+        "workload.prompt_tokens={dist: trace}",
+        "workload.output_tokens={dist: trace}",
+    ],
     # one session of 10 turns, each sent the moment the previous turn's reply is complete (no think time): its
     # whole context found cached each turn. (Sessions start at random times: with two, which turns share a step
     # would depend on the durations.)
@@ -126,8 +134,14 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
 PD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_pd.yaml"
 DP_SCENARIO = ROOT / "scenarios" / "cpu_tiny_moe_dp2.yaml"
 OFFLOAD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_offload.yaml"
+DISK_SCENARIO = ROOT / "scenarios" / "cpu_tiny_disk.yaml"
 # the cases run on another scenario than SCENARIO
-SCENARIO_OF = {"pd-pair": PD_SCENARIO, "data-parallel": DP_SCENARIO, "host-tier": OFFLOAD_SCENARIO}
+SCENARIO_OF = {
+    "pd-pair": PD_SCENARIO,
+    "data-parallel": DP_SCENARIO,
+    "host-tier": OFFLOAD_SCENARIO,
+    "disk-tier": DISK_SCENARIO,
+}
 
 
 @dataclass
