@@ -7,8 +7,8 @@ the EAGLE proposer (vllm/v1/spec_decode/eagle.py: `propose`, one pass over the s
 one token per row), and every pass pads its batch across the DP ranks (`_pad_batch_across_dp`, an all-reduce of
 the ranks' token counts) before its forward; an MTP layer of a mixture of experts is itself an MoE layer whose
 tokens are dispatched to their experts' GPUs. A rank with nothing to run joins them: its dummy batch
-(`execute_dummy_batch` -> `_dummy_run`, vllm/v1/worker/gpu_model_runner.py) runs the drafter's `dummy_run`, the
-same k passes of one token (eagle.py). So each of the k passes lasts as long as the slowest rank's pass, plus,
+(DPEngineCoreProc's `execute_dummy_batch`, vllm/v1/engine/core.py -> `_dummy_run`,
+vllm/v1/worker/gpu_model_runner.py) runs the drafter's `dummy_run`, the same k passes of one token (eagle.py). So each of the k passes lasts as long as the slowest rank's pass, plus,
 for an MoE drafter under expert parallel, its routed experts and all-to-all priced for the group
 (sim/moe_group.py) from every rank's tokens in that pass; every rank spends the sum. The n-gram lookup has no model
 and no collective: each rank's is its own host work, after its own forward (sim/draft_cost.py).
