@@ -7,11 +7,15 @@ A mixture of experts under expert parallel: every rank holds only its own expert
 of a token routed to another rank's expert to that rank (an in-process copy), which computes it with its weights,
 and combines the result back (another copy). The ranks step in lockstep: while any has work, each runs a step.
 
+Speculative decoding (n-gram or a draft head, gpu_engine/speculative.py): each rank's runner proposes the drafts of
+its own verify rows and verifies them in its forward; which are accepted is each request's seeded draw in the shared
+scheduler, so every rank takes the simulator's steps and accepted counts (sim/data_parallel.py).
+
 Simplified against vLLM (and the simulator): one thread runs the ranks' forwards one after another, each whole, not
 layer by layer; a rank in a lockstep step with nothing to run computes no dummy batch (it is counted, as the
-simulator counts it). Each rank's step row starts when the lockstep step starts and lasts the whole step. So the
-decisions (which rank gets which request, which ranks step together) are the simulator's; the timings are of one
-CPU running every rank.
+simulator counts it) and no drafter passes. Each rank's step row starts when the lockstep step starts and lasts the
+whole step. So the decisions (which rank gets which request, which ranks step together) are the simulator's; the
+timings are of one CPU running every rank.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpu_engine import speculative
 from gpu_engine.engine import (
     CPU_THREADS,
     Arrivals,
@@ -138,6 +144,8 @@ def run_data_parallel(
             " KV pool of engine.num_gpu_blocks_override blocks (the ranks share this machine's memory); simulate"
             " others with `planner simulate`"
         )
+    if speculative.unsupported(scenario):
+        raise EngineError(f"{scenario.source}: {speculative.unsupported(scenario)}")
     facts, num_blocks, seed = EngineFacts.of(scenario), e.num_gpu_blocks_override, scenario.workload.seed
     sampling = sampling or SamplingParams()
     torch_device = _device(device)
@@ -146,14 +154,19 @@ def run_data_parallel(
     workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
     # the same seed: every rank the same weights, as every rank loads the same checkpoint
     runners = [
-        ModelRunner(scenario.model, scenario.dtype, torch_device, num_blocks, e.block_size, seed, sampling, None, ())
+        ModelRunner(scenario.model, scenario.dtype, torch_device, None, e.block_size, seed, sampling, None, ())
         for _ in range(hw.data_parallel_size)
     ]
     lockstep = facts.expert_parallel_size > 1
     if lockstep:
         place_experts(runners)
+    if e.speculative is not None:  # each rank drafts for its own verify rows (gpu_engine/speculative.py)
+        runners = [speculative.SpeculativeRunner(runner, e.speculative, seed) for runner in runners]
     for runner in runners:
+        runner.allocate(num_blocks)
         warm_up(facts, runner, workload, num_blocks)
+        if e.speculative is not None:  # what warm-up drafted is not the run's
+            runner.draft_s, runner.draft_rows = 0.0, []
     moe_layers = [layer.mlp for r in runners for layer in r.model.layers if isinstance(layer.mlp, ExpertParallelMoE)]
     for moe in moe_layers:
         moe.num_dispatched = 0  # the run's, not the warm-up's
@@ -161,6 +174,7 @@ def run_data_parallel(
     schedulers = [build_scheduler(facts, num_blocks, recorder, rank, seed=seed) for rank in range(len(runners))]
     arrivals, requests_per_rank, num_done = Arrivals(workload), [0] * len(runners), [0]
     lockstep_steps = dummy_rank_steps = 0
+    busy_wall_s = 0.0  # over the steps, for speculative decoding's time shares
 
     def on_finished(request: Request) -> None:
         num_done[0] += 1
@@ -179,6 +193,7 @@ def run_data_parallel(
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             continue
         # Independent ranks (a dense model) step in turn, each its own step; a lockstep group's step is all of theirs
+        step_start = clock()
         outs = (
             lockstep_schedule(schedulers)
             if lockstep
@@ -192,6 +207,9 @@ def run_data_parallel(
             for scheduler, runner, out in zip(schedulers, runners, outs, strict=True):
                 if not is_dummy(out):
                     execute(scheduler, runner, clock, on_finished, out, clock())
+        busy_wall_s += clock() - step_start
+    if recorder.spec is not None:  # the time shares, measured: every rank's proposing, and every step
+        recorder.spec.draft_s, recorder.spec.step_s = sum(r.draft_s for r in runners), busy_wall_s
     memory = memory_breakdown(facts).to_dict()  # the model's figures: the ranks' memory is not measured apart (as
     # gpu_engine/pd_pair.py's engines)
     extra = {
@@ -208,4 +226,10 @@ def run_data_parallel(
             "dispatched_pairs": sum(moe.num_dispatched for moe in moe_layers),
         },
     }
-    return LiveResult(workload, recorder, memory, extra)
+    return LiveResult(workload, recorder, memory, extra, _drafting_rows(runners) if e.speculative else None)
+
+
+def _drafting_rows(runners) -> dict[str, np.ndarray]:
+    """Every rank's steps that drafted, timed (sim.draft_cost.DRAFT_COLUMNS), rank after rank."""
+    tables = [runner.drafting_rows() for runner in runners]
+    return {name: np.concatenate([table[name] for table in tables]) for name in tables[0]}

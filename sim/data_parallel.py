@@ -9,6 +9,11 @@ engine ranks, each with its own scheduler, batch and KV pool, behind vLLM's DP b
 - A dense model: the ranks are independent engines (vLLM runs non-MoE data-parallel ranks as separate engines,
   with no lockstep), each stepped as sim/replica.py steps a replica.
 
+Speculative decoding: each rank speculates its own requests as one engine does (its scheduler's verify rows of 1 + k
+tokens and lookahead slots, each request's seeded acceptance draws: the same counts on whichever rank it runs), so
+a rank's tokens through the MoE layers count its verify rows' drafts; its drafting follows its forward, a drafter
+model's passes collective across the ranks, dummy batches included (sim/dp_drafting.py).
+
 Simplified: a request arriving during a lockstep step joins its rank's queue at once (async scheduling's one-step
 miss is not modelled in the lockstep group), and no step is a decode window (every step is stepped).
 """
@@ -22,6 +27,8 @@ import simpy
 
 from sim.cost_model import CostModel
 from sim.dp_balancer import balancer_score, is_dummy, lockstep_schedule, pick_rank
+from sim.dp_drafting import LockstepDrafting
+from sim.draft_cost import DraftCost
 from sim.dual_batch import DualBatch, DualBatchStep
 from sim.engine_facts import EngineFacts
 from sim.moe_group import MoeGroupCost, MoeStep
@@ -111,9 +118,11 @@ class LockstepGroup:
         schedulers: list[Scheduler],
         cost: CostModel,
         on_finished: Callable[[Request], None],
+        drafting: DraftCost | None = None,
     ) -> None:
         self.env, self.cost, self.on_finished = env, cost, on_finished
         self.moe = MoeGroupCost(cost)
+        self.drafting = LockstepDrafting(drafting) if drafting is not None else None  # speculative decoding
         self.ranks = [LockstepRank(self, s) for s in schedulers]
         self.dbo = DualBatch(cost, self.moe) if cost.facts.engine.enable_dbo else None
         self.stats = DataParallelStats(len(schedulers), dbo=self.dbo is not None)
@@ -136,8 +145,12 @@ class LockstepGroup:
                 continue
             outs = lockstep_schedule(schedulers)
             moe = self.moe.step([1 if is_dummy(out) else out.num_tokens for out in outs])
-            sides = [self._rank_sides(out, moe) for out in outs]
-            duration = max(float(cost.combine(host, device, after_idle)) for host, device in sides)
+            drafts = self.drafting.rank_s(outs) if self.drafting is not None else [0.0] * len(outs)
+            sides = [self._rank_sides(out, moe, draft) for out, draft in zip(outs, drafts, strict=True)]
+            durations = [float(cost.combine(host, device, after_idle)) for host, device in sides]
+            duration = max(durations)
+            if self.drafting is not None:  # the slowest rank's drafting, as one engine's counts take its own
+                self._count_drafting(drafts[durations.index(duration)], duration)
             split = self._split(outs)
             if split is not None:  # every rank's device time the overlapped micro-batches'
                 sides, whole_s = [(host, split.device_s) for host, _ in sides], duration
@@ -168,16 +181,23 @@ class LockstepGroup:
             return None
         return self.dbo.step(outs)
 
-    def _rank_sides(self, out, moe: MoeStep) -> tuple[float, float]:
+    def _rank_sides(self, out, moe: MoeStep, draft_s: float) -> tuple[float, float]:
         """(host, device) seconds of one rank's step: its own batch, or a dummy batch of one token that samples
-        nothing, plus the group's MoE layers."""
+        nothing, plus the group's MoE layers and its drafting (on the step's critical path, as sim/replica.py's)."""
         cost = self.cost
         if is_dummy(out):
-            return cost.host_s(0), cost.device_s(1, 1, 0, 1, 0) + moe.total_s
+            return cost.host_s(0), cost.device_s(1, 1, 0, 1, 0) + moe.total_s + draft_s
+        # The LM head runs over every sampled row and every verified draft (the rejection sampler's logits)
         device = cost.device_s(
-            out.num_tokens, out.num_seqs, out.num_sampled, out.attention_pairs, out.sum_context_tokens
-        )
-        return cost.host_s(out.num_seqs), device + moe.total_s
+            out.num_tokens, out.num_seqs, out.num_sampled + out.num_draft_tokens, out.attention_pairs,
+            out.sum_context_tokens,
+        )  # fmt: skip
+        return cost.host_s(out.num_seqs), device + moe.total_s + draft_s
+
+    def _count_drafting(self, draft_s: float, duration_s: float) -> None:
+        counts = self.ranks[0].scheduler.speculation.counts  # every rank's, shared (sim/scheduler.py)
+        counts.draft_s += draft_s
+        counts.step_s += duration_s
 
 
 class DataParallelSimulation(Simulation):
@@ -198,7 +218,7 @@ class DataParallelSimulation(Simulation):
             build_scheduler(facts, num_blocks, self.recorder, index, fast_paths, fast_paths, seed)
             for index in range(self.num_engines)
         ]
-        self.group = LockstepGroup(self.env, schedulers, self.cost, self.on_finished)
+        self.group = LockstepGroup(self.env, schedulers, self.cost, self.on_finished, self.drafting)
         return self.group.ranks
 
     def route(self, request: Request) -> None:

@@ -72,8 +72,12 @@ def _refused(path: Path, overrides: tuple[str, ...]) -> str:
             (*DP2_EP, "engine.num_scheduler_steps=4", "engine.async_scheduling=false"),
             r"engine\.num_scheduler_steps = 4: multi-step",
         ),
-        (QWEN3_MOE, (*DP2_EP, "engine.speculative.method=ngram", "engine.speculative.num_speculative_tokens=2"),
-         r"engine\.speculative = \"ngram\": speculative decoding is not modelled with data parallel"),
+        (
+            QWEN3_MOE,
+            (*DP2_EP, "engine.speculative.method=ngram", "engine.speculative.num_speculative_tokens=2",
+             "engine.enable_dbo=true", "engine.all2all_backend=deepep_low_latency"),
+            r"engine\.enable_dbo = true: dual-batch overlap of steps that verify drafts is not modelled",
+        ),
         # keys that would do nothing
         (QWEN3_MOE, ("hardware.gpus_per_node=8",), r"hardware\.gpus_per_node = 8: .* hardware\.data_parallel_size > 1"),
         (QWEN3_MOE, ("engine.all2all_backend=pplx",), r"engine\.all2all_backend = \"?pplx\"?: is for expert parallel"),

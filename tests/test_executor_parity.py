@@ -52,6 +52,11 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
         {row["replica"] for row in d.rows} == {0, 1}
         and sum(row["replica"] == 0 for row in d.rows) != sum(row["replica"] == 1 for row in d.rows)
     ),
+    # ... and verify rows (more tokens than prompt tokens and decoding rows) on both ranks
+    "data-parallel-ngram": lambda d: (
+        {row["replica"] for row in d.rows if row["num_tokens"] > row["num_prefill_tokens"] + row["num_decode_requests"]}
+        == {0, 1}
+    ),
     # cache hits where the trace's ids repeat: the prompts less the hits are computed
     "trace-prefix-ids": lambda d: _prefill_tokens(d) < sum(r[1] for r in d.requests),
     # ... and on the host tier's scenario, more hits than the GPU pool alone keeps (tests/test_kv_offload.py

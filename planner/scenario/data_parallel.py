@@ -112,11 +112,6 @@ def _check_unmodelled(s: Scenario, fail: Fail) -> None:
             "hardware.replicas", hw.replicas,
             "copies of a data-parallel group are not modelled; give more ranks as data_parallel_size, allowed: 1",
         )  # fmt: skip
-    if eng.speculative is not None:
-        fail(
-            "engine.speculative", eng.speculative.method,
-            "speculative decoding is not modelled with data parallel; remove it or set data_parallel_size 1",
-        )  # fmt: skip
     if eng.num_scheduler_steps != 1:
         fail(
             "engine.num_scheduler_steps", eng.num_scheduler_steps,
@@ -193,6 +188,12 @@ def _check_eplb(s: Scenario, fail: Fail) -> None:
 def _check_dbo(s: Scenario, given_engine: dict, fail: Fail) -> None:
     """Dual-batch overlap (sim/dual_batch.py) as vLLM runs it: DeepEP's kernels only, thresholds only with it on."""
     eng = s.engine
+    if eng.enable_dbo and eng.speculative is not None:
+        fail(
+            "engine.enable_dbo", True,
+            "dual-batch overlap of steps that verify drafts is not modelled (the drafter's passes after each"
+            " micro-batch's forward); set it false to simulate speculative decoding in the data-parallel group",
+        )  # fmt: skip
     if eng.enable_dbo and eng.all2all_backend not in DBO_BACKENDS:
         fail(
             "engine.all2all_backend", eng.all2all_backend,

@@ -91,6 +91,8 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
     # a tiny MoE's two data-parallel ranks in lockstep (DP_SCENARIO): the balancer's choice of rank for each request,
     # every rank's steps, the steps where one rank has nothing to run
     "data-parallel": ["engine.num_gpu_blocks_override=256"],
+    # ... each rank speculating its own requests (DP_NGRAM_SCENARIO: n-gram, k = 3): verify rows on both ranks
+    "data-parallel-ngram": ["engine.num_gpu_blocks_override=256"],
     # prompts from a trace whose block ids (of 32 tokens) say which prefixes repeat: hits exactly there
     "trace-prefix-ids": [
         "engine.enable_prefix_caching=true",
@@ -133,12 +135,14 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
 }
 PD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_pd.yaml"
 DP_SCENARIO = ROOT / "scenarios" / "cpu_tiny_moe_dp2.yaml"
+DP_NGRAM_SCENARIO = ROOT / "scenarios" / "cpu_tiny_moe_dp_ngram.yaml"
 OFFLOAD_SCENARIO = ROOT / "scenarios" / "cpu_tiny_offload.yaml"
 DISK_SCENARIO = ROOT / "scenarios" / "cpu_tiny_disk.yaml"
 # the cases run on another scenario than SCENARIO
 SCENARIO_OF = {
     "pd-pair": PD_SCENARIO,
     "data-parallel": DP_SCENARIO,
+    "data-parallel-ngram": DP_NGRAM_SCENARIO,
     "host-tier": OFFLOAD_SCENARIO,
     "disk-tier": DISK_SCENARIO,
 }

@@ -48,8 +48,9 @@ class Crossover:
 
 
 def _without_speculation(r: Result) -> tuple:
+    """The candidate less its speculation setting: its layout (a data-parallel group's too), dtype and engine."""
     c = r.candidate
-    return c.gpu.name, c.tensor_parallel_size, c.dtype, tuple((k, v) for k, v in c.settings if k != "speculative")
+    return *c.layout, c.dtype, tuple((k, v) for k, v in c.settings if k != "speculative")
 
 
 def speculation_crossover(out: SizingResult, ranking: Ranking, users: tuple[int, ...] = USERS) -> Crossover | None:
