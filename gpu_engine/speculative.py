@@ -32,7 +32,7 @@ from gpu_engine.model import build_model
 from gpu_engine.runner import ModelRunner, Scheduled, allocate_kv_caches, build_batch, sample
 from gpu_engine.weights import init_random_weights
 from sim.config import Scenario, SpeculativeConfig
-from sim.draft_cost import DRAFT_COLUMNS, pass_shape
+from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP, pass_shape
 from sim.request import Request
 from sim.speculation import VerifiedTokens
 
@@ -155,11 +155,23 @@ class SpeculativeRunner:
         self.proposer = NgramProposer(spec) if spec.method == "ngram" else DraftModelProposer(spec, runner, seed)
         self.draft_s = 0.0  # wall seconds spent proposing
         self.draft_rows: list[tuple] = []  # per step that drafted: its seconds and shape (sim.draft_cost.DRAFT_COLUMNS)
+        self.draft_steps: list[int] = []  # per row of draft_rows: its step's index among the recorder's steps
+
+    def reset_drafting(self) -> None:
+        """Forget what was drafted so far (warm-up's drafting is not the run's)."""
+        self.draft_s, self.draft_rows, self.draft_steps = 0.0, [], []
+
+    def mark_step(self, index: int) -> None:
+        """Key the drafting of the step just executed, if it drafted, by that step's index among the recorder's
+        steps (its row in `planner run --out`'s steps.csv, which holds the drafting inside its device_s)."""
+        self.draft_steps += [index] * (len(self.draft_rows) - len(self.draft_steps))
 
     def drafting_rows(self) -> dict[str, np.ndarray]:
-        """Every step that drafted: its seconds and shape, in DRAFT_COLUMNS."""
+        """Every step that drafted: its seconds and shape, in DRAFT_COLUMNS, and (DRAFT_STEP) the step's index
+        where mark_step gave one (-1 where not)."""
         table = np.array(self.draft_rows, dtype=np.float64).reshape(-1, len(DRAFT_COLUMNS))
-        return {name: table[:, i] for i, name in enumerate(DRAFT_COLUMNS)}
+        steps = self.draft_steps + [-1] * (len(self.draft_rows) - len(self.draft_steps))
+        return {DRAFT_STEP: np.array(steps, dtype=np.int64)} | {n: table[:, i] for i, n in enumerate(DRAFT_COLUMNS)}
 
     def __getattr__(self, name: str):  # profiling, warm-up and the loop read the runner's own attributes
         return getattr(self.runner, name)

@@ -27,6 +27,7 @@ from planner.calibration.calibrate import (
     writing,
 )
 from planner.calibration.defaults import DEFAULT_BUDGET_S, DEFAULT_HELD_OUT_REQUESTS, default_scenario
+from planner.calibration.draft_fit import DRAFTING
 from planner.errors import PlannerError
 
 
@@ -131,5 +132,11 @@ def profile_lines(prof) -> list[str]:
         lines.append(
             f"  {fit.get('rows', 0)} steps: median |error| {fit.get('median_abs_error', float('nan')) * 100:.1f}%,"
             f" p90 {fit.get('p90_abs_error', float('nan')) * 100:.1f}%"
+        )
+    drafting = (fit.get("by_class") or {}).get(DRAFTING)
+    if drafting:  # speculative decoding's drafting terms' own steps (planner/calibration/draft_fit.py)
+        lines.append(
+            f"  {drafting['rows']} drafting steps: median |error| {drafting['median'] * 100:.1f}%,"
+            f" p90 {drafting['p90'] * 100:.1f}%"
         )
     return lines

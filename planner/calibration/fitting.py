@@ -20,13 +20,15 @@ import numpy as np
 
 from planner.calibration.busy import busy_reasons
 from planner.calibration.device_gpu import calibration_gpu, measured_gpu, on_measured_gpu
+from planner.calibration.draft_fit import drafter_name, drafter_of, fit_drafting, with_drafting, without_drafting
 from planner.calibration.fit import FitResult, fit_relative
 from planner.calibration.profile import Profile, profile_from_fit
-from planner.calibration.run_folder import read_run
+from planner.calibration.run_folder import read_drafting, read_run
 from planner.calibration.wake import wake_from_steps, with_wake, woken_steps
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
+from sim.draft_cost import DRAFT_COLUMNS
 from sim.engine_facts import EngineFacts
 
 # name -> (lower, upper, scale): physical bounds (an efficiency in (0, 1], an overhead >= 0 and below
@@ -257,18 +259,20 @@ def _check_enough_rows(rows: dict[str, np.ndarray], scenario: Scenario, files: l
 
 
 def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda line: None) -> Profile:
-    """One profile fitted to the steps of several `planner run` folders of the same model, dtype and GPU.
-    `warn` hears of runs measured on a busy CPU (their stalled steps are down-weighted by the robust loss,
-    but a run that was slow throughout pulls every coefficient)."""
+    """One profile fitted to the steps of several `planner run` folders of the same model, dtype and GPU (and
+    drafter: a speculative run's target terms are fitted to its steps' verifying forwards, its drafting terms to its
+    drafting.csv, as `planner calibrate --device` fits them).
+        `warn` hears of runs measured on a busy CPU (their stalled steps are down-weighted by the robust loss,
+        but a run that was slow throughout pulls every coefficient)."""
     if not run_dirs:
         raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
     runs = [read_run(Path(d)) for d in run_dirs]
+    # a speculative run's steps hold their drafting in device_s: its drafting.csv takes it out (draft_fit.py)
+    drafts = [read_drafting(Path(d), rows) if s.engine.speculative else None for (_, s, rows), d in zip(runs, run_dirs)]
+    runs = [
+        (summary, s, rows if d is None else without_drafting(rows, d)) for (summary, s, rows), d in zip(runs, drafts)
+    ]
     for (summary, _, _), run_dir in zip(runs, run_dirs):
-        if summary.get("spec_decode"):  # its steps' device side holds the drafting, which steps.csv does not split
-            raise PlannerError(
-                f"{run_dir}: a speculative run (engine.speculative): its steps include drafting, which --from cannot"
-                " fit apart; calibrate the scenario with --device (it times drafting and fits its terms)"
-            )
         reasons = busy_reasons(summary.get("cpu_share"), summary.get("other_cpu_load"))
         if reasons:
             warn(f"warning: {run_dir}: a busy machine ({'; '.join(reasons)}): its step times include that load")
@@ -280,6 +284,11 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
             raise PlannerError(
                 f"{run_dir}: measured {other_key[0]} ({other_key[1]}) as {other_key[2]} on {other_key[3]}, but "
                 f"{run_dirs[0]} measured {key[0]} ({key[1]}) as {key[2]} on {key[3]}: one profile covers one of them"
+            )
+        if drafter_of(other) != drafter_of(scenario):
+            raise PlannerError(
+                f"{run_dir}: drafts with {drafter_name(other)}, but {run_dirs[0]} with {drafter_name(scenario)}: one"
+                " profile's drafting terms are of one drafter (fit runs of one engine.speculative, or of none)"
             )
     names = runs[0][2].keys()
     rows = {n: np.concatenate([r[2][n] for r in runs]) for n in names if all(n in r[2] for r in runs)}
@@ -312,5 +321,11 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
         "torch": None,
     }
     command = "planner calibrate --from " + " ".join(str(d) for d in run_dirs)
-    profile = profile_from_fit(scenario, fit, "live-runs", dataclasses.asdict(scenario.engine), None, command, device)
-    return with_wake(profile, wake)
+    prof = with_wake(
+        profile_from_fit(scenario, fit, "live-runs", dataclasses.asdict(scenario.engine), None, command, device), wake
+    )
+    if scenario.engine.speculative is None:
+        return prof
+    # the drafting terms, fitted to the runs' timed drafting with the target's held, as `--device` fits them
+    rows_drafted = {n: np.concatenate([d[n] for d in drafts]) for n in DRAFT_COLUMNS}
+    return with_drafting(prof, fit_drafting(scenario, fit.coefficients, rows_drafted, cuda_graphs=graphs))
