@@ -142,10 +142,27 @@ def test_a_term_fitted_to_the_live_engines_drafting_is_what_simulate_uses(tmp_pa
     assert (shares["fitted"] > shares["plain"]) == (term > 0)  # a cost per pass: drafting weighs more
 
 
+MTP_SCENARIO = """\
+model: {name: tiny-mtp, model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2,
+        num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 512, max_position_embeddings: 2048,
+        num_nextn_predict_layers: 1}
+dtype: float32
+hardware: {gpu: cpu}
+engine:
+  num_gpu_blocks_override: 64
+  speculative: {method: mtp, num_speculative_tokens: 1, synthetic_acceptance_rates: [0.8]}
+workload: {num_requests: 4, arrival: {rate: 10.0}}
+"""
+
+
 @needs_torch
 def test_calibrate_refuses_a_method_the_live_engine_cannot_draft_before_sweeping(tmp_path, capsys):
-    argv = ["calibrate", "--device", "cpu", "scenarios/h100_llama31_8b_eagle3.yaml", "--out", str(tmp_path / "p.yaml")]
-    assert main(argv) == 2
+    """mtp: the live model builds no MTP modules (eagle3 it drafts: tests/test_speculative_live.py)."""
+    scenario = tmp_path / "mtp.yaml"
+    scenario.write_text(MTP_SCENARIO)
+    assert main(["calibrate", "--device", "cpu", str(scenario), "--out", str(tmp_path / "p.yaml")]) == 2
     err = capsys.readouterr().err
-    assert "h100_llama31_8b_eagle3.yaml" in err and "method eagle3" in err and "cannot time its drafting" in err
+    assert (
+        str(scenario) in err and "method mtp" in err and "no MTP modules" in err and "cannot time its drafting" in err
+    )
     assert not (tmp_path / "p.yaml").exists()

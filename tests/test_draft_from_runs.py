@@ -182,3 +182,25 @@ def test_runs_of_another_drafter_or_none_are_not_pooled(eagle_run, tmp_path, cap
     assert main([*argv, "--out", str(plain)]) == 0
     err = _refused(capsys, [eagle_run, plain], tmp_path)
     assert f"{plain}: drafts with no drafter" in err and "eagle tiny-eagle-head, k = 3" in err
+
+
+@needs_torch
+def test_an_eagle3_run_folder_is_fitted_like_an_eagle_one(tmp_path, capsys):
+    """The EAGLE-3 head (its LM head over its draft vocabulary) drafts live, so its folder's drafting is fitted."""
+    import torch
+
+    folder = tmp_path / "eagle3"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        argv = ["run", "scenarios/cpu_tiny_eagle3.yaml", "--device", "cpu", "--set", "workload.num_requests=16"]
+        assert main([*argv, "--out", str(folder)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = tmp_path / "eagle3.yaml"
+    assert main(["calibrate", "--from", str(folder), "--out", str(out)]) == 0
+    profile = load_profile(out)
+    assert profile.engine["speculative"]["method"] == "eagle3"
+    assert profile.engine["speculative"]["model"]["draft_vocab_size"] == 128
+    assert profile.fit["by_class"][DRAFTING]["rows"] == len(_csv(folder / "drafting.csv")) >= 20
+    assert profile.coefficients["draft_pass_overhead_s"] >= 0
