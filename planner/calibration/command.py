@@ -105,10 +105,10 @@ def _on_this_device(path, device: str):
 
 
 def _from_runs(args) -> int:
-    from planner.calibration import fitting, profile
+    from planner.calibration import from_runs, profile
 
     started = time.perf_counter()
-    prof = fitting.fit_from_runs(args.from_runs, warn=say)  # seconds: the default name needs the fit
+    prof = from_runs.fit_from_runs(args.from_runs, warn=say)  # seconds: the default name needs the fit
     path = args.out or profile.default_profile_dir() / f"{file_name(prof.model)}-{prof.dtype}-runs-{prof.id}.yaml"
     check_writable(path, _label(args.out))  # what refuses the write, said clearly; `writing`: a failure during it
     with writing(path):
