@@ -61,6 +61,9 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     if not run_dirs:
         raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
     runs = [read_run(Path(d)) for d in run_dirs]
+    # the first steps after idle spells, priced apart (the fit's form has none), told from the steps as recorded:
+    # a speculative step's span holds its drafting, and taken out it would read as a gap after the step
+    woken = np.concatenate([woken_steps(rows) for _, _, rows in runs])
     # a speculative run's steps hold their drafting in device_s: its drafting.csv takes it out (draft_fit.py)
     drafts = [read_drafting(Path(d), rows) if s.engine.speculative else None for (_, s, rows), d in zip(runs, run_dirs)]
     runs = [
@@ -86,7 +89,6 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
             )
     names = runs[0][2].keys()
     rows = {n: np.concatenate([r[2][n] for r in runs]) for n in names if all(n in r[2] for r in runs)}
-    woken = np.concatenate([woken_steps(r[2]) for r in runs])  # priced apart: the fit's form has no idle spells
     if scenario.engine.scheduler == "static":  # `planner run` refuses it now; an older folder may hold one
         raise PlannerError(
             f"{run_dirs[0]}: engine.scheduler static: its steps.csv records the padded batch the simulator prices,"
