@@ -226,7 +226,7 @@ def run_scenario(
     runner.allocate(num_blocks)
     warm_up(facts, runner, workload, num_blocks)
     if e.speculative is not None:  # what warm-up drafted is not the run's
-        runner.draft_s, runner.draft_rows = 0.0, []
+        runner.reset_drafting()
     if torch_device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(torch_device)
 
@@ -274,6 +274,8 @@ def run_scenario(
             step(scheduler, runner, clock, on_finished, start=loop_start)
         else:
             host.step(clock, on_finished, loop_start)
+        if e.speculative is not None:  # its drafting keyed by its row in steps.csv (planner calibrate --from)
+            runner.mark_step(recorder.num_steps - 1)
         step_start = clock()
         busy_wall_s += step_start - loop_start
         busy_cpu_s += time.thread_time() - cpu_s

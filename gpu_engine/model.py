@@ -166,9 +166,11 @@ class Transformer(nn.Module):
         self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(spec, i) for i in range(spec.num_hidden_layers))
         self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
-        # tied: the logits reuse embed_tokens.weight, and there is no lm_head parameter at all
-        tied = spec.tie_word_embeddings
-        self.lm_head = None if tied else nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+        # tied: the logits reuse embed_tokens.weight, and there is no lm_head parameter at all. An EAGLE-3 head's
+        # LM head is its own, over its draft vocabulary (vllm/model_executor/models/llama_eagle3.py)
+        tied = spec.tie_word_embeddings and not spec.draft_vocab_size
+        logits_vocab = spec.draft_vocab_size or spec.vocab_size
+        self.lm_head = None if tied else nn.Linear(spec.hidden_size, logits_vocab, bias=False)
         # in the model's dtype (computed in float32, then cast, as HF casts cos and sin)
         cos_sin = rope_cos_sin_cache(
             spec.head_dim, spec.max_position_embeddings, spec.rope_theta, spec.rope_scaling, torch.get_default_dtype()
@@ -181,7 +183,7 @@ class Transformer(nn.Module):
         positions: torch.Tensor,  # [T] int32 or int64
         attn: AttentionMetadata,
         kv_caches: list[KVCache],  # one per layer
-    ) -> torch.Tensor:  # [len(attn.logits_indices), vocab] in the model's dtype
+    ) -> torch.Tensor:  # [len(attn.logits_indices), draft_vocab_size or vocab_size] in the model's dtype
         ops = kernel_ops(input_ids.device.type)
         x, residual = self.embed_tokens(input_ids), None  # [T, hidden]
         if len(kv_caches) != len(self.layers):

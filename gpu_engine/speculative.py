@@ -10,12 +10,16 @@ proposing them and of verifying them. Proposers, as vLLM's (vllm/v1/spec_decode/
   up earlier in the context, the tokens after the latest match proposed (vLLM's NgramProposer). Random token ids
   rarely repeat an n-gram: where the lookup finds fewer than k tokens, the context's last tokens fill the draft
   (the scheduler's draw, not the lookup, says whether the step drafts).
-- `DraftModelProposer` (methods eagle, draft_model): the scenario's drafter built from its config with random
-  weights (an EAGLE head: one decoder layer and the LM head), its own KV cache in the request's blocks (vLLM
+- `DraftModelProposer` (methods eagle, eagle3, draft_model): the scenario's drafter built from its config with
+  random weights (an EAGLE head: one decoder layer and the LM head), its own KV cache in the request's blocks (vLLM
   registers the drafter's layers in the same KV cache config; the scheduler's lookahead slots hold its drafts'
   KV), run k times one after the other: a first pass over the tokens it has not seen yet, then one token per pass.
-  Where it simplifies: it is fed token ids, not the target's hidden states (an EAGLE head's fc input); the passes'
-  shapes and its KV are an EAGLE head's.
+  An EAGLE-3 head's LM head is over its draft_vocab_size tokens, its logits scattered onto the target's vocabulary
+  through its d2t table (target id = draft id + d2t[draft id], -inf elsewhere) before the draft is sampled, as
+  vLLM's compute_logits does (vllm/model_executor/models/llama_eagle3.py; eagle.py samples the drafts from them).
+  Where it simplifies: it is fed token ids, not the target's hidden states (an EAGLE head's fc input: one layer's
+  for eagle, three layers' fused by fc over 3 x hidden for eagle3; the live target does not hand them out, and
+  the simulator does not price that projection either); the passes' shapes, the LM head and its KV are the head's.
 
 Drafts are proposed when the verify row that needs them is executed (in vLLM, right after the previous step's
 forward): the same work between the same two target forwards, its time counted in the step that verifies them.
@@ -32,11 +36,11 @@ from gpu_engine.model import build_model
 from gpu_engine.runner import ModelRunner, Scheduled, allocate_kv_caches, build_batch, sample
 from gpu_engine.weights import init_random_weights
 from sim.config import Scenario, SpeculativeConfig
-from sim.draft_cost import DRAFT_COLUMNS, pass_shape
+from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP, pass_shape
 from sim.request import Request
 from sim.speculation import VerifiedTokens
 
-LIVE_METHODS = ("ngram", "eagle", "draft_model")
+LIVE_METHODS = ("ngram", "eagle", "eagle3", "draft_model")
 
 
 def unsupported(scenario: Scenario) -> str | None:
@@ -44,13 +48,11 @@ def unsupported(scenario: Scenario) -> str | None:
     spec = scenario.engine.speculative
     if spec is None or spec.method in LIVE_METHODS:
         return None
-    if spec.method == "eagle3":
-        return (
-            "engine.speculative method eagle3: the live engine's draft head proposes over the target's vocabulary"
-            " (no draft_vocab_size mapping); it runs methods ngram, eagle and draft_model"
-        )
+    # mtp drafts with the target's own multi-token-prediction modules (DeepSeek-V3/R1, Qwen3-Next...): the live
+    # model builds none, and the targets that ship them do not run live (MLA, or a model_type it does not implement)
     return (
-        f"engine.speculative method {spec.method}: the live model has no MTP layers; it runs {', '.join(LIVE_METHODS)}"
+        f"engine.speculative method {spec.method}: the live model builds no MTP modules (num_nextn_predict_layers),"
+        f" and the models that ship them (DeepSeek-V3/R1: MLA) do not run live; it runs {', '.join(LIVE_METHODS)}"
     )
 
 
@@ -104,9 +106,29 @@ class DraftModelProposer:
         self.model = build_model(spec.model, runner.dtype, runner.device)
         init_random_weights(self.model, seed + 1)
         self.spec = spec.model
+        self.target_ids = None if not spec.model.draft_vocab_size else self._draft_to_target(seed)
         self.kv_caches = []
         self.seen: dict[int, tuple[int, list[int]]] = {}  # request_id -> (tokens its KV holds, in these blocks)
         self.last_shape = (0, 0, 0, 0, 0)  # the last propose()'s passes, as a DRAFT_COLUMNS row's shape
+
+    def _draft_to_target(self, seed: int) -> torch.Tensor:
+        """An EAGLE-3 head's draft ids -> the target's: arange + d2t, its d2t of a checkpoint's form (offsets), for
+        random weights a seeded choice of distinct target ids in order (a checkpoint's: the target's most
+        frequent tokens in its training data)."""
+        draft_vocab = self.spec.draft_vocab_size
+        generator = torch.Generator().manual_seed(seed + 2)
+        chosen = torch.randperm(self.spec.vocab_size, generator=generator)[:draft_vocab].sort().values
+        d2t = chosen - torch.arange(draft_vocab)
+        return (torch.arange(draft_vocab) + d2t).to(self.runner.device)
+
+    def _logits(self, batch) -> torch.Tensor:
+        """The drafter's logits over the target's vocabulary: [rows, vocab_size]."""
+        logits = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
+        if self.target_ids is None:
+            return logits
+        full = logits.new_full((logits.shape[0], self.spec.vocab_size), float("-inf"))
+        full[:, self.target_ids] = logits
+        return full
 
     def allocate(self, num_blocks: int) -> None:
         self.kv_caches = allocate_kv_caches(self.spec, num_blocks, self.runner.block_size, self.runner.dtype,
@@ -133,7 +155,7 @@ class DraftModelProposer:
             else:
                 later_context += sum(v.num_tokens for v in views)
             batch = build_batch(scheduled, self.runner.block_size, self.runner.device)
-            logits = self.model(batch.input_ids, batch.positions, batch.attn, self.kv_caches)
+            logits = self._logits(batch)
             for r, token in zip(requests, sample(logits, self.runner.sampling, self.runner.generator).tolist()):
                 drafts[r.request_id].append(token)
         for r in requests:
@@ -155,11 +177,23 @@ class SpeculativeRunner:
         self.proposer = NgramProposer(spec) if spec.method == "ngram" else DraftModelProposer(spec, runner, seed)
         self.draft_s = 0.0  # wall seconds spent proposing
         self.draft_rows: list[tuple] = []  # per step that drafted: its seconds and shape (sim.draft_cost.DRAFT_COLUMNS)
+        self.draft_steps: list[int] = []  # per row of draft_rows: its step's index among the recorder's steps
+
+    def reset_drafting(self) -> None:
+        """Forget what was drafted so far (warm-up's drafting is not the run's)."""
+        self.draft_s, self.draft_rows, self.draft_steps = 0.0, [], []
+
+    def mark_step(self, index: int) -> None:
+        """Key the drafting of the step just executed, if it drafted, by that step's index among the recorder's
+        steps (its row in `planner run --out`'s steps.csv, which holds the drafting inside its device_s)."""
+        self.draft_steps += [index] * (len(self.draft_rows) - len(self.draft_steps))
 
     def drafting_rows(self) -> dict[str, np.ndarray]:
-        """Every step that drafted: its seconds and shape, in DRAFT_COLUMNS."""
+        """Every step that drafted: its seconds and shape, in DRAFT_COLUMNS, and (DRAFT_STEP) the step's index
+        where mark_step gave one (-1 where not)."""
         table = np.array(self.draft_rows, dtype=np.float64).reshape(-1, len(DRAFT_COLUMNS))
-        return {name: table[:, i] for i, name in enumerate(DRAFT_COLUMNS)}
+        steps = self.draft_steps + [-1] * (len(self.draft_rows) - len(self.draft_steps))
+        return {DRAFT_STEP: np.array(steps, dtype=np.int64)} | {n: table[:, i] for i, n in enumerate(DRAFT_COLUMNS)}
 
     def __getattr__(self, name: str):  # profiling, warm-up and the loop read the runner's own attributes
         return getattr(self.runner, name)

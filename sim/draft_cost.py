@@ -39,6 +39,8 @@ NGRAM_S_PER_CONTEXT_TOKEN = 1e-9
 # rows that drafted, the first pass's tokens, (query, key) pairs and context tokens (n-gram: the context tokens it
 # scanned, and no pass), and the later passes' mean context tokens.
 DRAFT_COLUMNS = ("draft_s", "num_rows", "num_tokens", "attention_pairs", "context_tokens", "later_context_tokens")
+# The key of a drafting row in `planner run --out`'s drafting.csv: its step's row in steps.csv (0 = the first)
+DRAFT_STEP = "step"
 
 
 def pass_shape(rows: list[tuple[int, int]]) -> tuple[int, int, int]:

@@ -16,7 +16,8 @@ from helpers import needs_torch
 from helpers.calibration import FITTED, TRUTH, synthetic_rows
 from helpers.scenarios import make_scenario
 
-from planner.calibration.fitting import fit_from_runs, fit_steps, predict_rows
+from planner.calibration.fitting import fit_steps, predict_rows
+from planner.calibration.from_runs import fit_from_runs
 from planner.calibration.profile import ProfileError, default_profile_dir, profile_from_fit, save_profile
 from planner.calibration.profile_loader import load_profile
 from planner.calibration.provenance import residual_spread

@@ -19,7 +19,7 @@ from planner.cli import main
 from planner.errors import PlannerError
 from planner.scenario.load import load_scenario
 from sim.cost_model import CostCoefficients
-from sim.draft_cost import DRAFT_COLUMNS, NGRAM_S_PER_CONTEXT_TOKEN, DraftCost
+from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP, NGRAM_S_PER_CONTEXT_TOKEN, DraftCost
 from sim.engine_facts import EngineFacts
 from sim.scheduler_output import SchedulerOutput
 
@@ -114,7 +114,7 @@ def test_a_term_fitted_to_the_live_engines_drafting_is_what_simulate_uses(tmp_pa
         torch.set_num_threads(threads)
     assert plain_run.drafts is None
     drafts = live.drafts
-    assert set(drafts) == set(DRAFT_COLUMNS) and len(drafts["draft_s"]) >= 20
+    assert set(drafts) == {DRAFT_STEP, *DRAFT_COLUMNS} and len(drafts["draft_s"]) >= 20
     assert np.all(drafts["draft_s"] > 0) and np.all(drafts["num_rows"] >= 1)
     assert np.all(drafts["num_tokens"] >= drafts["num_rows"])  # a first pass: a token a row at least
     # the drafting timed is part of the steps', not more
@@ -142,28 +142,27 @@ def test_a_term_fitted_to_the_live_engines_drafting_is_what_simulate_uses(tmp_pa
     assert (shares["fitted"] > shares["plain"]) == (term > 0)  # a cost per pass: drafting weighs more
 
 
+MTP_SCENARIO = """\
+model: {name: tiny-mtp, model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2,
+        num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 512, max_position_embeddings: 2048,
+        num_nextn_predict_layers: 1}
+dtype: float32
+hardware: {gpu: cpu}
+engine:
+  num_gpu_blocks_override: 64
+  speculative: {method: mtp, num_speculative_tokens: 1, synthetic_acceptance_rates: [0.8]}
+workload: {num_requests: 4, arrival: {rate: 10.0}}
+"""
+
+
 @needs_torch
 def test_calibrate_refuses_a_method_the_live_engine_cannot_draft_before_sweeping(tmp_path, capsys):
-    argv = ["calibrate", "--device", "cpu", "scenarios/h100_llama31_8b_eagle3.yaml", "--out", str(tmp_path / "p.yaml")]
-    assert main(argv) == 2
+    """mtp: the live model builds no MTP modules (eagle3 it drafts: tests/test_speculative_live.py)."""
+    scenario = tmp_path / "mtp.yaml"
+    scenario.write_text(MTP_SCENARIO)
+    assert main(["calibrate", "--device", "cpu", str(scenario), "--out", str(tmp_path / "p.yaml")]) == 2
     err = capsys.readouterr().err
-    assert "h100_llama31_8b_eagle3.yaml" in err and "method eagle3" in err and "cannot time its drafting" in err
-    assert not (tmp_path / "p.yaml").exists()
-
-
-@needs_torch
-def test_calibrate_from_a_speculative_run_folder_is_refused_not_misfitted(tmp_path, capsys):
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run = ["run", EAGLE, "--device", "cpu", "--set", "workload.num_requests=4", "--out", str(tmp_path / "r")]
-        assert main(run) == 0
-    finally:
-        torch.set_num_threads(threads)
-    capsys.readouterr()
-    assert main(["calibrate", "--from", str(tmp_path / "r"), "--out", str(tmp_path / "p.yaml")]) == 2
-    err = capsys.readouterr().err
-    assert "a speculative run" in err and "--device" in err and str(tmp_path / "r") in err
+    assert (
+        str(scenario) in err and "method mtp" in err and "no MTP modules" in err and "cannot time its drafting" in err
+    )
     assert not (tmp_path / "p.yaml").exists()

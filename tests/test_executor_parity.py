@@ -36,6 +36,9 @@ EXERCISES = {  # case -> what its run must show, or the parity proves less than 
     "speculative-head": lambda d: any(
         r["num_tokens"] > r["num_prefill_tokens"] + r["num_decode_requests"] for r in d.rows
     ),
+    "speculative-eagle3": lambda d: any(
+        r["num_tokens"] > r["num_prefill_tokens"] + r["num_decode_requests"] for r in d.rows
+    ),
     # ... and, n-gram drafting in only some steps, decode steps without drafts too
     "speculative-ngram": lambda d: (
         any(r["num_tokens"] > r["num_prefill_tokens"] + r["num_decode_requests"] for r in d.rows)

@@ -26,6 +26,7 @@ from sim.workload import generate_workload, make_request
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "cpu_tiny_eagle.yaml"
+EAGLE3 = ROOT / "scenarios" / "cpu_tiny_eagle3.yaml"
 NGRAM = "engine.speculative={method: ngram, num_speculative_tokens: 3, synthetic_acceptance_rates: [0.8, 0.6, 0.4], draft_rate: 0.5}"
 COLUMNS = ("num_tokens", "num_seqs", "num_prefill_tokens", "num_decode_requests", "num_sampled", "num_preemptions")
 NUM_REQUESTS = 6
@@ -57,10 +58,11 @@ def _run(scenario, live: bool):
     return {c: steps[c].tolist() for c in COLUMNS}, recorder.spec.to_dict(), requests
 
 
-def test_live_engine_takes_the_simulators_steps_and_accepted_counts():
-    """The draft head's scenario as shipped (arrivals aside); tests/helpers/parity.py's speculative cases hold the
+@pytest.mark.parametrize("path", [SCENARIO, EAGLE3], ids=["eagle", "eagle3"])
+def test_live_engine_takes_the_simulators_steps_and_accepted_counts(path):
+    """The draft heads' scenarios as shipped (arrivals aside); tests/helpers/parity.py's speculative cases hold the
     two commands to the same steps, this the acceptance counts too."""
-    scenario = load_scenario(SCENARIO)
+    scenario = load_scenario(path)
     sim_steps, sim_spec, sim_requests = _run(scenario, live=False)
     live_steps, live_spec, live_requests = _run(scenario, live=True)
     assert live_steps == sim_steps
@@ -71,6 +73,40 @@ def test_live_engine_takes_the_simulators_steps_and_accepted_counts():
     for sim_r, live_r in zip(sim_requests, live_requests):
         assert len(live_r.output_token_ids) == live_r.num_output_tokens == sim_r.num_output_tokens
         assert live_r.num_output_tokens == live_r.max_output_tokens
+
+
+def test_an_eagle3_head_drafts_over_its_draft_vocabulary_the_simulator_prices():
+    """Its LM head has draft_vocab_size outputs, the simulator's drafter (sim/draft_model.py) prices an LM head of
+    as many, and every draft is a target id that its d2t table maps a draft id onto."""
+    scenario = load_scenario(EAGLE3)
+    spec = scenario.engine.speculative
+    runner = ModelRunner(scenario.model, scenario.dtype, "cpu", None, scenario.engine.block_size, seed=0)
+    runner = SpeculativeRunner(runner, spec, seed=0)
+    head = runner.proposer.model
+    assert head.lm_head.out_features == spec.model.draft_vocab_size == 128 < scenario.model.vocab_size
+    assert head.embed_tokens.num_embeddings == scenario.model.vocab_size  # it reads the target's token ids
+    assert EngineFacts.of(scenario).draft.model.vocab_size == head.lm_head.out_features
+    targets = runner.proposer.target_ids.tolist()
+    assert len(set(targets)) == 128 and targets == sorted(targets) and max(targets) < scenario.model.vocab_size
+    runner.allocate(scenario.engine.num_gpu_blocks_override)
+    recorder = Recorder(scenario.engine.num_gpu_blocks_override, scenario.engine.block_size)
+    scheduler = build_scheduler(EngineFacts.of(scenario), scenario.engine.num_gpu_blocks_override, recorder, seed=0)
+    workload = generate_workload(scenario.workload, scenario.max_model_len, scenario.model.vocab_size)
+    drafted = []
+    propose = runner.proposer.propose
+
+    def recording(requests):
+        drafts = propose(requests)
+        drafted.append(drafts)
+        return drafts
+
+    runner.proposer.propose = recording
+    for i in range(NUM_REQUESTS):
+        scheduler.add_request(make_request(workload, i, 0.0, with_token_ids=True))
+    clock = iter(range(1, 100_000)).__next__
+    drain(scheduler, runner, lambda: float(clock()))
+    tokens = [t for step in drafted for draft in step.values() for t in draft]
+    assert len(tokens) > 50 and set(tokens) <= set(targets)
 
 
 def test_ngram_proposer_proposes_what_followed_the_latest_match():

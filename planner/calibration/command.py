@@ -27,6 +27,7 @@ from planner.calibration.calibrate import (
     writing,
 )
 from planner.calibration.defaults import DEFAULT_BUDGET_S, DEFAULT_HELD_OUT_REQUESTS, default_scenario
+from planner.calibration.draft_fit import DRAFTING
 from planner.errors import PlannerError
 
 
@@ -104,10 +105,10 @@ def _on_this_device(path, device: str):
 
 
 def _from_runs(args) -> int:
-    from planner.calibration import fitting, profile
+    from planner.calibration import from_runs, profile
 
     started = time.perf_counter()
-    prof = fitting.fit_from_runs(args.from_runs, warn=say)  # seconds: the default name needs the fit
+    prof = from_runs.fit_from_runs(args.from_runs, warn=say)  # seconds: the default name needs the fit
     path = args.out or profile.default_profile_dir() / f"{file_name(prof.model)}-{prof.dtype}-runs-{prof.id}.yaml"
     check_writable(path, _label(args.out))  # what refuses the write, said clearly; `writing`: a failure during it
     with writing(path):
@@ -131,5 +132,11 @@ def profile_lines(prof) -> list[str]:
         lines.append(
             f"  {fit.get('rows', 0)} steps: median |error| {fit.get('median_abs_error', float('nan')) * 100:.1f}%,"
             f" p90 {fit.get('p90_abs_error', float('nan')) * 100:.1f}%"
+        )
+    drafting = (fit.get("by_class") or {}).get(DRAFTING)
+    if drafting:  # speculative decoding's drafting terms' own steps (planner/calibration/draft_fit.py)
+        lines.append(
+            f"  {drafting['rows']} drafting steps: median |error| {drafting['median'] * 100:.1f}%,"
+            f" p90 {drafting['p90'] * 100:.1f}%"
         )
     return lines

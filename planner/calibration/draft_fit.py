@@ -32,7 +32,7 @@ from planner.calibration.fit import FitResult, fit_relative
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
-from sim.draft_cost import DRAFT_COLUMNS, DraftCost
+from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP, DraftCost
 from sim.engine_facts import EngineFacts
 
 DRAFTER_TERMS, NGRAM_TERMS = ("draft_pass_overhead_s",), ("ngram_overhead_s", "ngram_s_per_context_token")
@@ -45,6 +45,32 @@ DRAFTING = "drafting"  # its class in a profile's fit.by_class and in the valida
 def drafting_terms(scenario: Scenario) -> tuple[str, ...]:
     """The terms fitted for the scenario's method."""
     return NGRAM_TERMS if scenario.engine.speculative.method == "ngram" else DRAFTER_TERMS
+
+
+def drafter_of(scenario: Scenario) -> tuple | None:
+    """What a profile's drafting terms are of: the method, k and the drafter (None: the engine does not draft)."""
+    spec = scenario.engine.speculative
+    return None if spec is None else (spec.method, spec.num_speculative_tokens, spec.model)
+
+
+def drafter_name(scenario: Scenario) -> str:
+    spec = scenario.engine.speculative
+    if spec is None:
+        return "no drafter (no engine.speculative)"
+    return f"{spec.method}{'' if spec.model is None else ' ' + spec.model.name}, k = {spec.num_speculative_tokens}"
+
+
+def without_drafting(steps: dict[str, np.ndarray], drafts: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A live speculative run's steps.csv rows with each drafting step's draft_s (its drafting.csv, keyed by the
+    step's row) taken out of its device_s and duration_s: the verifying forward alone, which the target's terms
+    price (the simulator adds drafting to a step's device side as the live engine times it inside its own)."""
+    rows = dict(steps)
+    for name in ("device_s", "duration_s"):
+        if name in rows:
+            column = np.array(rows[name], dtype=np.float64)
+            column[drafts[DRAFT_STEP]] -= drafts["draft_s"]
+            rows[name] = column
+    return rows
 
 
 def predict_drafting(facts: EngineFacts, coefficients: CostCoefficients, rows: dict[str, np.ndarray]) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The cost model fitted to measured steps: `fit_steps` (on rows with steps.csv's columns, from the sweep or
-from live runs), `predict_rows`, and `fit_from_runs` for `planner calibrate --from RUN_DIR ...`.
+from live runs) and `predict_rows` (`planner calibrate --from RUN_DIR ...` fits run folders with them:
+planner/calibration/from_runs.py).
 
 Our measurements come from a synchronous engine (the live engine and the sweep both wait for every step),
 so they are fitted with the serial form. Where the rows carry both sides of a step (`host_s`, `device_s`),
@@ -12,19 +13,11 @@ the serial total with the host terms kept at their defaults.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from planner.calibration.busy import busy_reasons
-from planner.calibration.device_gpu import calibration_gpu, measured_gpu, on_measured_gpu
 from planner.calibration.fit import FitResult, fit_relative
-from planner.calibration.profile import Profile, profile_from_fit
-from planner.calibration.run_folder import read_run
-from planner.calibration.wake import wake_from_steps, with_wake, woken_steps
-from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients, CostModel
 from sim.engine_facts import EngineFacts
@@ -226,91 +219,3 @@ def fit_steps(
     ]
     uncertainty = {n: float(s) for n, s in zip(names, std) if np.isfinite(s)}
     return StepFit(fitted, uncertainty, result, by_class, worst, at_bound)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# planner calibrate --from RUN_DIR ... (the folders read by planner.calibration.run_folder)
-
-
-# A least-squares fit of k coefficients to about k rows reproduces them exactly: it reports a near-zero
-# error and uncertainty that say nothing about other steps. Several rows per coefficient leave residuals to
-# judge the fit by, and each kind of step has to be there several times, since each pins its own terms:
-# decode steps (memory-bound) bandwidth_efficiency, steps with prompt tokens (prefill or mixed: compute-bound)
-# flops_efficiency.
-MIN_ROWS_PER_COEFFICIENT = 5
-MIN_ROWS_PER_KIND = 5
-
-
-def _check_enough_rows(rows: dict[str, np.ndarray], scenario: Scenario, files: list[Path]) -> None:
-    """A PlannerError unless the steps are enough to fit every coefficient fit_steps may fit."""
-    classes = step_classes(rows)
-    decode = int(np.sum(classes == "decode"))
-    prompt = len(classes) - decode
-    needed = MIN_ROWS_PER_COEFFICIENT * (len(device_terms(scenario)) + len(HOST_TERMS))
-    if len(classes) < needed or min(decode, prompt) < MIN_ROWS_PER_KIND:
-        names = ", ".join(str(f) for f in files)
-        raise PlannerError(
-            f"{names}: {len(classes):,} step rows ({decode:,} decode, {prompt:,} with prompt tokens): fitting "
-            f"{needed // MIN_ROWS_PER_COEFFICIENT} coefficients needs at least {needed} rows, {MIN_ROWS_PER_KIND} "
-            f"of each kind (run more requests: planner run ... --set workload.num_requests=N)"
-        )
-
-
-def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda line: None) -> Profile:
-    """One profile fitted to the steps of several `planner run` folders of the same model, dtype and GPU.
-    `warn` hears of runs measured on a busy CPU (their stalled steps are down-weighted by the robust loss,
-    but a run that was slow throughout pulls every coefficient)."""
-    if not run_dirs:
-        raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
-    runs = [read_run(Path(d)) for d in run_dirs]
-    for (summary, _, _), run_dir in zip(runs, run_dirs):
-        if summary.get("spec_decode"):  # its steps' device side holds the drafting, which steps.csv does not split
-            raise PlannerError(
-                f"{run_dir}: a speculative run (engine.speculative): its steps include drafting, which --from cannot"
-                " fit apart; calibrate the scenario with --device (it times drafting and fits its terms)"
-            )
-        reasons = busy_reasons(summary.get("cpu_share"), summary.get("other_cpu_load"))
-        if reasons:
-            warn(f"warning: {run_dir}: a busy machine ({'; '.join(reasons)}): its step times include that load")
-    summary0, scenario, _ = runs[0]
-    key = (scenario.model.name, scenario.dtype, scenario.hardware.gpu.name, summary0.get("device_name"))
-    for (summary, other, _), run_dir in zip(runs, run_dirs):
-        other_key = (other.model.name, other.dtype, other.hardware.gpu.name, summary.get("device_name"))
-        if other_key != key:
-            raise PlannerError(
-                f"{run_dir}: measured {other_key[0]} ({other_key[1]}) as {other_key[2]} on {other_key[3]}, but "
-                f"{run_dirs[0]} measured {key[0]} ({key[1]}) as {key[2]} on {key[3]}: one profile covers one of them"
-            )
-    names = runs[0][2].keys()
-    rows = {n: np.concatenate([r[2][n] for r in runs]) for n in names if all(n in r[2] for r in runs)}
-    woken = np.concatenate([woken_steps(r[2]) for r in runs])  # priced apart: the fit's form has no idle spells
-    if scenario.engine.scheduler == "static":  # `planner run` refuses it now; an older folder may hold one
-        raise PlannerError(
-            f"{run_dirs[0]}: engine.scheduler static: its steps.csv records the padded batch the simulator prices,"
-            " not the rows the live engine computed; fit runs of the continuous scheduler"
-        )
-    _check_enough_rows(rows, scenario, [Path(d) / "steps.csv" for d in run_dirs])
-    kind = "cuda" if summary0.get("device") == "cuda" else "cpu"
-    total_bytes = (summary0.get("memory") or {}).get("total_bytes") if kind == "cuda" else None
-    where = str(run_dirs[0])
-    gpu = measured_gpu(scenario.hardware.gpu.name, kind, summary0.get("device_name"), total_bytes, where)
-    scenario = on_measured_gpu(scenario, gpu, warn, where)  # its peaks are what the efficiencies divide
-    # `planner run --device cuda` replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py) unless the
-    # run was eager; on CPU there are none.
-    graphs = kind == "cuda" and not scenario.engine.enforce_eager
-    fit = fit_steps(scenario, {k: v[~woken] for k, v in rows.items()}, robust=True, cuda_graphs=graphs)
-    after_idle = {k: v[woken] for k, v in rows.items()}
-    price_s = predict_rows(EngineFacts.of(measured_scenario(scenario, graphs)), fit.coefficients, after_idle, True)
-    wake = wake_from_steps(after_idle["duration_s"], price_s)
-    device = {
-        "name": str(summary0.get("device_name") or kind),
-        "kind": kind,
-        "gpu": calibration_gpu(scenario.hardware.gpu).name,  # the name profiles of this GPU are looked up by
-        "memory_bytes": total_bytes,
-        "driver": None,
-        "runtime": None,
-        "torch": None,
-    }
-    command = "planner calibrate --from " + " ".join(str(d) for d in run_dirs)
-    profile = profile_from_fit(scenario, fit, "live-runs", dataclasses.asdict(scenario.engine), None, command, device)
-    return with_wake(profile, wake)

@@ -1,6 +1,7 @@
 """A `planner run --out` folder read for `planner calibrate --from`: its summary.json (checked as `planner
-compare` reads one), the cost model's part of the resolved scenario it records, and its steps.csv, every value
-the fit reads checked (a PlannerError naming the file, the row and column, and what is allowed)."""
+compare` reads one), the cost model's part of the resolved scenario it records, its steps.csv and, for a
+speculative run, its drafting.csv, every value the fit reads checked (a PlannerError naming the file, the row and
+column, and what is allowed)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import NO_VALUE, PlannerError, ScenarioError
-from planner.outputs.results import read_summary, shown_json
+from planner.outputs.results import DRAFTING_FILE, read_summary, shown_json
 from planner.scenario.cross_checks import check_relations
 from planner.scenario.rules import RULES, Ctx, Rule
 from planner.scenario.special_fields import check_ranges as check_model_ranges
@@ -26,6 +27,7 @@ from sim.config import (
     SloConfig,
     WorkloadConfig,
 )
+from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP
 
 SCENARIO_SECTIONS = ("scenario", "scenario.model", "scenario.hardware", "scenario.hardware.gpu", "scenario.engine")
 
@@ -133,15 +135,7 @@ def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
             f"{summary_path}: mode is {summary.get('mode')!r}: calibrate fits measured runs (`planner run`), not simulations"
         )
     scenario = scenario_from_summary(summary, str(summary_path))
-    _check_header(steps_path)
-    try:
-        with warnings.catch_warnings():  # an empty file: numpy warns, then fails on the header it lacks
-            warnings.simplefilter("ignore")
-            table = np.atleast_1d(np.genfromtxt(steps_path, delimiter=",", names=True, dtype=np.float64))
-    except ValueError as e:  # not UTF-8, or rows of another length: numpy's last line names the first
-        raise PlannerError(f"{steps_path}: not a steps.csv ({str(e).strip().splitlines()[-1].strip()})") from None
-    except IndexError:  # numpy's way of saying there is no header line
-        raise PlannerError(f"{steps_path}: empty: not a steps.csv") from None
+    table = _read_table(steps_path)
     needed = (
         "duration_s",
         "num_prefill_tokens",
@@ -156,6 +150,66 @@ def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
     rows = {name: table[name] for name in table.dtype.names}
     _check_steps(rows, steps_path)
     return summary, scenario, rows
+
+
+def _read_table(path: Path) -> np.ndarray:
+    """A CSV of `planner run --out` as numpy's named columns (one row at least as a 1-d array)."""
+    _check_header(path)
+    try:
+        with warnings.catch_warnings():  # an empty file: numpy warns, then fails on the header it lacks
+            warnings.simplefilter("ignore")
+            return np.atleast_1d(np.genfromtxt(path, delimiter=",", names=True, dtype=np.float64))
+    except ValueError as e:  # not UTF-8, or rows of another length: numpy's last line names the first
+        raise PlannerError(f"{path}: not a {path.name} ({str(e).strip().splitlines()[-1].strip()})") from None
+    except IndexError:  # numpy's way of saying there is no header line
+        raise PlannerError(f"{path}: empty: not a {path.name}") from None
+
+
+def read_drafting(run_dir: Path, steps: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A speculative run's drafting.csv (planner.outputs.results.write_drafting), checked against its steps.csv
+    rows (read_run's): each row's step a row of steps.csv, once, in order, and its draft_s a part of that step's
+    device_s."""
+    path = Path(run_dir) / DRAFTING_FILE
+    if not path.is_file():
+        raise PlannerError(
+            f"{run_dir}: a speculative run (engine.speculative) without {DRAFTING_FILE}, its drafting per step, which"
+            " --from fits apart from the verifying forward: run it again with `planner run --out` (which writes it)"
+        )
+    table = _read_table(path)
+    needed = (DRAFT_STEP, *DRAFT_COLUMNS)
+    missing = [n for n in needed if table.dtype.names is None or n not in table.dtype.names]
+    if missing:
+        raise PlannerError(f"{path}: no rows with the columns {', '.join(missing)}")
+    rows = {name: table[name] for name in needed}
+    device_s = np.asarray(steps["device_s"] if "device_s" in steps else steps["duration_s"], dtype=np.float64)
+    num_steps = len(device_s)
+    step = rows[DRAFT_STEP]
+    whole = np.isfinite(step) & (step == np.round(step)) & (step >= 0) & (step < num_steps)
+    _check_column(path, DRAFT_STEP, whole, step, f"a row of steps.csv: a whole number from 0 to {num_steps - 1}")
+    step = step.astype(np.int64)
+    later = np.r_[True, step[1:] > step[:-1]]
+    _check_column(path, DRAFT_STEP, later, step, "greater than the row before's (one row per step, in order)")
+    for name in DRAFT_COLUMNS[1:]:
+        column = rows[name]
+        good = np.isfinite(column) & (column >= 0) & (column <= MAX_COUNT)
+        if name != "later_context_tokens":  # the later passes' mean context: not a whole number
+            good &= column == np.round(column)
+        _check_column(path, name, good, column, f"a number of tokens or rows from 0 to {MAX_COUNT:,}")
+    draft_s, verify_s = rows["draft_s"], device_s[step] - np.nan_to_num(rows["draft_s"])
+    good = np.isfinite(draft_s) & (draft_s > 0) & (verify_s >= STEPS_CSV_RESOLUTION_S)
+    _check_column(
+        path, "draft_s", good, draft_s,
+        f"seconds > 0 and at least {STEPS_CSV_RESOLUTION_S:g} s below its step's device_s in steps.csv (the step"
+        " holds its drafting)",
+    )  # fmt: skip
+    return rows | {DRAFT_STEP: step}
+
+
+def _check_column(path: Path, name: str, good: np.ndarray, column: np.ndarray, rule: str) -> None:
+    if not good.all():
+        i = int(np.argmin(good))
+        shown = "empty or not a number" if np.isnan(column[i]) else f"{column[i]:g}"
+        raise PlannerError(f"{path}: row {i + 1}, {name} = {shown}: must be {rule}")
 
 
 # The fit divides by each measured time; steps.csv keeps microseconds, so a time it wrote is 0 or at least
@@ -205,7 +259,4 @@ def _check_steps(rows: dict[str, np.ndarray], steps_path: Path) -> None:
         else:
             measured = (column >= STEPS_CSV_RESOLUTION_S) & (column <= MAX_STEP_S)
             good = measured | (name != "duration_s") & (column == 0)
-        if not good.all():
-            i = int(np.argmin(good))
-            shown = "empty or not a number" if np.isnan(column[i]) else f"{column[i]:g}"
-            raise PlannerError(f"{steps_path}: row {i + 1}, {name} = {shown}: must be {rule}")
+        _check_column(steps_path, name, good, column, rule)

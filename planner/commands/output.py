@@ -57,11 +57,16 @@ def _write_scrapes(out_dir: Path, summary: dict, recorder, every_s: float) -> Pa
     return folder
 
 
-def emit(args, summary: dict, recorder, title: str, extra_lines: list[str] = (), plot_workers=None) -> None:
-    from planner.outputs.results import summary_json, write_outputs
+def emit(
+    args, summary: dict, recorder, title: str, extra_lines: list[str] = (), plot_workers=None, drafts=None
+) -> None:
+    """The run's report on the terminal, and with --out its files; `drafts`: a live speculative run's drafting
+    rows (drafting.csv)."""
+    from planner.outputs.results import summary_json, write_drafting, write_outputs
 
     if args.out:
         written = write_outputs(args.out, summary, recorder, title, plot_workers)
+        written += [p for p in (write_drafting(args.out, drafts),) if p is not None]
         if getattr(args, "scrape_every", None) is not None:
             written.append(_write_scrapes(args.out, summary, recorder, args.scrape_every))
     if args.json:

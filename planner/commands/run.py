@@ -83,7 +83,8 @@ def cmd_run(args) -> int:
     # The same scenario simulated overlaps each step's host work with the device's (vLLM's async scheduling):
     # beside this run, that difference would read as the cost model's error.
     serial = [] if EngineFacts.of(scenario).serial else [SERIAL_NOTE]
-    emit(args, summary, result.recorder, f"{scenario.name} (measured on {result.extra['device_name']})", serial)
+    title = f"{scenario.name} (measured on {result.extra['device_name']})"
+    emit(args, summary, result.recorder, title, serial, drafts=result.drafts)
     from planner.calibration.busy import busy_reasons
 
     reasons = busy_reasons(result.extra.get("cpu_share"), result.extra.get("other_cpu_load"))

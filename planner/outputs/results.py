@@ -22,7 +22,10 @@ from planner.vllm_files.export import BENCH_FILE, METRICS_FILE, bench_json, metr
 from sim.config import Scenario
 from sim.metrics import STEP_COLUMNS, Recorder, summarize
 
-OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", BENCH_FILE, METRICS_FILE, *PLOT_NAMES)
+# A live speculative run's drafting, one row per step that drafted (sim.draft_cost.DRAFT_COLUMNS), keyed by the
+# step's row in steps.csv, whose device_s holds it: what `planner calibrate --from` fits the drafting terms to.
+DRAFTING_FILE = "drafting.csv"
+OUTPUT_NAMES = ("summary.json", "requests.csv", "steps.csv", BENCH_FILE, METRICS_FILE, *PLOT_NAMES, DRAFTING_FILE)
 _JSON_KINDS = {list: "an array", str: "a string", bool: "true/false", type(None): "null"}
 MAX_SUMMARY_BYTES = 1 << 26  # a summary.json is a few kB; a larger file is not one
 
@@ -143,6 +146,24 @@ def _finite(value):
 
 def summary_json(summary: dict) -> str:
     return json.dumps(summary, indent=2, sort_keys=False) + "\n"
+
+
+def write_drafting(out_dir: Path, drafts: dict[str, np.ndarray] | None) -> Path | None:
+    """drafting.csv of a live speculative run's drafting rows (gpu_engine/speculative.py, drafting_rows), its
+    seconds at 1 ns; without them (a simulation, or a run that does not draft) a drafting.csv already there is
+    removed, so that a folder never pairs its steps.csv with another run's drafting."""
+    path = out_dir / DRAFTING_FILE
+    try:
+        if drafts is None:
+            path.unlink(missing_ok=True)
+            return None
+        names = list(drafts)
+        formats = ["%d" if np.issubdtype(drafts[n].dtype, np.integer) else "%.9g" for n in names]
+        table = np.column_stack([drafts[n].astype(np.float64) for n in names]).reshape(-1, len(names))
+        np.savetxt(path, table, fmt=formats, delimiter=",", header=",".join(names), comments="")
+    except OSError as e:
+        raise PlannerError(f"--out {out_dir}: cannot write {DRAFTING_FILE}: {e.strerror or e}") from None
+    return path
 
 
 def _write_csv(path: Path, columns: dict[str, np.ndarray]) -> None:

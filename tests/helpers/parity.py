@@ -77,6 +77,16 @@ CASES = {  # name -> --set overrides on SCENARIO, after AT_ZERO
             " 1, num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 512, max_position_embeddings: 2048}}"
         ),
     ],
+    # an EAGLE-3 head: its LM head over 128 of the 512 tokens, its drafts mapped onto the target's by its d2t table
+    "speculative-eagle3": [
+        "engine.num_gpu_blocks_override=256",
+        (
+            "engine.speculative={method: eagle3, num_speculative_tokens: 3, synthetic_acceptance_rates: [0.8, 0.6,"
+            " 0.4], model: {name: head3, model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers:"
+            " 1, num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 512, draft_vocab_size: 128,"
+            " max_position_embeddings: 2048}}"
+        ),
+    ],
     "speculative-ngram": [
         "engine.num_gpu_blocks_override=256",
         (
