@@ -135,6 +135,11 @@ class LockstepGroup:
                 after_idle = True
                 continue
             outs = lockstep_schedule(schedulers)
+            if all(map(is_dummy, outs)):  # a fleet's ranks wait on KV pulls (sim/fleet_dp.py): idle until one ends
+                self.idle = env.event()
+                yield self.idle
+                after_idle = True
+                continue
             moe = self.moe.step([1 if is_dummy(out) else out.num_tokens for out in outs])
             sides = [self._rank_sides(out, moe) for out in outs]
             duration = max(float(cost.combine(host, device, after_idle)) for host, device in sides)
@@ -202,7 +207,7 @@ class DataParallelSimulation(Simulation):
         return self.group.ranks
 
     def route(self, request: Request) -> None:
-        index = pick_rank([_score(rank) for rank in self.replicas])
+        index = pick_rank([rank_score(rank) for rank in self.replicas])
         self.rank_requests[index] += 1
         self.replicas[index].submit(request)
 
@@ -212,7 +217,8 @@ class DataParallelSimulation(Simulation):
         return {"data_parallel_size": self.num_engines, "requests_per_rank": self.rank_requests, **group}
 
 
-def _score(rank: LockstepRank | Replica) -> int:
+def rank_score(rank: LockstepRank | Replica) -> int:
+    """vLLM's DP balancer score of a rank: a lockstep rank's, or an independent engine's with its deferred arrivals."""
     if isinstance(rank, LockstepRank):
         return rank.score
     return balancer_score(rank.scheduler, len(rank.deferred or ()))
