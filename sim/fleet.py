@@ -44,7 +44,7 @@ import simpy
 from sim.config import PoolConfig, Scenario
 from sim.cost_model import CostCoefficients, CostModel
 from sim.engine_facts import EngineFacts
-from sim.fleet_dp import DataParallelReplica, build_group, engine_for, wake_rank
+from sim.fleet_dp import DataParallelReplica, Rank, build_group, engine_for, wake_rank
 from sim.fleet_router import FleetRouter
 from sim.kv_groups import kv_pool_blocks
 from sim.kv_transfer import LINK_LATENCY_MS, TransferLog, kv_transfer_bytes, link_bytes_per_s
@@ -121,10 +121,10 @@ class _Pull:
     """A pull in flight: the prefill engine holding the blocks, its finished copy, the decode side's request (the
     engines: replicas, or a data-parallel group's ranks)."""
 
-    source: object
+    source: Rank
     prefilled: Request
     request: Request
-    destination: object = None
+    destination: Rank | None = None
     overlap_s: float = 0.0  # layer-wise: the prefill's last step, during which the KV streamed out
     start_s: float = 0.0
     num_tokens: int = 0

@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 import yaml
 
+from planner.catalog import catalog_gpu
 from planner.cli import main
 from planner.errors import ScenarioError
+from planner.fidelity.data_parallel import h800
+from planner.fidelity.dp_fleet import runs, scenario_mapping
 from planner.outputs.fleet_summary import fleet_lines
-from planner.scenario.load import load_scenario
+from planner.scenario.load import load_scenario, validate_mapping
 from sim.driver import simulate
 from sim.fleet import simulate_fleet
 from sim.fleet_dp import DataParallelReplica
@@ -85,9 +88,12 @@ def test_prefill_and_decode_groups_pull_each_prompt_rank_to_rank(tmp_path):
     )
 
 
-def test_the_shipped_scenario_prints_each_group_and_its_serve_lines(capsys):
-    assert main(["simulate", str(SHIPPED), "--set", "workload.num_requests=40"]) == 0
+def test_the_shipped_scenario_prints_each_group_and_its_serve_lines(tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    assert main(["simulate", str(SHIPPED), "--set", "workload.num_requests=40", "--out", str(out_dir)]) == 0
     out = capsys.readouterr().out
+    # llm-d's chart starts a data-parallel group its own way (planner/sizing/llmd_values.py): no values written
+    assert (out_dir / "summary.json").exists() and not (out_dir / "llm-d-values.yaml").exists()
     assert "1x prefill (data parallel 16 x 1x h200) + 1x decode (data parallel 16 x 1x h200) = 32 devices" in out
     assert "prefill (prefill, 1x DP16 x 1x h200 (EP))" in out and "decode (decode, 1x DP16 x 1x h200 (EP))" in out
     assert out.count("lockstep MoE (deepep_") == 2 and out.count("    group 0: requests per rank") == 2
@@ -156,3 +162,19 @@ def test_the_live_pair_refuses_a_data_parallel_pool(tmp_path, capsys):
     assert main(["run", str(path), "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert "data-parallel pools, with `planner simulate`" in err and err.count("\n") == 1
+
+
+def test_the_deployment_fleets_are_the_listed_settings():
+    """planner/fidelity/dp_fleet.py simulates the listed DP / EP sizes and nodes, overlap and EPLB as listed."""
+    for run in runs(h800(), catalog_gpu("h100-sxm")):
+        s = validate_mapping(scenario_mapping(run, 8), run.source, ROOT)
+        prefill, decode = s.fleet.pools
+        for pool, (ranks, nodes) in ((prefill, run.prefill), (decode, run.decode)):
+            hw, engine = pool.hardware, pool.engine
+            assert (hw.data_parallel_size, hw.num_nodes, hw.expert_parallel) == (ranks, nodes, True)
+            assert hw.gpu == run.gpu and engine.enable_dbo and engine.eplb_num_redundant_experts == 32
+        assert (prefill.engine.all2all_backend, decode.engine.all2all_backend) == (
+            "deepep_high_throughput",
+            "deepep_low_latency",
+        )
+        assert s.workload.prompt_tokens.value == run.prompt_tokens

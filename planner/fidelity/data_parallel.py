@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from planner.catalog import catalog_gpu, catalog_model
-from planner.fidelity.dp_fleet import prefill_table
+from planner.fidelity.dp_fleet import deployment_figures_table
 from planner.fidelity.markdown import table
 from sim.config import EngineConfig, HardwareConfig
 from sim.cost_model import CostModel
@@ -53,15 +53,14 @@ DEPLOYMENTS = [
         "DeepSeek-V3/R1 on H800 nodes; prefill EP32 / DP32 over 4 nodes, decode EP144 / DP144 over 18 nodes, 32"
         " redundant experts in each; two micro-batches overlapped; 56.3% of input tokens from the KV cache",
         "73.7k input tokens/s per node prefilling, 14.8k output tokens/s per node decoding",
-        "prefill: simulated below; decode: its batch per GPU (set by the traffic) needs ranks x 128 requests in"
-        " flight, beyond the run made here",
+        "simulated below",
     ),
     Deployment(
         "LMSYS / SGLang, large-scale EP on 96 H100s (blog, 2025-05-05)",
         "DeepSeek-V3 on 12 nodes of 8 H100s, prefill and decode disaggregated, DeepEP, EPLB, two-batch overlap;"
         " 2,000-token inputs",
         "52.3k input and 22.3k output tokens/s per node; TTFT 2-5 s, ITL about 100 ms",
-        "prefill: simulated below; decode: as above",
+        "simulated below; TTFT and ITL are the deployment's traffic's, which no source states",
     ),
     Deployment(
         "vLLM blog, DeepSeek @ 2.2k tok/s/H200 with wide-EP (2025-12-17)",
@@ -125,8 +124,8 @@ def main() -> None:
     print()
     print(deployment_table())
     print()
-    print("Prefill figures simulated: a prefill and a decode DP + EP group, a burst of 16 prompts per prefill rank")
-    print(prefill_table(h800(), catalog_gpu("h100-sxm")))
+    print("Simulated as fleets of a prefill and a decode DP + EP group (planner/fidelity/dp_fleet.py):")
+    print(deployment_figures_table(h800(), catalog_gpu("h100-sxm")))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def fleet_section(result: FleetResult, provenance: dict[str, dict], duration_s: 
             **_data_parallel(pool),
             **{key: stats[key] for key in POOL_STATS},
             "busy_share": busy_share,
-            "limited_by": _limited_by(busy_share, stats),
+            "limited_by": _limited_by(busy_share, stats, "ranks" if c.hardware.data_parallel_size > 1 else "replicas"),
             "memory": pool.memory.to_dict(),
             "cost_model_provenance": provenance.get(c.name),
         }
@@ -85,13 +85,13 @@ def _data_parallel(pool) -> dict:
     }
 
 
-def _limited_by(busy_share: float, stats: dict) -> str:
+def _limited_by(busy_share: float, stats: dict, engines: str) -> str:
     kv_peak = stats["kv_cache_utilization"]["peak"]
     if kv_peak >= KV_FULL_SHARE:
         return f"KV cache: {kv_peak:.0%} of its blocks in use at the peak, {stats['num_preemptions']:,} preemptions"
     if busy_share >= SATURATED_BUSY_SHARE:
-        return f"compute: its replicas busy {busy_share:.0%} of the run"
-    return f"nothing: its replicas busy {busy_share:.0%} of the run, KV peak {kv_peak:.0%}"
+        return f"compute: its {engines} busy {busy_share:.0%} of the run"
+    return f"nothing: its {engines} busy {busy_share:.0%} of the run, KV peak {kv_peak:.0%}"
 
 
 def fleet_lines(s: dict) -> list[str]:
