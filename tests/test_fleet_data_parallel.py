@@ -29,9 +29,14 @@ SHIPPED = ROOT / "scenarios" / "fleet_deepseek_v3_pd_dp_ep.yaml"
 HOST_LINK = {"link": "host_memory", "bandwidth_gbit_per_s": 80, "latency_ms": 0.05}
 
 
-def as_fleet(tmp_path: Path, pools: dict, **fleet) -> Path:
-    """The tiny MoE scenario with its hardware moved into fleet pools (each pool's hardware over the group's)."""
-    data = yaml.safe_load(MOE_DP2.read_text())
+def dense(data: dict) -> dict:
+    """The scenario with the tiny dense Llama: its ranks are independent engines, no lockstep."""
+    return {**data, "model": "tiny-llama", "hardware": {**data["hardware"], "expert_parallel": False}}
+
+
+def as_fleet(tmp_path: Path, pools: dict, edit=lambda data: data, **fleet) -> Path:
+    """The tiny MoE scenario (`edit`ed) with its hardware moved into fleet pools (each pool's over the group's)."""
+    data = edit(yaml.safe_load(MOE_DP2.read_text()))
     group = data.pop("hardware")
     data["fleet"] = {
         "pools": {name: {**pool, "hardware": {**group, **pool.get("hardware", {})}} for name, pool in pools.items()},
@@ -42,22 +47,27 @@ def as_fleet(tmp_path: Path, pools: dict, **fleet) -> Path:
     return path
 
 
-def test_one_group_behind_the_router_runs_as_the_one_pool_group(tmp_path):
-    """The router has one group to pick; its balancer, lockstep and steps are the one-pool simulation's."""
-    fleet = simulate_fleet(load_scenario(as_fleet(tmp_path, {"group": {}})))
-    alone = simulate(load_scenario(MOE_DP2))
+@pytest.mark.parametrize("edit", [lambda data: data, dense], ids=["lockstep", "dense"])
+def test_one_group_behind_the_router_runs_as_the_one_pool_group(tmp_path, edit):
+    """The router has one group to pick; its balancer, steps (and lockstep) are the one-pool simulation's."""
+    fleet = simulate_fleet(load_scenario(as_fleet(tmp_path, {"group": {}}, edit)))
+    one_pool = tmp_path / "one_pool.yaml"
+    one_pool.write_text(yaml.safe_dump(edit(yaml.safe_load(MOE_DP2.read_text())), sort_keys=False))
+    alone = simulate(load_scenario(one_pool))
     ours, theirs = fleet.recorder.requests.view(), alone.recorder.requests.view()
     for column in ("request_id", "first_token_s", "finished_s"):
         np.testing.assert_array_equal(ours[column], theirs[column])
     (group,) = fleet.pools[0].replicas
     assert isinstance(group, DataParallelReplica)
     assert group.requests_per_rank == alone.data_parallel["requests_per_rank"]
-    assert group.stats()["lockstep_steps"] == alone.data_parallel["lockstep_steps"] > 0
+    assert group.stats()["lockstep_steps"] == alone.data_parallel["lockstep_steps"]
+    assert (group.group is None) == (edit is dense)
 
 
-def test_prefill_and_decode_groups_pull_each_prompt_rank_to_rank(tmp_path):
+@pytest.mark.parametrize("edit", [lambda data: data, dense], ids=["lockstep", "dense"])
+def test_prefill_and_decode_groups_pull_each_prompt_rank_to_rank(tmp_path, edit):
     pools = {"prefill": {"role": "prefill", "hardware": {"replicas": 2}}, "decode": {"role": "decode"}}
-    s = load_scenario(as_fleet(tmp_path, pools, kv_transfer=HOST_LINK))
+    s = load_scenario(as_fleet(tmp_path, pools, edit, kv_transfer=HOST_LINK))
     result = simulate_fleet(s)
     n = s.workload.num_requests
     assert len(result.recorder.requests.view()["finished_s"]) == n
