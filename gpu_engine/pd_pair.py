@@ -38,10 +38,11 @@ def run_pd_pair(
 ) -> FleetResult:
     """Run a fleet of one prefill and one decode engine (one GPU each) for real; the result is a fleet run's."""
     fleet = scenario.fleet
-    if not fleet.disaggregated or any(p.hardware.replicas * p.hardware.tensor_parallel_size > 1 for p in fleet.pools):
+    # A pool's GPUs: its replicas' tensor-parallel groups, each data-parallel rank's own (num_gpus)
+    if not fleet.disaggregated or any(p.hardware.replicas * p.hardware.num_gpus > 1 for p in fleet.pools):
         raise EngineError(
             f"{scenario.source}: the live engine runs a fleet of one prefill and one decode engine on one GPU each"
-            f" ({fleet.describe()}): simulate larger fleets with `planner simulate`"
+            f" ({fleet.describe()}): simulate larger fleets, and data-parallel pools, with `planner simulate`"
         )
     torch_device = _device(device)
     if torch_device.type == "cpu":

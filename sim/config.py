@@ -362,13 +362,13 @@ class FleetConfig:
 
     @property
     def num_gpus(self) -> int:
-        return sum(p.hardware.replicas * p.hardware.tensor_parallel_size for p in self.pools)
+        return sum(p.hardware.replicas * p.hardware.num_gpus for p in self.pools)
 
     def describe(self) -> str:
-        """'2x prefill (4x h100-sxm) + 1x decode (4x h100-sxm)'."""
+        """'2x prefill (4x h100-sxm) + 1x decode (4x h100-sxm)'; a data-parallel pool's replicas are its groups:
+        '1x decode (data parallel 16 x 1x h200)'."""
         return " + ".join(
-            f"{p.hardware.replicas}x {p.name} ({p.hardware.tensor_parallel_size}x {p.hardware.gpu.name})"
-            for p in self.pools
+            f"{p.hardware.replicas}x {p.name} ({replace(p.hardware, replicas=1).describe()})" for p in self.pools
         )
 
 

@@ -144,6 +144,11 @@ class LockstepGroup:
                 after_idle = True
                 continue
             outs = lockstep_schedule(schedulers)
+            if all(map(is_dummy, outs)):  # a fleet's ranks wait on KV pulls (sim/fleet_dp.py): idle until one ends
+                self.idle = env.event()
+                yield self.idle
+                after_idle = True
+                continue
             moe = self.moe.step([1 if is_dummy(out) else out.num_tokens for out in outs])
             drafts = self.drafting.rank_s(outs) if self.drafting is not None else [0.0] * len(outs)
             sides = [self._rank_sides(out, moe, draft) for out, draft in zip(outs, drafts, strict=True)]
@@ -222,7 +227,7 @@ class DataParallelSimulation(Simulation):
         return self.group.ranks
 
     def route(self, request: Request) -> None:
-        index = pick_rank([_score(rank) for rank in self.replicas])
+        index = pick_rank([rank_score(rank) for rank in self.replicas])
         self.rank_requests[index] += 1
         self.replicas[index].submit(request)
 
@@ -232,7 +237,8 @@ class DataParallelSimulation(Simulation):
         return {"data_parallel_size": self.num_engines, "requests_per_rank": self.rank_requests, **group}
 
 
-def _score(rank: LockstepRank | Replica) -> int:
+def rank_score(rank: LockstepRank | Replica) -> int:
+    """vLLM's DP balancer score of a rank: a lockstep rank's, or an independent engine's with its deferred arrivals."""
     if isinstance(rank, LockstepRank):
         return rank.score
     return balancer_score(rank.scheduler, len(rank.deferred or ()))

@@ -30,9 +30,11 @@ def pick_rank(scores: list[int]) -> int:
 
 def lockstep_schedule(schedulers: list[Scheduler]) -> list[SchedulerOutput | None]:
     """One lockstep step's batches: each rank with requests schedules; None for a rank with none (a dummy batch).
-    A rank whose batch schedules nothing (its queue's head blocked) runs a dummy batch too."""
+    A rank whose batch schedules nothing (its queue's head blocked) runs a dummy batch too. In a fleet every batch
+    may be empty while ranks wait on KV pulls (sim/fleet_dp.py): the group then waits for one to end."""
     outs = [s.schedule() if s.num_unfinished else None for s in schedulers]
-    if not any(out is not None and out.scheduled for out in outs):
+    scheduled = any(out is not None and out.scheduled for out in outs)
+    if not scheduled and not any(s.awaits_kv_transfers for s in schedulers):
         free = [s.kv.pool.num_free_blocks for s in schedulers]
         raise RuntimeError(f"no request can be scheduled on any rank, with {free} free blocks per rank")
     return outs

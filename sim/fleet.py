@@ -23,6 +23,10 @@ pool's GPU and settings). What a fleet adds is around them:
   overlaps the prefill's last step, so what is left after it is the larger of the pull less that step and one
   layer's share of the pull.
 
+- data-parallel pools (a pool's hardware.data_parallel_size > 1): a replica is a whole group, the router picks the
+  group and the group's DP balancer its rank (sim/fleet_dp.py); a pull goes from the prefill rank to the decode rank
+  over their own links.
+
 Simplified: the decode replica is picked when the prefill is done (the proxy picks both at once; the choice only
 changes when load is read); the pull starts when the decode scheduler has blocks for it, not at a later step's
 `start_load_kv`; no pull fails or times out. Decode windows (sim/replica.py's fast path) are off in a prefill/decode
@@ -40,6 +44,7 @@ import simpy
 from sim.config import PoolConfig, Scenario
 from sim.cost_model import CostCoefficients, CostModel
 from sim.engine_facts import EngineFacts
+from sim.fleet_dp import DataParallelReplica, Rank, build_group, engine_for, wake_rank
 from sim.fleet_router import FleetRouter
 from sim.kv_groups import kv_pool_blocks
 from sim.kv_transfer import LINK_LATENCY_MS, TransferLog, kv_transfer_bytes, link_bytes_per_s
@@ -84,7 +89,8 @@ class PoolRecorder(Recorder):
 
 @dataclass
 class PoolRun:
-    """One pool in a run: its engine's facts, memory, cost model, recorder and replicas."""
+    """One pool in a run: its engine's facts, memory, cost model, recorder and replicas (a data-parallel pool's:
+    its groups)."""
 
     config: PoolConfig
     scenario: Scenario  # the pool as a one-pool scenario
@@ -93,8 +99,8 @@ class PoolRun:
     cost: CostModel
     num_blocks: int
     recorder: PoolRecorder
-    replicas: list[Replica] = field(default_factory=list)
-    first_replica: int = 0  # the fleet-wide index of its first replica (steps.csv's replica column)
+    replicas: list[Replica | DataParallelReplica] = field(default_factory=list)
+    first_replica: int = 0  # the fleet-wide index of its first engine (steps.csv's replica column: a rank each)
 
 
 @dataclass
@@ -112,12 +118,13 @@ class FleetResult:
 
 @dataclass
 class _Pull:
-    """A pull in flight: the prefill replica holding the blocks, its finished copy, the decode side's request."""
+    """A pull in flight: the prefill engine holding the blocks, its finished copy, the decode side's request (the
+    engines: replicas, or a data-parallel group's ranks)."""
 
-    source: Replica
+    source: Rank
     prefilled: Request
     request: Request
-    destination: Replica | None = None
+    destination: Rank | None = None
     overlap_s: float = 0.0  # layer-wise: the prefill's last step, during which the KV streamed out
     start_s: float = 0.0
     num_tokens: int = 0
@@ -159,18 +166,14 @@ class FleetSimulation(Simulation):
             recorder = PoolRecorder(num_blocks, pool.engine.block_size, record_steps, client)
             cost = CostModel(facts, (coefficients or {}).get(pool.name))
             run = PoolRun(pool, pool_scenario, facts, memory, cost, num_blocks, recorder)
-            run.first_replica = sum(p.hardware.replicas for p in fleet.pools[: len(self.pools)])
+            run.first_replica = sum(
+                p.hardware.replicas * p.hardware.data_parallel_size for p in fleet.pools[: len(self.pools)]
+            )
             on_finished = self._prefilled if pool.role == "prefill" else self.on_finished
-            for index in range(pool.hardware.replicas):
-                scheduler = build_scheduler(
-                    facts, num_blocks, recorder, run.first_replica + index, fast_forward, count_blocks_lazily=True
-                )
-                replica = Replica(
-                    self.env, scheduler, cost, recorder, self.next_arrival_s, on_finished, windows, not closed_loop
-                )
-                if pool.role == "decode":
-                    scheduler.on_remote_load = lambda request, n, replica=replica: self._pull(replica, request, n)
-                run.replicas.append(replica)
+            if pool.hardware.data_parallel_size > 1:
+                self._build_groups(run, on_finished, fast_forward)
+            else:
+                self._build_replicas(run, on_finished, fast_forward, windows, not closed_loop)
             self.pools.append(run)
         entry = {p.config.name: p.replicas for p in self.pools if p.config.role != "decode"}
         decode = [r for p in self.pools if p.config.role == "decode" for r in p.replicas]
@@ -183,6 +186,37 @@ class FleetSimulation(Simulation):
         self.next_index = 0
         self.thinking_until: list[float] = []
         self.done_events: dict[int, simpy.Event] = {}
+
+    def _build_replicas(self, run: PoolRun, on_finished, fast_forward: bool, windows: bool, through: bool) -> None:
+        """A pool's replicas: one engine each; a decode pool's start their own pulls."""
+        for index in range(run.config.hardware.replicas):
+            scheduler = build_scheduler(
+                run.facts,
+                run.num_blocks,
+                run.recorder,
+                run.first_replica + index,
+                fast_forward,
+                count_blocks_lazily=True,
+            )
+            replica = Replica(
+                self.env, scheduler, run.cost, run.recorder, self.next_arrival_s, on_finished, windows, through
+            )
+            if run.config.role == "decode":
+                scheduler.on_remote_load = lambda request, n, replica=replica: self._pull(replica, request, n)
+            run.replicas.append(replica)
+
+    def _build_groups(self, run: PoolRun, on_finished, fast_forward: bool) -> None:
+        """A data-parallel pool's replicas: whole groups; a decode pool's ranks each start their own pulls."""
+        ranks = run.config.hardware.data_parallel_size
+        for index in range(run.config.hardware.replicas):
+            group = build_group(
+                self.env, run.facts, run.num_blocks, run.cost, run.recorder, run.first_replica + index * ranks,
+                self.next_arrival_s, on_finished, fast_forward,
+            )  # fmt: skip
+            if run.config.role == "decode":
+                for rank in group.ranks:
+                    rank.scheduler.on_remote_load = lambda request, n, rank=rank: self._pull(rank, request, n)
+            run.replicas.append(group)
 
     def _setup_link(self) -> None:
         link = self.fleet.kv_transfer
@@ -222,15 +256,15 @@ class FleetSimulation(Simulation):
             request.trace_block_tokens,
             do_remote_decode=True,
         )
-        replica = self.router.route(prefilled)
-        self.pulls[request.request_id] = _Pull(replica, prefilled, request)
-        replica.submit(prefilled)
+        engine = engine_for(self.router.route(prefilled))
+        self.pulls[request.request_id] = _Pull(engine, prefilled, request)
+        engine.submit(prefilled)
 
     def _prefilled(self, prefilled: Request) -> None:
         """A prefill replica sampled the prompt's first token: the proxy sends the request on to a decode replica."""
         pull = self.pulls[prefilled.request_id]
         pull.request.do_remote_prefill = True
-        pull.destination = self.router.route_decode(pull.request)
+        pull.destination = engine_for(self.router.route_decode(pull.request))
         if self.layerwise_floor is not None:  # the KV streamed out during the step that just ended
             pull.overlap_s, pull.start_s = self.prefill_recorder.last_step_s, self.env.now
         pull.destination.submit(pull.request)
@@ -256,7 +290,7 @@ class FleetSimulation(Simulation):
         source = pull.source.scheduler
         if pull.prefilled.request_id in source.sending:
             source.finish_sending(pull.prefilled)
-            wake(pull.source)  # its queue's head may have waited for these blocks
+            wake_rank(pull.source)  # its queue's head may have waited for these blocks
         else:  # still held by async scheduling's plan: freed when released, as any finished request
             pull.prefilled.do_remote_decode = False
         pull.destination.submit(pull.request)  # WAITING_FOR_REMOTE_KVS: its KV is there
@@ -266,12 +300,6 @@ class FleetSimulation(Simulation):
         self.env.run()
         latency_ms = self.transfer_latency_ms()
         return FleetResult(self.scenario, self.workload, self.pools, self.client, self.transfers, latency_ms)
-
-
-def wake(replica: Replica) -> None:
-    """A replica waiting for blocks or pulls (sim/replica.py) plans again."""
-    if replica.idle is not None and not replica.idle.triggered:
-        replica.idle.succeed()
 
 
 def simulate_fleet(

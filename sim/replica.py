@@ -173,7 +173,7 @@ class Replica:
                 out.num_preempted += preempted
             if not out.scheduled and sched.awaits_kv_transfers:
                 # A fleet's engine (sim/fleet.py) whose queue waits on KV pulls, or on blocks a pull will free: idle
-                # until one ends (sim.fleet.wake) or a request comes
+                # until one ends (sim.fleet_dp.wake_rank) or a request comes
                 pending, self.deferred = self.deferred or (), None
                 for request in pending:
                     sched.add_request(request)

@@ -12,7 +12,7 @@ import pytest
 
 from planner.errors import ScenarioError
 from planner.fidelity.data_parallel import DEEPEP_US, deepep_calls_us
-from planner.scenario.load import load_scenario, validate_mapping
+from planner.scenario.load import load_scenario
 from planner.sizing.dp_serve import other_nodes_note
 from planner.sizing.serve import vllm_serve_command
 from sim.cost_model import CostModel
@@ -22,7 +22,7 @@ from sim.driver import simulate
 from sim.engine_facts import EngineFacts
 from sim.moe_group import MoeGroupCost, expected_max_share
 from sim.workload import make_request
-from tests.helpers.scenarios import BASE, make_scenario
+from tests.helpers.scenarios import make_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 DEEPSEEK_DP16 = SCENARIOS / "h200x16_deepseek_v3_dp16_ep.yaml"
@@ -88,18 +88,6 @@ def test_each_mistake_has_one_message_naming_key_value_and_what_is_allowed(path,
     message = _refused(path, overrides)
     assert path.name in message
     assert re.search(expected, message), message
-
-
-def test_a_fleet_pool_with_data_parallel_is_refused():
-    data = {key: value for key, value in BASE.items() if key != "hardware"}
-    data["fleet"] = {
-        "pools": {
-            "a": {"hardware": {"gpu": "a100-80gb", "data_parallel_size": 2}},
-            "b": {"hardware": {"gpu": "a100-80gb"}},
-        }
-    }
-    with pytest.raises(ScenarioError, match=r"data_parallel_size = 2: data parallel is modelled for one pool"):
-        validate_mapping(data, "<test>", Path.cwd())
 
 
 def test_the_busiest_gpus_expected_load_matches_random_top_k_routing():

@@ -3,8 +3,10 @@ the tables docs/data-parallel-expert-parallel.md includes.
 
 The measurements were listed here, with their settings, before anything was simulated against them; nothing in the
 all-to-all's form or its constants (sim/moe_group.py) was changed after seeing the errors. Only DeepEP's kernel
-benchmark is a setting the planner prices as measured (one dispatch or combine call); the deployments' end-to-end
-figures are listed with what keeps them from a like-for-like simulation.
+benchmark is a setting the planner prices as measured (one dispatch or combine call). The deployments' prefill
+figures are simulated as prefill/decode fleets of DP + EP groups (planner/fidelity/dp_fleet.py, from the settings
+listed here, its assumptions beside them); the other end-to-end figures are listed with what keeps them from a
+like-for-like simulation.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from planner.catalog import catalog_gpu, catalog_model
+from planner.fidelity.dp_fleet import deployment_figures_table
 from planner.fidelity.markdown import table
 from sim.config import EngineConfig, HardwareConfig
 from sim.cost_model import CostModel
@@ -50,22 +53,21 @@ DEPLOYMENTS = [
         "DeepSeek-V3/R1 on H800 nodes; prefill EP32 / DP32 over 4 nodes, decode EP144 / DP144 over 18 nodes, 32"
         " redundant experts in each; two micro-batches overlapped; 56.3% of input tokens from the KV cache",
         "73.7k input tokens/s per node prefilling, 14.8k output tokens/s per node decoding",
-        "prefill/decode disaggregation of data-parallel groups (refused in a fleet); its two micro-batches alone are"
-        " modelled (engine.enable_dbo)",
+        "simulated below",
     ),
     Deployment(
         "LMSYS / SGLang, large-scale EP on 96 H100s (blog, 2025-05-05)",
         "DeepSeek-V3 on 12 nodes of 8 H100s, prefill and decode disaggregated, DeepEP, EPLB, two-batch overlap;"
         " 2,000-token inputs",
         "52.3k input and 22.3k output tokens/s per node; TTFT 2-5 s, ITL about 100 ms",
-        "prefill/decode disaggregation, as above",
+        "simulated below; TTFT and ITL are the deployment's traffic's, which no source states",
     ),
     Deployment(
         "vLLM blog, DeepSeek @ 2.2k tok/s/H200 with wide-EP (2025-12-17)",
         "DeepSeek-R1 on a CoreWeave H200 cluster, InfiniBand ConnectX-7; wide-EP (DP + EP), disaggregated, dual-batch"
         " overlap, DeepEP, EPLB",
         "2.2k tokens/s per H200 sustained (about 1.5k before its latest kernels)",
-        "disaggregation, as above; the post does not give the batch or the DP sizes of the figure",
+        "the post does not give the batch or the DP sizes of the figure",
     ),
     Deployment(
         "llm-d, wide expert parallelism well-lit path (guide)",
@@ -121,6 +123,9 @@ def main() -> None:
     print(kernel_table())
     print()
     print(deployment_table())
+    print()
+    print("Simulated as fleets of a prefill and a decode DP + EP group (planner/fidelity/dp_fleet.py):")
+    print(deployment_figures_table(h800(), catalog_gpu("h100-sxm")))
 
 
 if __name__ == "__main__":

@@ -4,11 +4,14 @@ The top of a fleet's summary is a one-pool summary's, over the requests as the c
 router, or the disaggregated proxy: TTFT from the client's send to the decode replica's first token). Each pool
 then says what it did from its own side: a prefill pool's TTFT is its queue plus the prefill (the token the proxy
 drops), a decode pool's TPOT is the fleet's. The bottleneck is the pool whose replicas were busy the largest share
-of the run; what limited it is read from its busy share and its KV cache use.
+of the run; what limited it is read from its busy share and its KV cache use. A data-parallel pool (its replicas
+whole groups, sim/fleet_dp.py) also gives each group's requests per rank and what set its lockstep steps, as a
+one-pool data-parallel summary does; its busy share is its ranks'.
 """
 
 from __future__ import annotations
 
+from planner.outputs.data_parallel_summary import group_lines
 from sim.fleet import FleetResult
 from sim.metrics import summarize
 
@@ -41,16 +44,18 @@ def fleet_section(result: FleetResult, provenance: dict[str, dict], duration_s: 
     for pool in result.pools:
         c = pool.config
         stats = summarize(pool.recorder, result.scenario.slo)
-        busy_share = stats["busy_s"] / (c.hardware.replicas * duration_s) if duration_s > 0 else 0.0
+        num_engines = c.hardware.replicas * c.hardware.data_parallel_size  # a data-parallel group's ranks each step
+        busy_share = stats["busy_s"] / (num_engines * duration_s) if duration_s > 0 else 0.0
         pools[c.name] = {
             "role": c.role,
             "gpu": c.hardware.gpu.name,
             "tensor_parallel_size": c.hardware.tensor_parallel_size,
             "replicas": c.hardware.replicas,
-            "num_gpus": c.hardware.replicas * c.hardware.tensor_parallel_size,
+            "num_gpus": c.hardware.replicas * c.hardware.num_gpus,
+            **_data_parallel(pool),
             **{key: stats[key] for key in POOL_STATS},
             "busy_share": busy_share,
-            "limited_by": _limited_by(busy_share, stats),
+            "limited_by": _limited_by(busy_share, stats, "ranks" if c.hardware.data_parallel_size > 1 else "replicas"),
             "memory": pool.memory.to_dict(),
             "cost_model_provenance": provenance.get(c.name),
         }
@@ -67,13 +72,26 @@ def fleet_section(result: FleetResult, provenance: dict[str, dict], duration_s: 
     return section
 
 
-def _limited_by(busy_share: float, stats: dict) -> str:
+def _data_parallel(pool) -> dict:
+    """A data-parallel pool's groups: each one's requests per rank and lockstep figures (sim/fleet_dp.py)."""
+    hw = pool.config.hardware
+    if hw.data_parallel_size == 1:
+        return {}
+    return {
+        "data_parallel_size": hw.data_parallel_size,
+        "expert_parallel": hw.expert_parallel,
+        "all2all_backend": pool.config.engine.all2all_backend,
+        "groups": [group.stats() for group in pool.replicas],
+    }
+
+
+def _limited_by(busy_share: float, stats: dict, engines: str) -> str:
     kv_peak = stats["kv_cache_utilization"]["peak"]
     if kv_peak >= KV_FULL_SHARE:
         return f"KV cache: {kv_peak:.0%} of its blocks in use at the peak, {stats['num_preemptions']:,} preemptions"
     if busy_share >= SATURATED_BUSY_SHARE:
-        return f"compute: its replicas busy {busy_share:.0%} of the run"
-    return f"nothing: its replicas busy {busy_share:.0%} of the run, KV peak {kv_peak:.0%}"
+        return f"compute: its {engines} busy {busy_share:.0%} of the run"
+    return f"nothing: its {engines} busy {busy_share:.0%} of the run, KV peak {kv_peak:.0%}"
 
 
 def fleet_lines(s: dict) -> list[str]:
@@ -85,10 +103,12 @@ def fleet_lines(s: dict) -> list[str]:
         ttft = "" if p["role"] == "decode" else f", TTFT p99 {_ms(p['p99_ttft_ms'])} ms"
         tpot = "" if p["role"] == "prefill" else f", TPOT p99 {_ms(p['p99_tpot_ms'])} ms"
         lines.append(
-            f"  {name} ({p['role']}, {p['replicas']}x {p['tensor_parallel_size']}x {p['gpu']}):"
+            f"  {name} ({p['role']}, {p['replicas']}x {_engine(p)}):"
             f" {p['completed']:,} requests{ttft}{tpot}, KV mean {kv['mean']:.1%} peak {kv['peak']:.1%};"
             f" limited by {p['limited_by']}"
         )
+        for index, group in enumerate(p.get("groups", ())):
+            lines += _group_lines(index, group, p["all2all_backend"])
     t = f.get("kv_transfer")
     if t is not None:
         lines.append(
@@ -100,6 +120,20 @@ def fleet_lines(s: dict) -> list[str]:
     if "serve" in f:
         lines += ["Serve it with:", *(f"  {line}" for line in f["serve"])]
     return lines
+
+
+def _engine(p: dict) -> str:
+    """'4x h100-sxm', or a data-parallel group's 'DP16 x 1x h200 (EP)'."""
+    engine = f"{p['tensor_parallel_size']}x {p['gpu']}"
+    if "data_parallel_size" in p:
+        engine = f"DP{p['data_parallel_size']} x {engine}" + (" (EP)" if p["expert_parallel"] else "")
+    return engine
+
+
+def _group_lines(index: int, dp: dict, backend: str) -> list[str]:
+    per_rank = dp["requests_per_rank"]
+    head = f"    group {index}: requests per rank {min(per_rank):,} to {max(per_rank):,} (vLLM's DP balancer)"
+    return [head, *(f"    {line}" for line in group_lines(dp, backend))]
 
 
 def _bytes(n: int) -> str:

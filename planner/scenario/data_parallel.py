@@ -110,7 +110,8 @@ def _check_unmodelled(s: Scenario, fail: Fail) -> None:
     if hw.replicas > 1:
         fail(
             "hardware.replicas", hw.replicas,
-            "copies of a data-parallel group are not modelled; give more ranks as data_parallel_size, allowed: 1",
+            "copies of a data-parallel group are a fleet pool's replicas (fleet.pools.NAME.hardware.replicas:"
+            " docs/disaggregation.md); here give more ranks as data_parallel_size; allowed: 1",
         )  # fmt: skip
     if eng.num_scheduler_steps != 1:
         fail(

@@ -157,18 +157,16 @@ def _resolve_pool(base: Scenario, raw: dict, pool: PoolInput, ctx: Ctx) -> PoolC
         return key
 
     merged_raw = {**raw, "engine": {**(raw.get("engine") or {}), **engine_raw}}
-    scenario = check_relations(dataclasses.replace(base, hardware=pool.hardware, engine=engine), merged_raw, ctx, where)
-    return PoolConfig(name, scenario.hardware, scenario.engine, pool.role)
+    # A data-parallel pool's replicas are whole groups (sim/fleet_dp.py): each group is checked as one scenario's.
+    one = dataclasses.replace(pool.hardware, replicas=1)
+    scenario = check_relations(dataclasses.replace(base, hardware=one, engine=engine), merged_raw, ctx, where)
+    hardware = dataclasses.replace(scenario.hardware, replicas=pool.hardware.replicas)
+    return PoolConfig(name, hardware, scenario.engine, pool.role)
 
 
 def _check_unmodelled(fleet: FleetConfig, ctx: Ctx) -> None:
     """Engine settings a fleet's pools do not run yet: refused, never dropped."""
     for pool in fleet.pools:
-        if pool.hardware.data_parallel_size != 1:
-            raise ScenarioError(
-                ctx.file, f"fleet.pools.{pool.name}.hardware.data_parallel_size", pool.hardware.data_parallel_size,
-                "data parallel is modelled for one pool (hardware), not yet in a fleet; allowed: 1",
-            )  # fmt: skip
         if pool.engine.speculative is not None:
             raise ScenarioError(
                 ctx.file, f"engine.speculative (pool {pool.name})", pool.engine.speculative.method,
@@ -278,6 +276,12 @@ def _check_router(fleet: FleetConfig, pool_engine_keys: dict[str, dict], ctx: Ct
     if r.policy == "prefix":
         # the pools a request first meets: the prefill pool, or every mixed pool
         for pool in fleet.with_role("prefill") or fleet.pools:
+            if pool.hardware.data_parallel_size > 1:
+                raise ScenarioError(
+                    ctx.file, "fleet.router.policy", "prefix",
+                    f"pool {pool.name} is a data-parallel group, whose ranks vLLM's DP balancer picks by queue length"
+                    " alone: a router sees no rank's prefix cache behind it; use round_robin or least_outstanding",
+                )  # fmt: skip
             if not pool.engine.enable_prefix_caching:
                 own = "enable_prefix_caching" in pool_engine_keys[pool.name]
                 key = f"fleet.pools.{pool.name}.engine" if own else "engine"

@@ -7,8 +7,10 @@ on the decode side (docs.vllm.ai: features/nixl_connector_usage, features/moonca
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+from planner.sizing.dp_serve import other_nodes_note
 from planner.sizing.serve import vllm_serve_command
 from sim.config import PoolConfig, Scenario
 
@@ -20,14 +22,15 @@ def fleet_serve_lines(s: Scenario) -> list[str]:
     fleet = s.fleet
     lines = []
     for pool in fleet.pools:
-        hw = pool.hardware
-        lines.append(
-            f"# pool {pool.name} ({pool.role}): {hw.replicas} replica(s) of {hw.tensor_parallel_size}x {hw.gpu.name}"
-        )
-        command = vllm_serve_command(s.pool_scenario(pool))
+        hw, pool_scenario = pool.hardware, s.pool_scenario(pool)
+        engine = dataclasses.replace(hw, replicas=1).describe()  # a data-parallel pool's replica: one whole group
+        lines.append(f"# pool {pool.name} ({pool.role}): {hw.replicas} replica(s) of {engine}")
+        command = vllm_serve_command(pool_scenario)
         if pool.role != "mixed" and not command.startswith("#"):
             command += f" --kv-transfer-config '{kv_transfer_config(fleet.kv_transfer.connector, pool)}'"
         lines.append(command)
+        if (others := other_nodes_note(pool_scenario)) is not None:  # a group over several nodes
+            lines.append(others)
     if fleet.disaggregated:
         lines.append(
             "# behind a proxy that sends each request to a prefill replica with max_tokens 1, then with its"

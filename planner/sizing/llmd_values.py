@@ -59,13 +59,15 @@ def _role(s: Scenario, replicas: int, kv_transfer: str | None) -> dict:
 def llmd_values(replica: Scenario | None, replicas: int, unit: Scenario | None = None, units: int = 0) -> str | None:
     """The chart's values for `replicas` copies of the aggregated `replica`, or for `units` prefill/decode units
     (`unit`: a fleet of a prefill and a decode pool); None when the model has no checkpoint to serve, its serve
-    line is not vLLM's (the planner's baselines), the units' KV connector is not NixlConnector, or the replica is
-    a data-parallel group (the chart runs one as a LeaderWorkerSet of one pod per node with its own start-rank
+    line is not vLLM's (the planner's baselines), the units' KV connector is not NixlConnector, or the replica (or a
+    unit's pool) is a data-parallel group (the chart runs one as a LeaderWorkerSet of one pod per node with its own start-rank
     script, llm-d-infra's wide-ep-lws example, whose `parallelism.data` counts nodes, a stopgap by the example's own
     note: a layout too unsettled to write for a user; the serve lines say how to start the group)."""
     s = unit if unit is not None else replica
     if unit is None and replica.hardware.data_parallel_size > 1:
         return None
+    if unit is not None and any(pool.hardware.data_parallel_size > 1 for pool in unit.fleet.pools):
+        return None  # a unit's pool that is a data-parallel group: as a replica that is one
     if unit is not None and unit.fleet.kv_transfer is None:
         return None  # a length-routed unit: the chart has no router by prompt length
     if unit is not None and unit.fleet.kv_transfer.connector != "NixlConnector":
