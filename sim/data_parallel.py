@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from sim.cost_model import CostModel
+from sim.cost_model import IDLE_WAKE_AFTER_S, CostModel
 from sim.dp_balancer import balancer_score, is_dummy, lockstep_schedule, pick_rank
 from sim.dp_drafting import LockstepDrafting
 from sim.draft_cost import DraftCost
@@ -137,29 +137,28 @@ class LockstepGroup:
         env, cost = self.env, self.cost
         schedulers = [rank.scheduler for rank in self.ranks]
         after_idle = True
+        woke = False  # the group waited for work, IDLE_WAKE_AFTER_S or longer, before this step (as sim/replica.py)
         while True:
-            if not any(s.num_unfinished for s in schedulers):
-                self.idle = env.event()
+            outs = lockstep_schedule(schedulers) if any(s.num_unfinished for s in schedulers) else None
+            # No work, or a fleet's ranks all waiting on KV pulls (sim/fleet_dp.py): idle until a request or a pull
+            if outs is None or all(map(is_dummy, outs)):
+                self.idle, idle_from = env.event(), env.now
                 yield self.idle
-                after_idle = True
+                after_idle, woke = True, env.now - idle_from >= IDLE_WAKE_AFTER_S
                 continue
-            outs = lockstep_schedule(schedulers)
-            if all(map(is_dummy, outs)):  # a fleet's ranks wait on KV pulls (sim/fleet_dp.py): idle until one ends
-                self.idle = env.event()
-                yield self.idle
-                after_idle = True
-                continue
+            wake_s = cost.idle_wake_s if woke else 0.0  # every rank waited: each pays the first step after idle
             moe = self.moe.step([1 if is_dummy(out) else out.num_tokens for out in outs])
             drafts = self.drafting.rank_s(outs) if self.drafting is not None else [0.0] * len(outs)
-            sides = [self._rank_sides(out, moe, draft) for out, draft in zip(outs, drafts, strict=True)]
+            sides = [self._rank_sides(out, moe, draft, wake_s) for out, draft in zip(outs, drafts, strict=True)]
             durations = [float(cost.combine(host, device, after_idle)) for host, device in sides]
             duration = max(durations)
             if self.drafting is not None:  # the slowest rank's drafting, as one engine's counts take its own
                 self._count_drafting(drafts[durations.index(duration)], duration)
             split = self._split(outs)
             if split is not None:  # every rank's device time the overlapped micro-batches'
-                sides, whole_s = [(host, split.device_s) for host, _ in sides], duration
-                duration = max(float(cost.combine(host, split.device_s, after_idle)) for host, _ in sides)
+                split_s = split.device_s + wake_s
+                sides, whole_s = [(host, split_s) for host, _ in sides], duration
+                duration = max(float(cost.combine(host, split_s, after_idle)) for host, _ in sides)
             start, blocks = env.now, [s.kv.pool.num_used_blocks for s in schedulers]
             for out in outs:
                 if not is_dummy(out):
@@ -174,7 +173,7 @@ class LockstepGroup:
                 self.stats.add(duration, moe, sum(map(is_dummy, outs)))
             else:
                 self.stats.add_split(duration, whole_s, split)
-            after_idle = False
+            after_idle = woke = False
             for request in finished:
                 self.on_finished(request)
             if finished:
@@ -186,18 +185,19 @@ class LockstepGroup:
             return None
         return self.dbo.step(outs)
 
-    def _rank_sides(self, out, moe: MoeStep, draft_s: float) -> tuple[float, float]:
+    def _rank_sides(self, out, moe: MoeStep, draft_s: float, wake_s: float) -> tuple[float, float]:
         """(host, device) seconds of one rank's step: its own batch, or a dummy batch of one token that samples
-        nothing, plus the group's MoE layers and its drafting (on the step's critical path, as sim/replica.py's)."""
+        nothing, plus the group's MoE layers, its drafting (on the step's critical path, as sim/replica.py's) and
+        the first step after idle's wake (CostCoefficients.idle_wake_s)."""
         cost = self.cost
         if is_dummy(out):
-            return cost.host_s(0), cost.device_s(1, 1, 0, 1, 0) + moe.total_s + draft_s
+            return cost.host_s(0), cost.device_s(1, 1, 0, 1, 0) + moe.total_s + draft_s + wake_s
         # The LM head runs over every sampled row and every verified draft (the rejection sampler's logits)
         device = cost.device_s(
             out.num_tokens, out.num_seqs, out.num_sampled + out.num_draft_tokens, out.attention_pairs,
             out.sum_context_tokens,
         )  # fmt: skip
-        return cost.host_s(out.num_seqs), device + moe.total_s + draft_s
+        return cost.host_s(out.num_seqs), device + moe.total_s + draft_s + wake_s
 
     def _count_drafting(self, draft_s: float, duration_s: float) -> None:
         counts = self.ranks[0].scheduler.speculation.counts  # every rank's, shared (sim/scheduler.py)

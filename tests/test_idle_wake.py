@@ -24,7 +24,7 @@ from tests.helpers.scenarios import make_scenario
 WAKE_S = 1e-3
 
 
-def _spaced(rate: float, num_requests: int = 6):
+def _spaced(rate: float, num_requests: int = 6, **scenario):
     """Short requests arriving `1 / rate` apart, each alone on the engine when the rate is low."""
     workload = {
         "num_requests": num_requests,
@@ -32,7 +32,7 @@ def _spaced(rate: float, num_requests: int = 6):
         "prompt_tokens": {"dist": "fixed", "value": 64},
         "output_tokens": {"dist": "fixed", "value": 4},
     }
-    return make_scenario(workload=workload)
+    return make_scenario(workload=workload, **scenario)
 
 
 def _steps(scenario, wake_s):
@@ -62,6 +62,22 @@ def test_without_the_term_results_do_not_change():
     b = simulate(scenario, CostCoefficients(idle_wake_s=0.0), fast_forward=True).recorder.steps.view()
     assert np.array_equal(a["duration_s"], b["duration_s"])
     assert "idle_wake_s" not in CostCoefficients().to_dict()  # a profile without it reads as before
+
+
+def test_a_lockstep_data_parallel_group_pays_the_wake_on_its_first_step_after_idle():
+    # Every rank waited (sim/data_parallel.py): the step after the spell lasts the wake longer, whichever rank runs
+    # the request and whichever runs a dummy batch; the steps that follow do not pay it.
+    scenario = _spaced(
+        rate=2.0,
+        model="qwen3-30b-a3b",
+        hardware={"gpu": "h100-sxm", "data_parallel_size": 2, "expert_parallel": True},
+        engine={"max_num_seqs": 64, "max_num_batched_tokens": 2048, "max_model_len": 4096},
+    )
+    plain, woken = _steps(scenario, None), _steps(scenario, WAKE_S)
+    extra = woken["duration_s"] - plain["duration_s"]
+    first = plain["num_prefill_tokens"] > 0
+    first[0] = False
+    assert first.sum() == 5 and np.allclose(extra[first], WAKE_S) and np.all(extra[~first] == 0)
 
 
 def test_woken_steps_are_those_after_a_gap_of_the_threshold_or_more():

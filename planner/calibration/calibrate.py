@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.calibration.wake import woken_steps
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.engine_facts import EngineFacts
@@ -337,8 +338,13 @@ def validate_profile(
             (f"sweep {step_class}", sub["duration_s"], fitting.predict_rows(facts, coefficients, sub, serial=True))
         )
     measured = np.concatenate([r.measured_steps["duration_s"] for r in runs])
+    wake_s = coefficients.idle_wake_s or 0.0  # on the steps after idle spells, as the simulator prices them
     predicted = np.concatenate(
-        [fitting.predict_rows(EngineFacts.of(r.scenario), coefficients, r.measured_steps, serial=True) for r in runs]
+        [
+            fitting.predict_rows(EngineFacts.of(r.scenario), coefficients, r.measured_steps, serial=True)
+            + wake_s * woken_steps(r.measured_steps)
+            for r in runs
+        ]
     )
     groups.append(("held-out live steps", measured, predicted))
     drafting_lines = []
