@@ -79,8 +79,8 @@ def test_calibrate_from_fits_the_target_on_verifying_and_drafting_on_drafting(ea
     _, scenario, rows = read_run(eagle_run)
     warm = ~woken_steps(rows)  # the first steps after idle spells are priced apart (planner/calibration/wake.py)
     verify_rows = without_drafting(rows, read_drafting(eagle_run, rows))
-    verifying = fit_steps(scenario, {k: v[warm] for k, v in verify_rows.items()}, robust=True)
-    whole = fit_steps(scenario, {k: v[warm] for k, v in rows.items()}, robust=True)
+    verifying = fit_steps(scenario, {k: v[warm] for k, v in verify_rows.items()}, robust=True, mean_unbiased=True)
+    whole = fit_steps(scenario, {k: v[warm] for k, v in rows.items()}, robust=True, mean_unbiased=True)
     for name in verifying.result.names:
         assert profile.coefficients[name] == pytest.approx(getattr(verifying.coefficients, name), rel=1e-6), name
     assert whole.coefficients != verifying.coefficients

@@ -32,3 +32,18 @@ def test_reports_a_coefficient_pressed_against_its_bound():
 def test_refuses_non_positive_measurements():
     with pytest.raises(ValueError, match="positive"):
         fit_relative(lambda x: x, np.array([1.0, 0.0]), ["a"], [1.0], [0.0], [2.0])
+
+
+def test_a_mean_unbiased_fit_predicts_noisy_rows_total_time_and_a_relative_one_does_not():
+    # Steps timed one by one on a noisy machine: most at their price, some stalled (noise that only adds time).
+    # Relative error weighs each row by 1 / measured^2, so the fit prices below the rows' mean, and a simulated run
+    # (a sum of steps) comes out short; the refit divides by the first fit's predictions and does not.
+    rng = np.random.default_rng(1)
+    tokens = np.tile(np.geomspace(1, 4096, 40), 25)
+    stall = np.where(rng.random(len(tokens)) < 0.2, rng.exponential(0.5, len(tokens)), 0.0)
+    measured = _roofline(np.array([0.55, 3e-4]), tokens) * (1 + 0.03 * rng.standard_normal(len(tokens)) + stall)
+    args = (lambda x: _roofline(x, tokens), measured, ["eff", "overhead_s"], [0.9, 1e-3], [0.01, 0], [1, 1])
+    relative, unbiased = fit_relative(*args), fit_relative(*args, mean_unbiased=True)
+    total_s = measured.sum()
+    assert _roofline(relative.values, tokens).sum() < 0.95 * total_s
+    assert _roofline(unbiased.values, tokens).sum() == pytest.approx(total_s, rel=0.02)

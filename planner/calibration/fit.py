@@ -49,6 +49,7 @@ def fit_relative(
     f_scale: float = 1.0,
     diff_step: float | None = None,
     max_nfev: int | None = None,
+    mean_unbiased: bool = False,
 ) -> FitResult:
     """Coefficients minimising sum(((predict(c) - measured) / measured)^2) within [lower, upper].
 
@@ -57,7 +58,9 @@ def fit_relative(
     steps all of them alike; defaults to the initial values. `loss`, `f_scale`: scipy's robust losses
     ("soft_l1" beyond f_scale of relative error) for rows a busy machine made slow now and then. `diff_step`:
     the finite differences' relative step (scipy's default suits smooth predictions; a simulator's quantiles
-    move in small jumps, which a step of a few percent averages over).
+    move in small jumps, which a step of a few percent averages over). `mean_unbiased`: then a second fit from that
+    optimum, of sum(((predict(c) - measured) / p1)^2) with p1 the first fit's predictions, held fixed, and the
+    linear loss: for rows timed one by one on a noisy machine, see below.
     """
     from scipy.optimize import least_squares  # only calibration needs scipy: keep it off the CLI's start-up
 
@@ -76,6 +79,17 @@ def fit_relative(
         residuals, x0, bounds=(lo, hi), x_scale=x_scale, method="trf", loss=loss, f_scale=f_scale,
         diff_step=diff_step, max_nfev=max_nfev,
     )  # fmt: skip
+    if mean_unbiased:
+        # Dividing by the measured time weighs a row by 1 / measured^2: where noise only ever adds time (a step the
+        # machine stalled), the optimum sits below the rows' mean, and a simulated run, which sums steps, comes out
+        # short (8-25% of the fitted runs' own step time in docs/calibration-from-vllm.md's round trip). Dividing by
+        # the first fit's predictions instead, held fixed, every row still counts relatively, but the fit's residuals
+        # no longer favour the fast rows (one reweighting step of a gamma GLM: variance proportional to the mean^2).
+        denominator = np.asarray(predict(solution.x), dtype=np.float64)
+        solution = least_squares(
+            lambda x: (np.asarray(predict(x), dtype=np.float64) - measured) / denominator, solution.x,
+            bounds=(lo, hi), x_scale=x_scale, method="trf", diff_step=diff_step, max_nfev=max_nfev,
+        )  # fmt: skip
     r = solution.fun
     dof = max(len(r) - len(x0), 1)
     jac = solution.jac

@@ -142,11 +142,14 @@ def fit_steps(
     initial: CostCoefficients | None = None,
     cuda_graphs: bool = False,
     robust: bool = False,
+    mean_unbiased: bool = False,
     num_worst: int = 5,
 ) -> StepFit:
     """Fit the coefficients to measured steps (rows: steps.csv's columns; measured_s: the step's seconds,
     default rows["duration_s"]). `cuda_graphs`: whether the measuring engine replayed decode steps from
-    CUDA graphs. `robust`: soft-L1 loss, for live runs on a machine that other work interrupts."""
+    CUDA graphs. `robust`: soft-L1 loss, for live runs on a machine that other work interrupts; `mean_unbiased`:
+    then refitted so that predicted and measured time agree on average (fit.fit_relative), for steps timed one by
+    one."""
     scenario = measured_scenario(scenario, cuda_graphs)
     facts = EngineFacts.of(scenario)  # every trial's cost model prices the same engine
     base = initial or CostCoefficients()
@@ -162,7 +165,7 @@ def fit_steps(
         lo, hi, scale = zip(*(BOUNDS[n] for n in names))
         initial_values = [getattr(base, n) for n in names]
         loss = {"loss": "soft_l1", "f_scale": ROBUST_SCALE} if robust else {}
-        return fit_relative(predict, target, names, initial_values, lo, hi, scale, **loss)
+        return fit_relative(predict, target, names, initial_values, lo, hi, scale, **loss, mean_unbiased=mean_unbiased)
 
     results = []
     if split is not None:

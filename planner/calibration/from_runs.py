@@ -57,7 +57,8 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     """One profile fitted to the steps of several `planner run` folders of the same model, dtype and GPU (and
     drafter: a speculative run's target terms are fitted to its steps' verifying forwards, its drafting terms to its
     drafting.csv, as `planner calibrate --device` fits them). `warn` hears of runs measured on a busy CPU (their
-    stalled steps are down-weighted by the robust loss, but a run that was slow throughout pulls every coefficient)."""
+    stalled steps are down-weighted by the robust first fit, then count by their time in the refit that makes the
+    runs' predicted time their measured time on average; a run that was slow throughout pulls every coefficient)."""
     if not run_dirs:
         raise PlannerError("calibrate --from: give at least one `planner run --out` folder")
     runs = [read_run(Path(d)) for d in run_dirs]
@@ -103,7 +104,11 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     # `planner run --device cuda` replays decode steps from CUDA graphs (gpu_engine/cuda_graphs.py) unless the
     # run was eager; on CPU there are none.
     graphs = kind == "cuda" and not scenario.engine.enforce_eager
-    fit = fit_steps(scenario, {k: v[~woken] for k, v in rows.items()}, robust=True, cuda_graphs=graphs)
+    # A run's steps are timed one by one, each with the machine's noise: the robust first fit keeps a stall from
+    # pulling it, the refit makes the predicted time of the runs their measured time on average (a run sums steps)
+    fit = fit_steps(
+        scenario, {k: v[~woken] for k, v in rows.items()}, robust=True, mean_unbiased=True, cuda_graphs=graphs
+    )
     after_idle = {k: v[woken] for k, v in rows.items()}
     price_s = predict_rows(EngineFacts.of(measured_scenario(scenario, graphs)), fit.coefficients, after_idle, True)
     wake = wake_from_steps(after_idle["duration_s"], price_s)

@@ -24,12 +24,8 @@ import numpy as np
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "h100_llama31_8b_sharegpt_like.yaml"
 CPU_SCENARIO = SCENARIO.parent / "cpu_tiny.yaml"
 # The truth: the scenario's starting coefficients (its shipped H100 profile) moved by these factors.
-RATES = (10.0, 40.0, 25.0)
-LIVE_RATES = (
-    20.0,
-    5.0,
-    10.0,
-)  # the live CPU runs: requests/s  # the synthetic recovery's files: two loads fitted, the third held out
+RATES = (10.0, 40.0, 25.0)  # the synthetic recovery's files, requests/s: two loads fitted, the third held out
+LIVE_RATES = (20.0, 5.0, 10.0)  # the live CPU runs, requests/s: two fitted, the third held out
 TRUTH_FACTORS = {"bandwidth_efficiency": 0.8, "flops_efficiency": 0.75, "step_overhead_s": 1.5}
 
 
@@ -124,7 +120,7 @@ def live_round_trip(folder: Path, num_requests: int, rates: tuple[float, ...]) -
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as `planner calibrate --device cpu` measures: a second thread stalls whole steps
-    files = []
+    files, run_sets = [], []
     try:
         for i, rate in enumerate(rates):
             out = folder / f"live{rate:g}"
@@ -134,6 +130,7 @@ def live_round_trip(folder: Path, num_requests: int, rates: tuple[float, ...]) -
                 if main(argv) != 0:
                     raise SystemExit(f"planner {' '.join(argv)} failed")
             files.append(out / "vllm_bench.json")
+            run_sets.append(sets)
     finally:
         torch.set_num_threads(threads)
     printed = io.StringIO()
@@ -151,7 +148,43 @@ def live_round_trip(folder: Path, num_requests: int, rates: tuple[float, ...]) -
             raise SystemExit(f"planner {' '.join(argv)} failed")
     lines = printed.getvalue().splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("Fit through"))
-    return [line for line in lines[first:] if not line.startswith(("Intervals", "wrote the profile"))]
+    lines = [line for line in lines[first:] if not line.startswith(("Intervals", "wrote the profile"))]
+    return lines + against_steps(folder, [f.parent for f in files], run_sets[-1])
+
+
+def against_steps(folder: Path, runs: list[Path], held_out_sets: list[str]) -> list[str]:
+    """`planner calibrate --from` on the fitted runs' folders (their steps.csv: the engine's own step times) beside
+    the --from-vllm profile of the same runs' files: each coefficient's two fits and how many of their combined
+    standard errors apart; then the held-out run simulated with the --from profile."""
+    from planner.calibration.from_runs import fit_from_runs
+    from planner.calibration.profile import save_profile
+    from planner.calibration.profile_loader import load_profile
+    from planner.cli import main
+
+    vllm = load_profile(folder / "live.yaml")
+    steps = fit_from_runs(runs[:-1])
+    save_profile(steps, folder / "steps.yaml")
+    lines = [
+        "Against `planner calibrate --from` on the fitted runs' folders (steps.csv):",
+        f"  {'coefficient':<30}{'--from-vllm':>22}{'--from':>22}  |difference| / combined std",
+    ]
+    for name in [n for n in vllm.coefficients if n in steps.coefficients]:
+        a, b = vllm.coefficients[name], steps.coefficients[name]
+        sa, sb = vllm.uncertainty.get(name, np.inf), steps.uncertainty.get(name, np.inf)
+        apart = abs(a - b) / np.hypot(sa, sb) if np.isfinite(np.hypot(sa, sb)) and np.hypot(sa, sb) > 0 else np.nan
+        lines.append(f"  {name:<30}{f'{a:.4g} +- {sa:.2g}':>22}{f'{b:.4g} +- {sb:.2g}':>22}  {apart:.1f}")
+    printed = io.StringIO()
+    argv = ["simulate", str(CPU_SCENARIO), "--calibration", str(folder / "steps.yaml"), "--json"]
+    with contextlib.redirect_stdout(printed):
+        if main(argv + [f"--set={s}" for s in held_out_sets]) != 0:
+            raise SystemExit(f"planner {' '.join(argv)} failed")
+    simulated = json.loads(printed.getvalue())
+    measured = json.loads((runs[-1] / "summary.json").read_text())
+    errors = ", ".join(
+        f"{key} {100 * (simulated[key] - measured[key]) / measured[key]:+.1f}%"
+        for key in ("mean_tpot_ms", "mean_e2el_ms", "output_throughput", "mean_ttft_ms")
+    )
+    return [*lines, f"  the held-out run simulated with the --from profile: {errors}"]
 
 
 def _row(r: dict) -> str:
