@@ -4,8 +4,9 @@
    (scenarios/h100_llama31_8b_sharegpt_like.yaml), its run is written as vLLM's files with multiplicative noise
    on every request's TTFT and gaps, and the fit must give the coefficients back within their standard errors.
 2. Fit time for one bench-serve file of 1,000 requests (the target: under 60 s on a 2-core machine).
-3. With --live: two live CPU runs of scenarios/cpu_tiny.yaml at two loads exported as vLLM's files, the first
-   fitted, the second held out (the CPU targets of `planner calibrate`).
+3. With --live: live CPU runs of scenarios/cpu_tiny.yaml at three loads written as vLLM's files, the first two
+   fitted, the third held out (the CPU targets of `planner calibrate`), beside `calibrate --from` on the same runs
+   (planner/calibration/from_vllm_round_trip.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "h100_llama31_8b_sharegpt_like.yaml"
-CPU_SCENARIO = SCENARIO.parent / "cpu_tiny.yaml"
 # The truth: the scenario's starting coefficients (its shipped H100 profile) moved by these factors.
 RATES = (10.0, 40.0, 25.0)  # the synthetic recovery's files, requests/s: two loads fitted, the third held out
 LIVE_RATES = (20.0, 5.0, 10.0)  # the live CPU runs, requests/s: two fitted, the third held out
@@ -111,82 +111,6 @@ def timed_fit(num_requests: int, folder: Path) -> float:
     return _calibrate([bench], SCENARIO, folder / "profile.yaml", overrides)[0]
 
 
-def live_round_trip(folder: Path, num_requests: int, rates: tuple[float, ...]) -> list[str]:
-    """Live CPU runs of scenarios/cpu_tiny.yaml, one per rate (the last held out), exported by `planner run` as
-    vLLM's files and fitted with --from-vllm: the fit's lines and the held-out table."""
-    import torch
-
-    from planner.cli import main
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as `planner calibrate --device cpu` measures: a second thread stalls whole steps
-    files, run_sets = [], []
-    try:
-        for i, rate in enumerate(rates):
-            out = folder / f"live{rate:g}"
-            sets = [f"workload.arrival.rate={rate}", f"workload.seed={i}", f"workload.num_requests={num_requests}"]
-            argv = ["run", str(CPU_SCENARIO), "--device", "cpu", "--out", str(out), *(f"--set={s}" for s in sets)]
-            with contextlib.redirect_stdout(io.StringIO()):
-                if main(argv) != 0:
-                    raise SystemExit(f"planner {' '.join(argv)} failed")
-            files.append(out / "vllm_bench.json")
-            run_sets.append(sets)
-    finally:
-        torch.set_num_threads(threads)
-    printed = io.StringIO()
-    argv = [
-        "calibrate",
-        "--from-vllm",
-        *map(str, files),
-        "--scenario",
-        str(CPU_SCENARIO),
-        "--out",
-        str(folder / "live.yaml"),
-    ]
-    with contextlib.redirect_stdout(printed):
-        if main(argv) != 0:
-            raise SystemExit(f"planner {' '.join(argv)} failed")
-    lines = printed.getvalue().splitlines()
-    first = next(i for i, line in enumerate(lines) if line.startswith("Fit through"))
-    lines = [line for line in lines[first:] if not line.startswith(("Intervals", "wrote the profile"))]
-    return lines + against_steps(folder, [f.parent for f in files], run_sets[-1])
-
-
-def against_steps(folder: Path, runs: list[Path], held_out_sets: list[str]) -> list[str]:
-    """`planner calibrate --from` on the fitted runs' folders (their steps.csv: the engine's own step times) beside
-    the --from-vllm profile of the same runs' files: each coefficient's two fits and how many of their combined
-    standard errors apart; then the held-out run simulated with the --from profile."""
-    from planner.calibration.from_runs import fit_from_runs
-    from planner.calibration.profile import save_profile
-    from planner.calibration.profile_loader import load_profile
-    from planner.cli import main
-
-    vllm = load_profile(folder / "live.yaml")
-    steps = fit_from_runs(runs[:-1])
-    save_profile(steps, folder / "steps.yaml")
-    lines = [
-        "Against `planner calibrate --from` on the fitted runs' folders (steps.csv):",
-        f"  {'coefficient':<30}{'--from-vllm':>22}{'--from':>22}  |difference| / combined std",
-    ]
-    for name in [n for n in vllm.coefficients if n in steps.coefficients]:
-        a, b = vllm.coefficients[name], steps.coefficients[name]
-        sa, sb = vllm.uncertainty.get(name, np.inf), steps.uncertainty.get(name, np.inf)
-        apart = abs(a - b) / np.hypot(sa, sb) if np.isfinite(np.hypot(sa, sb)) and np.hypot(sa, sb) > 0 else np.nan
-        lines.append(f"  {name:<30}{f'{a:.4g} +- {sa:.2g}':>22}{f'{b:.4g} +- {sb:.2g}':>22}  {apart:.1f}")
-    printed = io.StringIO()
-    argv = ["simulate", str(CPU_SCENARIO), "--calibration", str(folder / "steps.yaml"), "--json"]
-    with contextlib.redirect_stdout(printed):
-        if main(argv + [f"--set={s}" for s in held_out_sets]) != 0:
-            raise SystemExit(f"planner {' '.join(argv)} failed")
-    simulated = json.loads(printed.getvalue())
-    measured = json.loads((runs[-1] / "summary.json").read_text())
-    errors = ", ".join(
-        f"{key} {100 * (simulated[key] - measured[key]) / measured[key]:+.1f}%"
-        for key in ("mean_tpot_ms", "mean_e2el_ms", "output_throughput", "mean_ttft_ms")
-    )
-    return [*lines, f"  the held-out run simulated with the --from profile: {errors}"]
-
-
 def _row(r: dict) -> str:
     head = f"  {r['name']:<24}{r['truth']:>12.4g}{r['start']:>12.4g}{r['fitted']:>12.4g}"
     if r["std"] is None:
@@ -214,7 +138,11 @@ def main(argv: list[str] | None = None) -> int:
                 synthetic_recovery(args.recovery_requests, args.noise, seed, Path(tmp) / f"s{seed}", tuple(args.rates))
             )
         seconds = timed_fit(args.requests, Path(tmp) / "timed")
-        live = live_round_trip(Path(tmp), args.live_requests, tuple(args.live_rates)) if args.live else []
+        live = []
+        if args.live:
+            from planner.calibration.from_vllm_round_trip import live_round_trip
+
+            live = live_round_trip(Path(tmp), args.live_requests, tuple(args.live_rates))
     rates = ", ".join(f"{r:g}" for r in args.rates[:-1])
     print(
         f"\nSynthetic recovery ({SCENARIO.name}; {args.recovery_requests} requests at each of {rates} requests/s"
@@ -237,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     if live:
         rates = ", ".join(f"{r:g}" for r in args.live_rates[:-1])
         print(
-            f"\nLive CPU runs of {CPU_SCENARIO.name} ({args.live_requests} requests at {rates} requests/s fitted,"
-            f" {args.live_rates[-1]:g} held out), exported by planner run as vLLM's files:"
+            f"\nLive CPU runs of cpu_tiny.yaml ({args.live_requests} requests at {rates} requests/s fitted,"
+            f" {args.live_rates[-1]:g} held out), written as planner run --out writes them (vLLM's files among them):"
         )
         print("\n".join(live))
     return 0

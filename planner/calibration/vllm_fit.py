@@ -164,9 +164,12 @@ def _independent(columns: dict[str, np.ndarray], not_pinned: dict[str, str]) -> 
 
 
 def candidates(scenario: Scenario) -> list[str]:
-    """calibrate's device and host terms; per_row_layer_overhead_s only on a CPU: it prices our CPU engine's
-    attention looping over the requests, where vLLM's kernels take the whole batch at once (0 on a GPU)."""
-    names = [*device_terms(scenario), *HOST_TERMS]
+    """calibrate's device and host terms and the first step after idle's wake; per_row_layer_overhead_s only on a
+    CPU: it prices our CPU engine's attention looping over the requests, where vLLM's kernels take the whole batch
+    at once (0 on a GPU). The wake is seen by the TTFT of requests that find the engine idle: without it the fit
+    put it into every step's overhead (TPOT 11-16% pessimistic on held-out CPU runs, TTFT up to 21% optimistic,
+    docs/calibration-from-vllm.md); where it moves no statistic (a GPU's long steps) screening keeps it at 0."""
+    names = [*device_terms(scenario), *HOST_TERMS, "idle_wake_s"]
     return names if scenario.hardware.gpu.name == "cpu" else [n for n in names if n != "per_row_layer_overhead_s"]
 
 
@@ -203,6 +206,7 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
     """The coefficients (of `candidates`) that make the replays' simulated statistics the observed ones,
     starting from `start` slowed by the one factor that matches the observed speed best (matched_speed)."""
     predict = _Counter(replays)
+    start = dataclasses.replace(start, idle_wake_s=start.idle_wake_s or 0.0)  # a profile without it prices it 0
     measured = np.concatenate([r.measured()[0] for r in replays])
     speed, start = matched_speed(predict, start, candidates(replays[0].scenario), measured)
     labels = [f"{r.name}: {label}" for r in replays for label in r.measured()[1]]
