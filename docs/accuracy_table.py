@@ -41,6 +41,18 @@ def accuracy_rows() -> list[str]:
     kv = [_pct(r["error"]) for r in _first_table(vllm, "## KV per token")]
     kernels = _first_table(fidelity, "## vLLM 0.19's kernels")
     attention = [_pct(r["median"]) for r in kernels if r["term"] == "attention, the simulator's"]
+    speculative = [
+        r for r in _first_table(fidelity, "## Speculative decoding") if r["simulated TPOT ms"] != "not simulated"
+    ]
+    eagle = {m: [_pct(r["error"]) for r in speculative if r["run"].startswith(m + " ")] for m in ("eagle", "eagle3")}
+    # DeepEP's table names two columns "error" (dispatch's, combine's): read by position
+    deepep_errors = [
+        _pct(c) for r in _table_cells(fidelity, "## Data parallel with expert parallel")[2:] for c in r[3::3]
+    ]
+    fleets = _first_table(fidelity, "Simulated as fleets of a prefill and a decode DP + EP group")
+    fleet_errors = [_pct(r["error"]) for r in fleets]
+    offload = _first_table(fidelity, "## KV offloading")
+    offload_errors = [_pct(r["error (coefficients)"]) for r in offload if r["simulated ms"] != "not simulated"]
     devset = _first_table(fidelity, "## The development set")
     vllm_throughput = [
         f"{_signed(_pct(r['median signed']))} ({ENGINE_NAMES[r['engine']]} on {r['vendor'].upper()}, {_count(r['points'], 'point')})"
@@ -75,6 +87,27 @@ def accuracy_rows() -> list[str]:
             f" {_signed(min(public_errors))} to {_signed(max(public_errors))} | [fidelity](docs/fidelity.md#public-end-to-end-figures) |"
         ),
         (
+            f"| TPOT with speculative decoding at batch 1 (Llama-3.1-8B, H100, k = 2-7) | vLLM's published EAGLE and"
+            f" EAGLE-3 runs (vllm-project/vllm#20780) | EAGLE {_signed(min(eagle['eagle']))} to"
+            f" {_signed(max(eagle['eagle']))}, EAGLE-3 {_signed(min(eagle['eagle3']))} to {_signed(max(eagle['eagle3']))}:"
+            " the planner is too fast; drafting is not calibrated on any GPU |"
+            " [fidelity](docs/fidelity.md#speculative-decoding-public-measurements) |"
+        ),
+        (
+            f"| data parallel + expert parallel: an all-to-all call; prefill/decode fleets' tokens/s per node |"
+            f" DeepEP's kernel table ({len(deepep_errors)} calls); DeepSeek's and LMSYS's deployments"
+            f" ({len(fleet_errors)} figures) | call latency {_signed(min(deepep_errors))} to {_signed(max(deepep_errors))};"
+            f" tokens/s {_signed(min(fleet_errors))} to {_signed(max(fleet_errors))} (spec-sheet, assumed lengths and"
+            " batch): too fast in one node and on DeepSeek's H800s |"
+            " [fidelity](docs/fidelity.md#data-parallel-with-expert-parallel-public-measurements) |"
+        ),
+        (
+            f"| TTFT of a 15k-token prompt with an LMCache CPU or disk tier configured, computed and found cached |"
+            f" LMCache's documented runs ({len(offload_errors)} figures) |"
+            f" {_signed(min(offload_errors))} to {_signed(max(offload_errors))}: the planner is too fast |"
+            " [fidelity](docs/fidelity.md#kv-offloading-public-measurements) |"
+        ),
+        (
             f"| the KV pool at start-up (`num_gpu_blocks`) | vLLM >= 0.21 start-up logs with every setting known |"
             f" {', '.join(map(_signed, counted))} ({len(counted)} log; {len(other)} older ones account memory otherwise:"
             f" {_signed(min(other))} to {_signed(max(other))}) | [vLLM fidelity](docs/vllm-fidelity.md#start-up-logs) |"
@@ -94,7 +127,8 @@ def _signed(value: float) -> str:
     return f"{value:+g}%"
 
 
-def _first_table(text: str, heading: str) -> list[dict[str, str]]:
+def _table_cells(text: str, heading: str) -> list[list[str]]:
+    """The cells of the first table after heading, row by row (its header and separator rows included)."""
     start = text.index(heading)
     lines = text[start:].splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("|"))
@@ -103,6 +137,11 @@ def _first_table(text: str, heading: str) -> list[dict[str, str]]:
         if not line.startswith("|"):
             break
         table.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return table
+
+
+def _first_table(text: str, heading: str) -> list[dict[str, str]]:
+    table = _table_cells(text, heading)
     header, body = table[0], table[2:]
     return [dict(zip(header, row)) for row in body]
 

@@ -236,3 +236,28 @@ def test_sizing_sweeps_speculation_off_method_and_k():
         f"h100-sxm tp1, spec {s}" for s in ("off", "eagle3 k=1", "eagle3 k=3", "eagle3 k=5")
     ]
     assert [c.scenario.engine.speculative is None for c in kept] == [True, False, False, False]
+
+
+def test_a_simulation_without_fitted_drafting_says_its_gain_is_an_upper_bound(capsys):
+    """Drafting priced from the drafter's facts alone came out too fast against vLLM's published EAGLE-3 runs
+    (docs/fidelity.md): a simulation whose profile fits no drafting term says so under its speculative line; one
+    whose profile fits the method's term, or a live run's measured summary, does not."""
+    import json
+
+    from planner.cli import main
+    from planner.outputs.speculative import spec_decode_lines
+
+    assert main(["simulate", str(ROOT / "scenarios" / "cpu_tiny_eagle.yaml"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["mode"] == "simulated" and summary["cost_model"].get("draft_pass_overhead_s") is None
+    line, caveat = spec_decode_lines(summary)
+    assert line.startswith("Speculative decoding (eagle, k = 3)")
+    assert "too fast" in caveat and "upper bound" in caveat
+    fitted = summary | {"cost_model": summary["cost_model"] | {"draft_pass_overhead_s": 2e-4}}
+    assert spec_decode_lines(fitted) == [line]
+    assert spec_decode_lines(summary | {"mode": "measured"}) == [line]
+    # n-gram's fitted term is its per-token lookup cost, not a drafter's per-pass one
+    ngram = summary | {"spec_decode": summary["spec_decode"] | {"method": "ngram"}}
+    assert "no published ngram run checks it" in spec_decode_lines(fitted | {"spec_decode": ngram["spec_decode"]})[1]
+    ngram_fitted = fitted["cost_model"] | {"ngram_s_per_context_token": 1e-9}
+    assert len(spec_decode_lines(ngram | {"cost_model": ngram_fitted})) == 1

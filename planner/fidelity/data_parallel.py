@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from planner.catalog import catalog_gpu, catalog_model
-from planner.fidelity.dp_fleet import deployment_figures_table
+from planner.fidelity.dp_fleet import deployment_figures, deployment_figures_table
 from planner.fidelity.markdown import table
 from sim.config import EngineConfig, HardwareConfig
 from sim.cost_model import CostModel
@@ -118,14 +118,55 @@ def deployment_table() -> str:
     return "\n".join(table(["source", "setting", "figure", "not simulated because"], rows))
 
 
+def render() -> str:
+    """DeepEP's kernel table, the deployments listed, and the deployments simulated as fleets."""
+    return "\n".join(
+        [
+            f"{DEEPEP}: one call's latency, {DEEPEP_TOKENS_PER_GPU} tokens per GPU, DeepSeek-V3, H800 + 400 Gb/s",
+            kernel_table(),
+            "",
+            deployment_table(),
+            "",
+            "Simulated as fleets of a prefill and a decode DP + EP group (planner/fidelity/dp_fleet.py):",
+            deployment_figures_table(deployment_figures(h800(), catalog_gpu("h100-sxm"))),
+        ]
+    )
+
+
+def tracked() -> dict[str, float]:
+    """The fidelity gate's figures (planner/fidelity/gate.py): each DeepEP call's and each deployment figure's
+    absolute error."""
+    out = {}
+    for ep, (dispatch, combine) in DEEPEP_US.items():
+        d, c = deepep_calls_us(ep)
+        out[f"dp.deepep.ep{ep}.dispatch.abs"] = round(abs(d / dispatch - 1), 4)
+        out[f"dp.deepep.ep{ep}.combine.abs"] = round(abs(c / combine - 1), 4)
+    for run, prefill, decode, _ in deployment_figures(h800(), catalog_gpu("h100-sxm")):
+        name = f"dp.fleet.{run.gpu.name}.p{run.prefill[0]}.d{run.decode[0]}"
+        out[name + ".prefill_per_node.abs"] = round(abs(prefill / run.prefill_per_node - 1), 4)
+        out[name + ".decode_per_node.abs"] = round(abs(decode / run.decode_per_node - 1), 4)
+    return out
+
+
+def section() -> list[str]:
+    """docs/fidelity.md's section: the tables, and where they are read."""
+    return [
+        "## Data parallel with expert parallel: public measurements",
+        "",
+        (
+            "Listed with their settings in `planner/fidelity/data_parallel.py` before any was simulated (`python -m "
+            "planner.fidelity.data_parallel` prints the tables; docs/data-parallel-expert-parallel.md says what they "
+            "measure and what was assumed). The all-to-all's constants are DeepEP's stated bandwidths, not fitted to "
+            "the kernel table; the deployments are spec-sheet predictions (no measured block-fp8 MoE or MLA kernel "
+            "profile exists here): a positive throughput error is optimism."
+        ),
+        "",
+        *render().split("\n"),
+    ]
+
+
 def main() -> None:
-    print(f"{DEEPEP}: one call's latency, {DEEPEP_TOKENS_PER_GPU} tokens per GPU, DeepSeek-V3, H800 + 400 Gb/s")
-    print(kernel_table())
-    print()
-    print(deployment_table())
-    print()
-    print("Simulated as fleets of a prefill and a decode DP + EP group (planner/fidelity/dp_fleet.py):")
-    print(deployment_figures_table(h800(), catalog_gpu("h100-sxm")))
+    print(render())
 
 
 if __name__ == "__main__":

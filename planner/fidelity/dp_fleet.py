@@ -139,13 +139,16 @@ def _error(predicted: float, measured: float) -> str:
     return f"{round(100 * (predicted - measured) / measured):+d}%"
 
 
-def deployment_figures_table(h800: GpuSpec, h100: GpuSpec) -> str:
+def deployment_figures(h800: GpuSpec, h100: GpuSpec) -> list[tuple[DeploymentRun, float, float, int]]:
+    """Each deployment run with its simulated prefill and decode tokens/s per node, and its decode figure's steps."""
+    return [(run, prefill_per_node(run), *decode_per_node(run)) for run in runs(h800, h100)]
+
+
+def deployment_figures_table(figures: list[tuple[DeploymentRun, float, float, int]]) -> str:
     rows = []
-    for run in runs(h800, h100):
+    for run, prefill, decode, num_full in figures:
         p, d = run.prefill, run.decode
         fleet = f"{run.gpu.name}: P DP{p[0]} / {p[1]} nodes, D DP{d[0]} / {d[1]} nodes"
-        prefill = prefill_per_node(run)
-        decode, num_full = decode_per_node(run)
         rows += [
             [run.source, fleet, run.assumptions, "input tok/s/node prefilling", f"{run.prefill_per_node:,.0f}",
              f"{prefill:,.0f}", _error(prefill, run.prefill_per_node)],

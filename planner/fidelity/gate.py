@@ -1,5 +1,5 @@
 """The fidelity gate: every tracked comparison (the shipped profiles' fits, the transfer folds, the public
-end-to-end figures, the development set) against the bound stored for it in planner/fidelity/bounds.yaml.
+end-to-end figures, the development set, speculative decoding's and data parallel's public measurements) against the bound stored for it in planner/fidelity/bounds.yaml.
 
 `python -m planner.fidelity --check` fails, naming each figure that got worse than its bound, and
 tests/test_fidelity_gate.py runs it in CI. A change that improves a figure leaves the gate green; writing the
@@ -62,9 +62,17 @@ def _public_figures() -> dict[str, float]:
 
 def figures() -> dict[str, float]:
     """Every tracked figure, by name."""
-    from planner.fidelity import devset_summary, lss
+    from planner.fidelity import data_parallel, devset_summary, lss, speculative
 
-    return _profile_figures() | _transfer_figures() | _public_figures() | lss.tracked() | devset_summary.tracked()
+    return (
+        _profile_figures()
+        | _transfer_figures()
+        | _public_figures()
+        | lss.tracked()
+        | devset_summary.tracked()
+        | speculative.tracked()
+        | data_parallel.tracked()
+    )
 
 
 def load_bounds(path: Path = BOUNDS_PATH) -> dict[str, float]:

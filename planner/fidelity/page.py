@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.fidelity import devset_causes, devset_summary, kv_offload, lss
+from planner.fidelity import data_parallel, devset_causes, devset_summary, kv_offload, lss, speculative
 from planner.fidelity.allreduce import section_allreduce
 from planner.fidelity.form import form_note, section_form
 from planner.fidelity.profiles import section_models, section_profiles
@@ -63,6 +63,10 @@ def render() -> str:
         *section_public(),
         "",
         *kv_offload.section(),
+        "",
+        *speculative.section(),
+        "",
+        *data_parallel.section(),
         "",
         *devset_summary.section(),
         "",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from planner.errors import one_line
-from planner.outputs.speculative import spec_decode_line
+from planner.outputs.speculative import spec_decode_lines
 from sim.memory import GIB, MemoryBreakdown
 from sim.metrics import LATENCY_KEYS
 from sim.prefix_stats import prefix_cache_lines
@@ -166,7 +166,7 @@ def _memory_lines(s: dict) -> list[str]:
             f"KV cache: {kv['mean'] * 100:.1f}% of blocks in use on average while busy (peak {kv['peak'] * 100:.1f}%),"
             f" {s['kv_slot_utilization'] * 100:.1f}% of allocated slots hold tokens; {s['num_preemptions']:,} preemptions"
         ),
-        *([spec_decode_line(s["spec_decode"])] if "spec_decode" in s else []),
+        *(spec_decode_lines(s) if "spec_decode" in s else []),
         *(prefix_cache_lines(s["prefix_cache"], s.get("kv_offload")) if "prefix_cache" in s else []),
     ]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from planner.outputs.speculative import drafting_caveat, drafting_fitted
 from planner.sizing.candidates import LABELS
 from planner.sizing.rank import Ranking
 from planner.sizing.report.figures import DPI, _png
@@ -26,13 +27,14 @@ FIGURE = ("speculation_crossover.png", "Speculative decoding on and off: mean TP
 class Crossover:
     candidate: str  # the label of the candidate whose engine the curves vary (its speculation settings aside)
     curves: list[Curve]  # the first: speculation off
+    unfitted: tuple[str, ...] = ()  # the swept methods whose drafting the coefficients price without fitted terms
 
     def lines(self) -> list[str]:
         intro = (
             f"Speculative decoding on and off: {self.candidate} with each swept speculative config (closed loops,"
             " no think time; mean TPOT ms and output tokens/s per replica):"
         )
-        return [intro, "", *table_lines(self.curves)]
+        return [intro, "", *table_lines(self.curves), *(drafting_caveat(m) for m in self.unfitted)]
 
     def to_dict(self) -> dict:
         off = self.curves[0]
@@ -44,6 +46,7 @@ class Crossover:
                 | ({} if c is off else {"worse_from_users": c.crossovers(off)})
                 for c in self.curves
             ],
+            "drafting_unfitted": list(self.unfitted),
         }
 
 
@@ -69,12 +72,15 @@ def speculation_crossover(out: SizingResult, ranking: Ranking, users: tuple[int,
     off = siblings[configs.index(None)]
     ons = [r for r, c in zip(siblings, configs) if c is not None]
     curves = [curve("off", off.candidate.scenario, off.candidate.coefficients, users)]
+    unfitted = []
     for r in ons:
         spec = r.candidate.scenario.engine.speculative
         label = f"{spec.method} k={spec.num_speculative_tokens}"
         curves.append(curve(label, r.candidate.scenario, r.candidate.coefficients, users))
+        if not drafting_fitted(spec.method, r.candidate.coefficients.to_dict()) and spec.method not in unfitted:
+            unfitted.append(spec.method)
     # the label less its speculation setting (", spec off", as candidates.candidate_label writes it)
-    return Crossover(off.candidate.label.replace(f", {LABELS['speculative']} off", ""), curves)
+    return Crossover(off.candidate.label.replace(f", {LABELS['speculative']} off", ""), curves, tuple(unfitted))
 
 
 def crossover_figure(x: Crossover, command: str) -> bytes:
