@@ -68,6 +68,8 @@ class HostCopies:
 
     def step(self, clock: Callable[[], float], on_finished: Callable[[Request], None], start: float) -> None:
         """gpu_engine.engine.step with a host tier: a step may schedule nothing while requests wait for loads."""
+        if self.kv.host.disk is not None:  # the disk finds the blocks whose modelled writes have ended by now
+            self.kv.host.disk.advance(clock())
         out = self.scheduler.schedule()
         if out.scheduled:
             mark_first_scheduled(out, start)

@@ -125,7 +125,8 @@ class KvOffloadConfig:
     # tier's hits are looked up there (sim/disk_tier.py). Its read and write GB/s (1e9 bytes/s) per GPU are
     # required with it: the disk's, measured or spec
     disk_gib: float | None = None
-    disk_read_gb_s: float | None = None
+    disk_read_gb_s: float | None = None  # a load's disk blocks cross at the slower of this and the host link
+    # the writes queue at this rate; a block is found on the disk once written (a slow disk falls behind)
     disk_write_gb_s: float | None = None
 
 

@@ -2,7 +2,10 @@
 `max_local_disk_size`: docs/source/kv_cache/storage_backends/local_storage.rst, "Local Storage Explanation"):
 
 - what is written: every block the host tier stores, as it is stored (LMCache puts each chunk into every backend it
-  has: the CPU tier holds a subset of the disk's), a write that delays nothing (its put() is asynchronous);
+  has: the CPU tier holds a subset of the disk's), a write that delays no step (its put() is asynchronous: a
+  writer works through a queue); the writes queue at `disk_write_gb_s` one after another, and a block is found on
+  the disk only once its write has ended (LMCache's backend registers a key when its file is written), so a disk
+  slower than the blocks come finds less;
 - which blocks it keeps: one file per block, the least recently used deleted when it is full (LMCache's default
   policy, LRU);
 - lookup: after the GPU and the host tier (LMCache checks CPU RAM before the disk), the leading run of the blocks
@@ -10,17 +13,69 @@
 - a load reads its disk blocks at `disk_read_gb_s` and moves them over the host link: each block at the slower of
   the two rates (sim/host_link.py).
 
-The bookkeeping is the host tier's LRU (sim/host_tier.HostTier), one more of them; this module says what the disk
-adds to the summary.
+The bookkeeping is the host tier's LRU (sim/host_tier.HostTier) with the write queue added (`DiskTier`); the
+executors set its clock before each schedule (`advance`). Where it simplifies: blocks stored inside a simulated
+decode window (sim/replica.py fast-forwards several steps at once) start their writes at the window's start.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
+
+from sim.host_tier import HostTier
 
 if TYPE_CHECKING:
     from sim.config import KvOffloadConfig
-    from sim.host_tier import HostTier
+
+
+class DiskTier(HostTier):
+    """The disk's LRU of blocks and its write queue: a block stored at `now_s` is written after those queued before
+    it, each taking block_bytes at `disk_write_gb_s`, and found by lookups once written."""
+
+    def __init__(self, num_blocks: int, block_bytes: int, config: KvOffloadConfig) -> None:
+        super().__init__(num_blocks, block_bytes, config)
+        self.write_s = block_bytes / (config.disk_write_gb_s * 1e9)  # one block's write
+        self.now_s = 0.0  # the executor's clock, as of the last advance()
+        self.writes_end_s = 0.0  # when the queued writes are all done
+        self.max_backlog_s = 0.0  # the longest a store waited behind the queue, write included
+        self.num_unwritten = 0  # lookups stopped at a block still being written
+        self._writing: deque[tuple[float, Hashable]] = deque()  # (write ends, key), in the order queued
+        self._ends: dict[Hashable, float] = {}  # key -> its last write's end, while not ended by now_s
+
+    def advance(self, now_s: float) -> None:
+        """The executor's clock: the writes ended by now_s make their blocks findable."""
+        self.now_s = now_s
+        writing, ends = self._writing, self._ends
+        while writing and writing[0][0] <= now_s:
+            end_s, key = writing.popleft()
+            if ends.get(key) == end_s:  # not queued again since
+                del ends[key]
+
+    def store(self, keys: Sequence[Hashable], block_ids: Sequence[int]) -> None:
+        lru = self._lru
+        new = [key for key in keys if key not in lru]
+        super().store(keys, block_ids)
+        for key in new:
+            self.writes_end_s = max(self.writes_end_s, self.now_s) + self.write_s
+            self._writing.append((self.writes_end_s, key))
+            self._ends[key] = self.writes_end_s
+        if new:
+            self.max_backlog_s = max(self.max_backlog_s, self.writes_end_s - self.now_s)
+
+    def lookup(self, keys: Sequence[Hashable]) -> int:
+        """The leading run of keys the disk holds written (each touched)."""
+        lru, ends, found = self._lru, self._ends, 0
+        for key in keys:
+            if key not in lru:
+                break
+            if key in ends:
+                self.num_unwritten += 1
+                break
+            lru.move_to_end(key)
+            found += 1
+        return found
 
 
 def disk_blocks(offload: KvOffloadConfig, block_bytes: int) -> int:
@@ -38,10 +93,10 @@ def disk_load_s(num_host: int, num_disk: int, block_bytes: int, offload: KvOfflo
     return num_host * block_bytes / host_bytes_per_s + num_disk * block_bytes / disk_bytes_per_s
 
 
-def disk_tiers_summary(disks: list[HostTier]) -> dict:
+def disk_tiers_summary(disks: list[DiskTier]) -> dict:
     """summary.json's `kv_offload.disk`: the tier per GPU, bytes per GPU written and read summed over the replicas,
-    and the seconds the writes take at the disk's write rate (they delay nothing here: more than the run lasts
-    says the disk could not keep up)."""
+    the seconds the writes take at the disk's write rate, the longest a write waited in the queue (replicas' worst)
+    and the lookups that stopped at a block not written yet."""
     config, block_bytes = disks[0].config, disks[0].block_bytes
     written = sum(d.num_stored for d in disks) * block_bytes
     return {
@@ -54,4 +109,6 @@ def disk_tiers_summary(disks: list[HostTier]) -> dict:
         "evicted_blocks": sum(d.num_evicted for d in disks),
         "num_loads": sum(d.num_loads for d in disks),
         "write_s": written / len(disks) / (config.disk_write_gb_s * 1e9),
+        "max_write_backlog_s": max(d.max_backlog_s for d in disks),
+        "num_unwritten_lookups": sum(d.num_unwritten for d in disks),
     }

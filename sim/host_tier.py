@@ -19,10 +19,9 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from sim.disk_tier import disk_tiers_summary
-
 if TYPE_CHECKING:
     from sim.config import KvOffloadConfig
+    from sim.disk_tier import DiskTier
     from sim.memory import MemoryBreakdown
     from sim.prefix_stats import PrefixCacheCounts
     from sim.scheduler_output import SchedulerOutput
@@ -45,7 +44,7 @@ class HostTier:
         self.journal: list[tuple[str, Hashable, int | None]] | None = None
         # A disk tier behind this one (sim/disk_tier.py): written with every store, looked up past this tier's
         # hits; the last lookup's blocks found there (counted in its return)
-        self.disk: HostTier | None = None
+        self.disk: DiskTier | None = None
         self.last_disk_hits = 0
 
     def store(self, keys: Sequence[Hashable], block_ids: Sequence[int]) -> None:
@@ -85,6 +84,8 @@ class HostTier:
 def host_tiers_summary(tiers: list[HostTier], prefix: PrefixCacheCounts | None) -> dict:
     """summary.json's `kv_offload`: the tier per GPU, blocks per replica, bytes per GPU moved each way summed over
     the replicas, and the seconds requests spent waiting for loads (summed over requests)."""
+    from sim.disk_tier import disk_tiers_summary  # sim/disk_tier.py's DiskTier is a HostTier: imported here
+
     config = tiers[0].config
     disk = {} if tiers[0].disk is None else {"disk": disk_tiers_summary([t.disk for t in tiers])}
     return {

@@ -92,7 +92,12 @@ def prefix_cache_lines(d: dict, offload: dict | None) -> list[str]:
                 f"Disk KV tier: {disk['disk_gib']:g} GiB per GPU ({disk['num_blocks']:,} blocks),"
                 f" {_bytes(disk['written_bytes'])} written ({disk['write_s']:,.1f} s of writes per GPU at"
                 f" {disk['disk_write_gb_s']:g} GB/s), {_bytes(disk['read_bytes'])} read at {disk['disk_read_gb_s']:g}"
-                f" GB/s in {disk['num_loads']:,} loads"
+                f" GB/s in {disk['num_loads']:,} loads; writes queued up to {_seconds(disk['max_write_backlog_s'])} behind"
+                + (
+                    f", {disk['num_unwritten_lookups']:,} lookups stopped at a block not written yet"
+                    if disk["num_unwritten_lookups"]
+                    else ""
+                )
             )
     if "mean_ttft_split_ms" in d:
         split, tiers = d["mean_ttft_split_ms"], "host and its disk" if "disk_hit_rate" in d else "host"
@@ -101,6 +106,10 @@ def prefix_cache_lines(d: dict, offload: dict | None) -> list[str]:
             f" computing {split['compute']:,.1f} ms"
         )
     return lines
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1e3:,.1f} ms" if s < 1 else f"{s:,.1f} s"
 
 
 def _bytes(n: float) -> str:

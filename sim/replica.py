@@ -133,6 +133,8 @@ class Replica:
         # A window ended with arrivals joining the queue: the next step admits them, almost always, so no window
         # is looked for (one stepped step where the queue's head is blocked: stepping is always exact).
         admitting = False
+        # A disk tier behind the host tier finds a block once its write has ended (sim/disk_tier.py): its clock
+        disk = self.host_link.tier.disk if self.host_link is not None else None
         while True:
             if not sched.num_unfinished:
                 # The last step finished every request: nothing was scheduled ahead of the requests that
@@ -163,6 +165,8 @@ class Replica:
                     continue
             admitting = False
             holding = bool(sched.finished_holding)
+            if disk is not None:
+                disk.advance(env.now)
             out = sched.schedule()
             if not out.scheduled and holding:
                 # Only the finished requests' held slots or blocks kept the queue's head out (vLLM plans an empty

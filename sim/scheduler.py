@@ -30,7 +30,7 @@ the same reference by the same test.
 from __future__ import annotations
 
 from sim.decode_windows import DecodeWindows
-from sim.disk_tier import disk_blocks
+from sim.disk_tier import DiskTier, disk_blocks
 from sim.engine_facts import EngineFacts
 from sim.host_tier import HostTier
 from sim.kv_groups import HybridKVCacheManager, kv_groups
@@ -326,7 +326,7 @@ def build_scheduler(
             block_bytes = e.block_size * facts.kv_bytes_per_token
             kv.host = HostTier(int(e.kv_offload.size_gib * 2**30) // block_bytes, block_bytes, e.kv_offload)
             if e.kv_offload.disk_gib is not None:
-                kv.host.disk = HostTier(disk_blocks(e.kv_offload, block_bytes), block_bytes, e.kv_offload)
+                kv.host.disk = DiskTier(disk_blocks(e.kv_offload, block_bytes), block_bytes, e.kv_offload)
             recorder.host_tiers.append(kv.host)
     policy = {"continuous": ContinuousScheduler, "static": StaticScheduler}[e.scheduler]
     scheduler = policy(e, kv, recorder, replica)

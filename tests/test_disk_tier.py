@@ -13,7 +13,7 @@ from planner.cli import main
 from planner.outputs.prefix_reuse import lru_hit_rates
 from planner.scenario.load import load_scenario
 from sim.config import KvOffloadConfig
-from sim.disk_tier import disk_load_s
+from sim.disk_tier import DiskTier, disk_load_s
 from sim.driver import simulate
 from sim.host_tier import HostTier
 from sim.metrics import summarize
@@ -34,12 +34,48 @@ def _summary(overrides):
 def test_the_disk_is_written_with_every_store_and_looked_up_past_the_host():
     config = KvOffloadConfig(size_gib=1.0, host_link_gb_s=10.0, disk_gib=2.0, disk_read_gb_s=1.0, disk_write_gb_s=1.0)
     host = HostTier(2, 100, config)
-    host.disk = HostTier(4, 100, config)
+    host.disk = DiskTier(4, 100, config)
     host.store(["a", "b", "c"], [1, 2, 3])  # the host keeps b, c; the disk all three
     assert (host.num_evicted, host.disk.num_stored) == (1, 3)
+    host.disk.advance(1.0)  # their writes (100 bytes each at 1 GB/s) have ended
     assert host.lookup(["a", "b", "c"]) == 3 and host.last_disk_hits == 3  # a is not on the host: the run is the disk's
     assert host.lookup(["b", "c", "a"]) == 3 and host.last_disk_hits == 1  # the host's two, then the disk's one
     assert host.lookup(["b", "x", "a"]) == 1 and host.last_disk_hits == 0  # the leading run only
+
+
+def test_a_block_is_found_on_the_disk_once_its_write_has_ended():
+    """The writes queue at disk_write_gb_s, one after another (LMCache's asynchronous put(), its key registered once
+    its file is written): a lookup finds the leading run of blocks written by the executor's clock."""
+    slow = KvOffloadConfig(size_gib=1.0, host_link_gb_s=10.0, disk_gib=2.0, disk_read_gb_s=1.0, disk_write_gb_s=1e-7)
+    disk = DiskTier(8, 100, slow)  # 100 bytes at 100 bytes/s: one block's write takes 1 s
+    disk.store(["a", "b", "c"], [1, 2, 3])  # queued at 0 s: written at 1, 2 and 3 s
+    assert disk.lookup(["a", "b", "c"]) == 0 and disk.num_unwritten == 1
+    disk.advance(2.5)
+    assert disk.lookup(["a", "b", "c"]) == 2 and disk.num_unwritten == 2  # c is still being written
+    disk.store(["a", "d"], [1, 4])  # a is held already (touched, not written again); d waits behind c: 4 s
+    assert disk.max_backlog_s == pytest.approx(3.0)  # c's wait from 0 s, longer than d's 1.5 s
+    disk.advance(3.5)
+    assert disk.lookup(["a", "b", "c", "d"]) == 3
+    disk.advance(4.0)
+    assert disk.lookup(["a", "b", "c", "d"]) == 4 and disk.num_unwritten == 3
+    disk.advance(10.0)  # an idle disk: the next write starts when it is stored
+    disk.store(["e"], [5])
+    disk.advance(10.9)
+    assert disk.lookup(["e"]) == 0
+    disk.advance(11.0)
+    assert disk.lookup(["e"]) == 1
+
+
+def test_a_disk_slower_than_the_blocks_come_finds_less():
+    """The same 600 turns with the disk written at 2 GB/s and at 0.05 GB/s: the slow disk's queue runs far behind the
+    stores, lookups stop at blocks not written yet, and the disk finds a fraction of what the fast one does."""
+    _, fast, _ = _summary([f"engine.kv_offload={DISK}"])
+    _, slow, _ = _summary([f"engine.kv_offload={DISK.replace('disk_write_gb_s: 2', 'disk_write_gb_s: 0.05')}"])
+    fast_disk, slow_disk = fast["kv_offload"]["disk"], slow["kv_offload"]["disk"]
+    assert slow_disk["max_write_backlog_s"] > 40 * fast_disk["max_write_backlog_s"]
+    assert slow_disk["num_unwritten_lookups"] > fast_disk["num_unwritten_lookups"]
+    assert slow["prefix_cache"]["disk_hit_rate"] < fast["prefix_cache"]["disk_hit_rate"] / 2
+    assert slow["mean_ttft_ms"] > fast["mean_ttft_ms"]
 
 
 def test_a_load_moves_disk_blocks_at_the_slower_rate():
@@ -111,7 +147,7 @@ def test_the_live_engine_writes_a_block_to_disk_and_reads_it_back_exactly():
     config = KvOffloadConfig(size_gib=1.0, host_link_gb_s=10.0, disk_gib=2.0, disk_read_gb_s=1.0, disk_write_gb_s=1.0)
     kv = KVCacheManager(8, 16, enable_caching=True)
     kv.host = HostTier(1, 1, config)  # one block on the host: the first of two is evicted there, kept on disk
-    kv.host.disk = HostTier(4, 1, config)
+    kv.host.disk = DiskTier(4, 1, config)
     copies, caches, added = tier_copies(kv)
     first = Request(0, 0.0, 40, 4, prompt_token_ids=list(range(40)))
     assert kv.allocate_slots(first, 40)  # its two full blocks are registered, and stored in the tiers
