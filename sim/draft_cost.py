@@ -35,6 +35,16 @@ from sim.scheduler_output import SchedulerOutput
 # the live engine measures our own lookup, and the uncertainty of this figure is its order of magnitude.
 NGRAM_S_PER_CONTEXT_TOKEN = 1e-9
 
+# The terms a calibration profile holds once drafting was fitted (planner/calibration/draft_fit.py), per method;
+# None in a profile: priced as above, from the drafter's facts (or the n-gram estimate) alone
+DRAFTER_TERMS, NGRAM_TERMS = ("draft_pass_overhead_s",), ("ngram_overhead_s", "ngram_s_per_context_token")
+
+
+def fitted_terms(method: str) -> tuple[str, ...]:
+    """The drafting terms a calibration fits for a speculative method."""
+    return NGRAM_TERMS if method == "ngram" else DRAFTER_TERMS
+
+
 # A step's drafting as the live engine times it (gpu_engine/speculative.py) and calibrate fits it: its seconds, the
 # rows that drafted, the first pass's tokens, (query, key) pairs and context tokens (n-gram: the context tokens it
 # scanned, and no pass), and the later passes' mean context tokens.

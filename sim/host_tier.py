@@ -83,11 +83,9 @@ class HostTier:
 
 def host_tiers_summary(tiers: list[HostTier], prefix: PrefixCacheCounts | None) -> dict:
     """summary.json's `kv_offload`: the tier per GPU, blocks per replica, bytes per GPU moved each way summed over
-    the replicas, and the seconds requests spent waiting for loads (summed over requests)."""
-    from sim.disk_tier import disk_tiers_summary  # sim/disk_tier.py's DiskTier is a HostTier: imported here
-
+    the replicas, and the seconds requests spent waiting for loads (summed over requests); a disk behind the tiers
+    adds its own (sim/disk_tier.disk_tiers_summary)."""
     config = tiers[0].config
-    disk = {} if tiers[0].disk is None else {"disk": disk_tiers_summary([t.disk for t in tiers])}
     return {
         "size_gib": config.size_gib,
         "host_link_gb_s": config.host_link_gb_s,
@@ -97,7 +95,7 @@ def host_tiers_summary(tiers: list[HostTier], prefix: PrefixCacheCounts | None) 
         "evicted_blocks": sum(t.num_evicted for t in tiers),
         "num_loads": sum(t.num_loads for t in tiers),
         "load_s": prefix.load_s if prefix is not None else 0.0,
-    } | disk
+    }
 
 
 def host_memory(offload: KvOffloadConfig, mem: MemoryBreakdown, tensor_parallel_size: int) -> dict:

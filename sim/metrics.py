@@ -19,6 +19,7 @@ import numpy as np
 
 from sim.columns import Columns
 from sim.config import SloConfig
+from sim.disk_tier import disk_tiers_summary
 from sim.host_tier import HostTier, host_tiers_summary
 from sim.prefix_stats import PrefixCacheCounts
 from sim.request import Request
@@ -367,4 +368,6 @@ def summarize(rec: Recorder, slo: SloConfig) -> dict:
         summary["prefix_cache"] = rec.prefix.to_dict()
     if rec.host_tiers:
         summary["kv_offload"] = host_tiers_summary(rec.host_tiers, rec.prefix)
+        if rec.host_tiers[0].disk is not None:
+            summary["kv_offload"]["disk"] = disk_tiers_summary([t.disk for t in rec.host_tiers])
     return summary

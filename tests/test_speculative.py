@@ -256,8 +256,8 @@ def test_a_simulation_without_fitted_drafting_says_its_gain_is_an_upper_bound(ca
     fitted = summary | {"cost_model": summary["cost_model"] | {"draft_pass_overhead_s": 2e-4}}
     assert spec_decode_lines(fitted) == [line]
     assert spec_decode_lines(summary | {"mode": "measured"}) == [line]
-    # n-gram's fitted term is its per-token lookup cost, not a drafter's per-pass one
+    # n-gram's fitted terms are its lookup's costs, not a drafter's per-pass one
     ngram = summary | {"spec_decode": summary["spec_decode"] | {"method": "ngram"}}
     assert "no published ngram run checks it" in spec_decode_lines(fitted | {"spec_decode": ngram["spec_decode"]})[1]
-    ngram_fitted = fitted["cost_model"] | {"ngram_s_per_context_token": 1e-9}
+    ngram_fitted = fitted["cost_model"] | {"ngram_s_per_context_token": 1e-9, "ngram_overhead_s": 1e-5}
     assert len(spec_decode_lines(ngram | {"cost_model": ngram_fitted})) == 1

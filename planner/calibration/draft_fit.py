@@ -32,10 +32,9 @@ from planner.calibration.fit import FitResult, fit_relative
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.cost_model import CostCoefficients
-from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP, DraftCost
+from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP, DRAFTER_TERMS, NGRAM_TERMS, DraftCost, fitted_terms
 from sim.engine_facts import EngineFacts
 
-DRAFTER_TERMS, NGRAM_TERMS = ("draft_pass_overhead_s",), ("ngram_overhead_s", "ngram_s_per_context_token")
 DRAFT_TERMS = DRAFTER_TERMS + NGRAM_TERMS
 # Fewer drafting steps leave the terms' stds to a handful of residuals
 MIN_DRAFT_ROWS = 20
@@ -44,7 +43,7 @@ DRAFTING = "drafting"  # its class in a profile's fit.by_class and in the valida
 
 def drafting_terms(scenario: Scenario) -> tuple[str, ...]:
     """The terms fitted for the scenario's method."""
-    return NGRAM_TERMS if scenario.engine.speculative.method == "ngram" else DRAFTER_TERMS
+    return fitted_terms(scenario.engine.speculative.method)
 
 
 def drafter_of(scenario: Scenario) -> tuple | None:

@@ -4,10 +4,7 @@ whose profile has no drafting terms, how far that pricing has been checked."""
 
 from __future__ import annotations
 
-# The coefficient a profile holds when `planner calibrate` (or --from) fitted a method's drafting
-# (planner/calibration/draft_fit.py): the n-gram lookup's per-token cost, or a drafter's fixed cost per pass.
-FITTED_DRAFTING = {"ngram": "ngram_s_per_context_token"}
-FITTED_DRAFTER = "draft_pass_overhead_s"
+from sim.draft_cost import fitted_terms
 
 
 def spec_decode_lines(s: dict) -> list[str]:
@@ -25,8 +22,9 @@ def spec_decode_lines(s: dict) -> list[str]:
 
 
 def drafting_fitted(method: str, coefficients: dict) -> bool:
-    """Whether the coefficients (CostCoefficients.to_dict()) hold the method's fitted drafting term."""
-    return coefficients.get(FITTED_DRAFTING.get(method, FITTED_DRAFTER)) is not None
+    """Whether the coefficients (CostCoefficients.to_dict(): a term not known is left out) hold the method's fitted
+    drafting terms."""
+    return all(coefficients.get(term) is not None for term in fitted_terms(method))
 
 
 def drafting_caveat(method: str) -> str:
