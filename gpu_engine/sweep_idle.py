@@ -48,13 +48,17 @@ def wake_samples(
     sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(cold, warm) seconds per shape and repeat: `timers[i]()` runs shape i once and returns its seconds;
-    cold is its first call after `idle_s` of sleep, warm its call WARM_AFTER calls later."""
+    cold is its first call after `idle_s` of sleep, with the time the sleep ran past `idle_s` (a live engine sleeps
+    until the next arrival, and the request waits for the overshoot too: planner/calibration/wake.py), warm its
+    call WARM_AFTER calls later."""
     cold, warm = [], []
     for _ in range(repeats):
         for timer in timers:
             timer()  # warm first: the spell alone is what cools it
+            slept_at = time.perf_counter()
             sleep(idle_s)
-            cold.append(timer())
+            overshoot_s = max(time.perf_counter() - slept_at - idle_s, 0.0)
+            cold.append(overshoot_s + timer())
             for _ in range(WARM_AFTER - 1):
                 timer()
             warm.append(timer())

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from planner.calibration.profile import ProfileError, default_profile_dir, profi
 from planner.calibration.profile_loader import load_profile
 from planner.calibration.provenance import residual_spread
 from planner.calibration.resolve import resolve_cost_model
-from planner.calibration.wake import MIN_WOKEN_STEPS, woken_steps
+from planner.calibration.wake import MIN_WOKEN_STEPS, waking_delays, woken_steps
 from planner.cli import main
 from planner.errors import PlannerError
 from sim.cost_model import CostModel
@@ -152,6 +153,32 @@ def test_a_profile_file_that_is_no_profile_text_says_what_it_is(tmp_path):
         (lambda d: d.update(tensor_parallel_size=0), ["tensor_parallel_size", ">= 1"]),
         (lambda d: d["uncertainty"].update(step_overhead_s=-1.0), ["uncertainty.step_overhead_s", ">= 0"]),
         (lambda d: d.update(colour="red"), ["colour", "unknown key"]),
+        (
+            lambda d: d.update(correlation={"step_overhead_s": {"per_row_overhead_s": 1.5}}),
+            ["correlation.step_overhead_s.per_row_overhead_s", "1.5", "[-1, 1]"],
+        ),
+        (
+            lambda d: d.update(correlation={"step_overhead_s": {"idle_wake_s": 0.5}}),
+            ["correlation.step_overhead_s.idle_wake_s", "not another coefficient with an uncertainty"],
+        ),
+        (
+            lambda d: d.update(
+                correlation={
+                    "step_overhead_s": {"per_row_overhead_s": 0.9, "flops_efficiency": 0.9},
+                    "per_row_overhead_s": {"flops_efficiency": -0.9},
+                }
+            ),
+            ["correlation", "not a correlation matrix", "eigenvalue"],
+        ),
+        (
+            lambda d: d.update(
+                correlation={
+                    "step_overhead_s": {"per_row_overhead_s": 0.2},
+                    "per_row_overhead_s": {"step_overhead_s": 0.2},
+                }
+            ),
+            ["correlation.per_row_overhead_s.step_overhead_s", "given twice"],
+        ),
     ],
 )
 def test_a_bad_profile_exits_2_naming_the_field(tmp_path, capsys, change, words):
@@ -252,6 +279,15 @@ def test_fit_from_a_live_cpu_run_folder(cpu_tiny_run, tmp_path, capsys):
     assert 1 <= woken.sum() < len(steps) // 4
     assert set(profile.coefficients) == set(FITTED) | ({"idle_wake_s"} if woken.sum() >= MIN_WOKEN_STEPS else set())
     assert profile.fit["rows"] == len(steps) - woken.sum()
+    # the wake is timed from the arrival that woke the engine (wake.py): without requests.csv, from the step's start
+    bare = tmp_path / "bare"
+    shutil.copytree(run_dir, bare)
+    (bare / "requests.csv").unlink()
+    requests = np.genfromtxt(run_dir / "requests.csv", delimiter=",", names=True)
+    waits = waking_delays({"start_s": steps["start_s"], "duration_s": steps["duration_s"]}, requests["arrival_s"])
+    assert len(waits) == woken.sum() and np.all(waits >= 0) and np.median(waits) > 0  # no sleep ends on the dot
+    # at 20 requests/s with millisecond steps the engine idles before most arrivals: enough woken steps to fit
+    assert profile.coefficients["idle_wake_s"] > fit_from_runs([bare]).coefficients["idle_wake_s"]
     path = save_profile(profile, tmp_path / "tiny.yaml")
     capsys.readouterr()
     assert main(["simulate", "scenarios/cpu_tiny.yaml", "--calibration", str(path)]) == 0

@@ -12,8 +12,10 @@ from gpu_engine.sweep_idle import WARM_AFTER, idle_shapes, wake_samples
 from planner.calibration.profile import Profile
 from planner.calibration.wake import (
     MIN_WOKEN_STEPS,
+    from_waking_arrival,
     wake_from_idle_samples,
     wake_from_steps,
+    waking_delays,
     with_wake,
     woken_steps,
 )
@@ -115,6 +117,30 @@ def test_wake_samples_time_the_call_after_the_spell_and_a_warm_one_later():
     cold, warm = wake_samples([timer, timer], idle_s=0.05, repeats=3, sleep=sleep)
     assert cold.tolist() == [2e-3] * 6 and warm.tolist() == [1e-3] * 6
     assert state["calls"] == 6 * (2 + WARM_AFTER)  # a warm-up before each spell, then WARM_AFTER calls after
+
+
+def test_a_cold_call_counts_the_time_its_sleep_overshot():
+    """A live engine sleeps until the next arrival, and the request waits for the overshoot too: a sleep that runs
+    3 ms past its spell adds them to the cold call, not to the warm one."""
+    import time
+
+    def sleep(seconds):
+        time.sleep(seconds + 3e-3)
+
+    cold, warm = wake_samples([lambda: 1e-3], idle_s=0.01, repeats=2, sleep=sleep)
+    assert np.all(cold >= 1e-3 + 3e-3) and np.all(cold < 1e-3 + 0.05) and warm.tolist() == [1e-3, 1e-3]
+
+
+def test_a_woken_step_is_timed_from_the_arrival_that_woke_the_engine():
+    # three steps: the run's first (0.1 s after its start), one back to back, one after an idle spell
+    rows = {"start_s": np.array([0.1, 0.1021, 0.2]), "duration_s": np.array([0.002, 0.002, 0.003])}
+    arrivals = np.array([0.1004, 0.0998, 0.1010, 0.1995])  # any order; the second and fourth woke the engine
+    assert woken_steps(rows).tolist() == [True, False, True]
+    assert waking_delays(rows, arrivals) == pytest.approx([2e-4, 5e-4])
+    assert from_waking_arrival(rows, arrivals) == pytest.approx([0.0022, 0.002, 0.0035])
+    assert from_waking_arrival(rows, None).tolist() == rows["duration_s"].tolist()  # no requests.csv: as timed
+    # an arrival after the step started cannot have woken it: no wait
+    assert waking_delays({"start_s": np.array([0.1]), "duration_s": np.array([0.002])}, np.array([0.15])) == [0.0]
 
 
 def test_idle_shapes_take_the_first_of_each_class():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.calibration.wake import woken_steps
+from planner.calibration.wake import from_waking_arrival, woken_steps
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.engine_facts import EngineFacts
@@ -337,8 +337,9 @@ def validate_profile(
         groups.append(
             (f"sweep {step_class}", sub["duration_s"], fitting.predict_rows(facts, coefficients, sub, serial=True))
         )
-    measured = np.concatenate([r.measured_steps["duration_s"] for r in runs])
-    wake_s = coefficients.idle_wake_s or 0.0  # on the steps after idle spells, as the simulator prices them
+    # the steps after idle spells from their waking arrival, priced with the wake, as the simulator does (wake.py)
+    measured = np.concatenate([from_waking_arrival(r.measured_steps, r.arrival_s) for r in runs])
+    wake_s = coefficients.idle_wake_s or 0.0
     predicted = np.concatenate(
         [
             fitting.predict_rows(EngineFacts.of(r.scenario), coefficients, r.measured_steps, serial=True)

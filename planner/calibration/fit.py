@@ -21,6 +21,9 @@ class FitResult:
     std: np.ndarray  # one standard deviation, from the Jacobian at the optimum and the residual spread
     relative_errors: np.ndarray  # (predicted - measured) / measured, per row
     at_bound: tuple[str, ...]  # coefficients the optimum pressed against a bound
+    # the coefficients' covariance (their units; its diagonal is std**2 where std is finite): what a prediction that
+    # sums several of them is sure of, where coefficients that trade against each other make each std wide
+    covariance: np.ndarray | None = None
 
     def as_dict(self) -> dict[str, float]:
         return {name: float(v) for name, v in zip(self.names, self.values)}
@@ -103,4 +106,19 @@ def fit_relative(
     at_bound = tuple(
         n for n, v, a, b, s in zip(names, solution.x, lo, hi, span) if np.isfinite(s) and min(v - a, b - v) < 1e-6 * s
     )
-    return FitResult(tuple(names), solution.x, std, r, at_bound)
+    return FitResult(tuple(names), solution.x, std, r, at_bound, cov)
+
+
+def correlations(names: Sequence[str], covariance: np.ndarray, std: np.ndarray) -> dict[str, dict[str, float]]:
+    """The profile's `correlation` block of a covariance: name -> later name -> correlation, for the pairs whose
+    both stds are finite and positive and whose correlation is not 0 (rounded to 6 decimals: a profile is text)."""
+    out: dict[str, dict[str, float]] = {}
+    for i, a in enumerate(names):
+        for j in range(i + 1, len(names)):
+            scale = std[i] * std[j]
+            if not (np.isfinite(scale) and scale > 0):
+                continue
+            r = round(float(np.clip(covariance[i, j] / scale, -1.0, 1.0)), 6)
+            if r != 0:
+                out.setdefault(a, {})[names[j]] = r
+    return out

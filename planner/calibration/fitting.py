@@ -192,13 +192,19 @@ def fit_steps(
     names = tuple(n for r in results for n in r.names)
     values = np.concatenate([r.values for r in results])
     std = np.concatenate([r.std for r in results])
+    # the device and host sides are fitted apart, to different rows: no covariance between them
+    covariance = np.zeros((len(names), len(names)))
+    at = 0
+    for r in results:
+        covariance[at : at + len(r.names), at : at + len(r.names)] = r.covariance
+        at += len(r.names)
     fitted = coefficients_with(names, values)
     predicted = predict_rows(facts, fitted, rows, serial=True)
     errors = (predicted - total) / total
     at_bound = tuple(
         n for r in results for n in r.at_bound if not (n in ZERO_IS_PHYSICAL and getattr(fitted, n) < BOUNDS[n][1] / 2)
     )
-    result = FitResult(names, values, std, errors, at_bound)
+    result = FitResult(names, values, std, errors, at_bound, covariance)
     classes = step_classes(rows)
     by_class = {}
     for name in CLASSES:

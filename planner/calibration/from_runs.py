@@ -22,8 +22,8 @@ from planner.calibration.fitting import (
     step_classes,
 )
 from planner.calibration.profile import Profile, profile_from_fit
-from planner.calibration.run_folder import read_drafting, read_run
-from planner.calibration.wake import wake_from_steps, with_wake, woken_steps
+from planner.calibration.run_folder import read_arrivals, read_drafting, read_run
+from planner.calibration.wake import wake_from_steps, waking_delays, with_wake, woken_steps
 from planner.errors import PlannerError
 from sim.config import Scenario
 from sim.draft_cost import DRAFT_COLUMNS
@@ -65,6 +65,13 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     # the first steps after idle spells, priced apart (the fit's form has none), told from the steps as recorded:
     # a speculative step's span holds its drafting, and taken out it would read as a gap after the step
     woken = np.concatenate([woken_steps(rows) for _, _, rows in runs])
+    # ... and priced from the arrival that woke the engine, as a request sees them (wake.py)
+    arrivals = [read_arrivals(Path(d)) for d in run_dirs]
+    delays = (
+        None
+        if any(a is None for a in arrivals)
+        else np.concatenate([waking_delays(rows, a) for (_, _, rows), a in zip(runs, arrivals)])
+    )
     # a speculative run's steps hold their drafting in device_s: its drafting.csv takes it out (draft_fit.py)
     drafts = [read_drafting(Path(d), rows) if s.engine.speculative else None for (_, s, rows), d in zip(runs, run_dirs)]
     runs = [
@@ -111,7 +118,7 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     )
     after_idle = {k: v[woken] for k, v in rows.items()}
     price_s = predict_rows(EngineFacts.of(measured_scenario(scenario, graphs)), fit.coefficients, after_idle, True)
-    wake = wake_from_steps(after_idle["duration_s"], price_s)
+    wake = wake_from_steps(after_idle["duration_s"], price_s, delays)
     device = {
         "name": str(summary0.get("device_name") or kind),
         "kind": kind,

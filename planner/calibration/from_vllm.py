@@ -208,7 +208,7 @@ def _held_out(replay: Replay, mask: np.ndarray, fitted: CostCoefficients, inputs
 
 def _profile(scenario, engine, fit: VllmFit, inputs, paths):
     from planner.calibration.device_gpu import calibration_gpu
-    from planner.calibration.profile import Profile, content_id, now_utc
+    from planner.calibration.profile import Profile, content_id, fit_correlation, now_utc
 
     versions = sorted({run.vllm_version for run in inputs.bench if run.vllm_version})
     requests = sum(len(run) for run in inputs.bench)
@@ -232,6 +232,7 @@ def _profile(scenario, engine, fit: VllmFit, inputs, paths):
         tensor_parallel_size=scenario.hardware.tensor_parallel_size,
         coefficients=fit.coefficients.to_dict(),
         uncertainty=dict(fit.uncertainty),
+        correlation=fit_correlation(fit.result),
         engine=dataclasses.asdict(engine),
         fit={
             "rows": len(errors),

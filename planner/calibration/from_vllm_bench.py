@@ -5,8 +5,8 @@
    on every request's TTFT and gaps, and the fit must give the coefficients back within their standard errors.
 2. Fit time for one bench-serve file of 1,000 requests (the target: under 60 s on a 2-core machine).
 3. With --live: live CPU runs of scenarios/cpu_tiny.yaml at three loads written as vLLM's files, the first two
-   fitted, the third held out (the CPU targets of `planner calibrate`), beside `calibrate --from` on the same runs
-   (planner/calibration/from_vllm_round_trip.py).
+   fitted, the third held out (the CPU targets of `planner calibrate`), beside `calibrate --from` on the same runs,
+   the two profiles judged by their predicted step times (planner/calibration/from_vllm_round_trip.py).
 """
 
 from __future__ import annotations

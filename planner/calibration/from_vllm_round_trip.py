@@ -124,7 +124,8 @@ def live_round_trip(folder: Path, num_requests: int, rates: tuple[float, ...]) -
 def against_steps(folder: Path, runs: list[LiveRun]) -> list[str]:
     """`planner calibrate --from` on the fitted runs' folders (their steps.csv: the engine's own step times) beside
     the --from-vllm profile of the same runs' files: each coefficient's two fits and how many of their combined
-    standard errors apart; then the held-out run simulated with the --from profile."""
+    standard errors apart; the two profiles' predicted times of those steps, each with its covariance (what the two
+    are judged by: planner/calibration/agreement.py); then the held-out run simulated with the --from profile."""
     from planner.calibration.from_runs import fit_from_runs
     from planner.calibration.profile import save_profile
     from planner.calibration.profile_loader import load_profile
@@ -142,6 +143,8 @@ def against_steps(folder: Path, runs: list[LiveRun]) -> list[str]:
         sa, sb = vllm.uncertainty.get(name, np.inf), steps.uncertainty.get(name, np.inf)
         apart = abs(a - b) / np.hypot(sa, sb) if np.isfinite(np.hypot(sa, sb)) and np.hypot(sa, sb) > 0 else np.nan
         lines.append(f"  {name:<30}{f'{a:.4g} +- {sa:.2g}':>22}{f'{b:.4g} +- {sb:.2g}':>22}  {apart:.1f}")
+    lines.append("  (coefficients that trade against each other split one cost differently: judged by the steps below)")
+    lines += agreement_of(vllm, steps, runs[:-1])
     printed = io.StringIO()
     argv = ["simulate", str(CPU_SCENARIO), "--calibration", str(folder / "steps.yaml"), "--json"]
     with contextlib.redirect_stdout(printed):
@@ -151,3 +154,14 @@ def against_steps(folder: Path, runs: list[LiveRun]) -> list[str]:
     measured = json.loads((runs[-1].folder / "summary.json").read_text())
     errors = ", ".join(f"{key} {100 * (simulated[key] - measured[key]) / measured[key]:+.1f}%" for key in HELD_OUT_KEYS)
     return [*lines, f"  the held-out run simulated with the --from profile: {errors}"]
+
+
+def agreement_of(vllm, steps, fitted: list[LiveRun]) -> list[str]:
+    """The two profiles' predicted times of the fitted runs' own steps, kind by kind (agreement.agreement_lines)."""
+    from planner.calibration.agreement import agreement_lines
+    from planner.calibration.run_folder import read_arrivals, read_run
+
+    read = [read_run(run.folder) for run in fitted]
+    steps_of, arrivals = [rows for _, _, rows in read], [read_arrivals(run.folder) for run in fitted]
+    what = "the fitted runs' steps"
+    return agreement_lines(("--from-vllm", vllm), ("--from", steps), read[0][1], steps_of, arrivals, what)[0]

@@ -3,8 +3,13 @@ folder. Reading one back strictly is profile_loader.py's job; which one a scenar
 
 Schema (planner-calibration/1; shipped profiles under planner/calibrations/ use the same keys):
     format, id, created, source, device {name, kind, gpu, memory_bytes, driver, runtime, torch}, model, dtype,
-    tensor_parallel_size, engine, coefficients, uncertainty, fit {rows, median_abs_error, p90_abs_error,
-    by_class}, rows, provenance
+    tensor_parallel_size, engine, coefficients, uncertainty, [correlation], fit {rows, median_abs_error,
+    p90_abs_error, by_class}, rows, provenance
+
+`correlation` (written only where the fit gives one): coefficient -> later coefficient -> the correlation of their
+fitted values; pairs not listed are uncorrelated. A step's time sums several coefficients' terms, and where two of
+them trade against each other (a per-step and a per-layer overhead on a model of few layers) each std is wide while
+their sum is known well (planner/calibration/agreement.py carries both through).
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from planner.calibration.device_gpu import calibration_gpu
+from planner.calibration.fit import correlations
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import PlannerError
 from sim.config import HOST_DEVICES, Scenario
@@ -33,7 +40,7 @@ EFFICIENCIES = ("flops_efficiency", "bandwidth_efficiency", "interconnect_effici
 FACTORS = {"attention_flops_ratio": (0.05, 2.0), "mixed_step_attention_factor": (1.0, 10.0)}
 KEYS = (
     "format", "id", "created", "source", "device", "model", "dtype", "tensor_parallel_size", "engine",
-    "coefficients", "uncertainty", "fit", "rows", "provenance",
+    "coefficients", "uncertainty", "correlation", "fit", "rows", "provenance",
 )  # fmt: skip
 DEVICE_KEYS = ("name", "kind", "gpu", "memory_bytes", "driver", "runtime", "torch")
 
@@ -55,6 +62,7 @@ class Profile:
     tensor_parallel_size: int
     coefficients: dict[str, float]  # a subset of CostCoefficients' fields; the rest take defaults
     uncertainty: dict[str, float] = field(default_factory=dict)  # field -> one standard deviation
+    correlation: dict[str, dict[str, float]] = field(default_factory=dict)  # field -> field -> correlation
     engine: dict = field(default_factory=dict)
     fit: dict = field(default_factory=dict)
     rows: str | None = None  # a CSV of the fitted rows, relative to the profile file
@@ -82,6 +90,8 @@ class Profile:
             "engine": dict(self.engine),
             "coefficients": {k: float(v) for k, v in self.coefficients.items()},
             "uncertainty": {k: float(v) for k, v in self.uncertainty.items()},
+            # only where there is one: a profile without it keeps the content id it had before the key existed
+            **({"correlation": {a: dict(r) for a, r in self.correlation.items()}} if self.correlation else {}),
             "fit": self.fit,
             "rows": self.rows,
             "provenance": self.provenance,
@@ -131,6 +141,27 @@ def this_device(scenario: Scenario, device: str | None = None) -> dict:
     }
 
 
+def fit_correlation(result) -> dict[str, dict[str, float]]:
+    """The `correlation` block of a fit.FitResult (empty without a covariance)."""
+    if result is None or result.covariance is None:
+        return {}
+    return correlations(result.names, result.covariance, result.std)
+
+
+def covariance(profile: Profile, names: list[str]) -> np.ndarray:
+    """The covariance of the profile's coefficients `names` (seconds and efficiencies as they are): its stds and
+    correlations; a coefficient without a std is taken as known exactly (0), which it is not: said by the caller."""
+    std = np.array([profile.uncertainty.get(n, 0.0) for n in names], dtype=np.float64)
+    std[~np.isfinite(std)] = 0.0
+    out = np.diag(std**2)
+    for i, a in enumerate(names):
+        for j, b in enumerate(names):
+            if i != j:
+                r = profile.correlation.get(a, {}).get(b, profile.correlation.get(b, {}).get(a, 0.0))
+                out[i, j] = r * std[i] * std[j]
+    return out
+
+
 def fit_summary(fit) -> dict:
     """The profile's `fit` block of a `fitting.StepFit`."""
     return {
@@ -162,6 +193,7 @@ def profile_from_fit(
         tensor_parallel_size=scenario.hardware.tensor_parallel_size,
         coefficients={n: float(getattr(fit.coefficients, n)) for n in fit.result.names},
         uncertainty=dict(fit.uncertainty),
+        correlation=fit_correlation(fit.result),
         engine=dict(engine),
         fit=fit_summary(fit),
         rows=rows_path,

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from planner.calibration.profile import (
@@ -37,6 +38,8 @@ MAX_OVERHEAD_S = 10.0
 # The fit's median and p90 |relative error| (0.03: 3%): a fit 1000% off is no calibration; above it the
 # residual spread `--intervals` draws from (provenance.residual_spread) scales steps by overflowing factors.
 MAX_RELATIVE_ERROR = 10.0
+# the correlations are written to 6 decimals: rounding moves an eigenvalue by at most (number of terms) x 5e-7
+CORRELATION_SLACK = 1e-4
 FIT_KEYS = ("rows", "median_abs_error", "p90_abs_error", "by_class")
 CLASS_KEYS = ("rows", "median", "p90")  # each step class's in fit.by_class
 
@@ -149,6 +152,39 @@ def _fit(value: Any, path: Path) -> dict:
     return value
 
 
+def _correlation(value: Any, uncertainty: dict[str, float], path: Path) -> dict[str, dict[str, float]]:
+    """The correlation block, checked: pairs of coefficients with a std, each in [-1, 1], given once, and together a
+    correlation matrix (no eigenvalue below -CORRELATION_SLACK: a draw from it must exist)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _fail(path, "correlation", value, "expected a mapping of coefficient to {coefficient: correlation}")
+    out: dict[str, dict[str, float]] = {}
+    for name, row in value.items():
+        if name not in uncertainty:
+            raise _fail(path, f"correlation.{name}", _MISSING, "not a coefficient with an uncertainty in this profile")
+        if not isinstance(row, dict):
+            raise _fail(path, f"correlation.{name}", row, "expected a mapping of coefficient to correlation")
+        for other, r in row.items():
+            where = f"correlation.{name}.{other}"
+            if other not in uncertainty or other == name:
+                raise _fail(path, where, _MISSING, "not another coefficient with an uncertainty in this profile")
+            if other in out and name in out[other]:
+                raise _fail(path, where, r, f"given twice (correlation.{other}.{name} too)")
+            if isinstance(r, bool) or not isinstance(r, int | float) or not -1 <= r <= 1:
+                raise _fail(path, where, r, "expected a correlation in [-1, 1]")
+            out.setdefault(name, {})[other] = float(r)
+    names = sorted({n for a, row in out.items() for n in (a, *row)})
+    matrix = np.eye(len(names))
+    for a, row in out.items():
+        for b, r in row.items():
+            matrix[names.index(a), names.index(b)] = matrix[names.index(b), names.index(a)] = r
+    lowest = float(np.linalg.eigvalsh(matrix).min()) if names else 1.0
+    if lowest < -CORRELATION_SLACK:
+        raise _fail(path, "correlation", value, f"not a correlation matrix (an eigenvalue of {lowest:.3g}, below 0)")
+    return out
+
+
 def _parse(text: str, path: Path) -> Any:
     """The file's data, as `save_profile` wrote it: by YAML 1.1 (yaml.safe_dump's), which the scenarios' YAML 1.2
     loader would misread (a content id 012345678901 as a number); any problem one line naming the file."""
@@ -229,6 +265,7 @@ def load_profile(path: str | Path) -> Profile:
     uncertainty = _number_map(
         data.get("uncertainty"), "uncertainty", path, lambda n, v: "" if v >= 0 else "a std must be >= 0"
     )
+    correlation = _correlation(data.get("correlation"), uncertainty, path)
     return Profile(
         id=profile_id,
         created=created,
@@ -239,6 +276,7 @@ def load_profile(path: str | Path) -> Profile:
         tensor_parallel_size=_int(_get(data, "tensor_parallel_size", path), "tensor_parallel_size", path, minimum=1),
         coefficients=coefficients,
         uncertainty=uncertainty,
+        correlation=correlation,
         engine=engine,
         fit=fit,
         rows=_text(data.get("rows"), "rows", path, optional=True),

@@ -152,6 +152,20 @@ def read_run(run_dir: Path) -> tuple[dict, Scenario, dict[str, np.ndarray]]:
     return summary, scenario, rows
 
 
+def read_arrivals(run_dir: Path) -> np.ndarray | None:
+    """The run's requests' arrival seconds (requests.csv), or None for a folder without it (written before it was)."""
+    path = Path(run_dir) / "requests.csv"
+    if not path.is_file():
+        return None
+    table = _read_table(path)
+    if table.dtype.names is None or "arrival_s" not in table.dtype.names:
+        raise PlannerError(f"{path}: no arrival_s column (give folders that `planner run --out` wrote)")
+    arrivals = np.asarray(table["arrival_s"], dtype=np.float64)
+    if not np.all(np.isfinite(arrivals)) or np.any(arrivals < 0):
+        raise PlannerError(f"{path}: arrival_s: expected finite seconds >= 0 from the run's start")
+    return arrivals
+
+
 def _read_table(path: Path) -> np.ndarray:
     """A CSV of `planner run --out` as numpy's named columns (one row at least as a 1-d array)."""
     _check_header(path)

@@ -52,6 +52,9 @@ class HeldOutRun:
     covered: dict  # metric -> whether the measured value fell inside the calibrated 90% interval (None: no value)
     machine: MachineCheck | None = None
     drafts: dict | None = None  # speculative decoding: the live run's drafting steps, timed (draft_fit.py)
+    arrival_s: np.ndarray | None = (
+        None  # the live run's requests' arrivals (a woken step is priced from its waking one)
+    )
 
 
 def with_load(scenario: Scenario, name: str, engine: dict | None = None, **workload) -> tuple[str, Scenario]:
@@ -226,6 +229,7 @@ def run_held_out(
                 covered,
                 check,
                 live.drafts,
+                live.recorder.requests.view()["arrival_s"].copy(),
             )
         )
     return runs

@@ -251,11 +251,14 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
     )
     jac = _central_jacobian(predict_units, unit.values, lower, upper, measured)
     resolution = np.concatenate([r.resolution() for r in replays])
-    spread = np.hypot(_sampling_errors(jac, replays, with_units(unit.values)), _resolution_errors(jac, resolution))
-    std = np.maximum(_standard_errors(jac, unit.relative_errors), spread) * scale
+    spread = _sampling_covariance(jac, replays, with_units(unit.values)) + _resolution_covariance(jac, resolution)
+    residual = _residual_covariance(jac, unit.relative_errors)
+    unit_std = np.maximum(_std(residual), _std(spread))
+    std = unit_std * scale
+    covariance = _covariance(unit_std, residual + spread) * np.outer(scale, scale)
     # a coefficient that starts on a bound (an overhead of 0) and stays there is where it began, not a misfit
     moved = tuple(n for j, n in enumerate(names) if n in unit.at_bound and abs(unit.values[j] - initial[j]) > 1e-9)
-    result = FitResult(unit.names, unit.values * scale, std, unit.relative_errors, moved)
+    result = FitResult(unit.names, unit.values * scale, std, unit.relative_errors, moved, covariance)
     uncertainty = {n: float(v) for n, v in zip(names, std) if np.isfinite(v)}
     pinned_by = {n: _pinned_by(jac[:, j], labels) for j, n in enumerate(names)}
     for n, v, e in zip(names, result.values, std):
@@ -292,8 +295,8 @@ def _central_jacobian(predict_units, u: np.ndarray, lower: np.ndarray, upper: np
     return jac
 
 
-def _sampling_errors(jac: np.ndarray, replays: list[Replay], fitted: CostCoefficients) -> np.ndarray:
-    """One standard error per coefficient from the requests being a sample of what the engine does: the fit's
+def _sampling_covariance(jac: np.ndarray, replays: list[Replay], fitted: CostCoefficients) -> np.ndarray:
+    """The coefficients' (scaled) covariance from the requests being a sample of what the engine does: the fit's
     relative errors over BOOTSTRAP_SAMPLES resamples (seeded; each replay's `bootstrap`: for a bench file the
     same requests observed and simulated, so what moves them is how each request's observed latency departs
     from the simulator's, not which requests were sent), carried to the coefficients through the Jacobian's
@@ -302,25 +305,43 @@ def _sampling_errors(jac: np.ndarray, replays: list[Replay], fitted: CostCoeffic
     rng = np.random.default_rng(0)
     blocks = [replay.bootstrap(simulate_replay(replay, fitted).recorder, rng) for replay in replays]
     spread = np.linalg.pinv(jac) @ np.hstack(blocks).T  # coefficient (scaled) x resample
-    return np.std(spread, axis=1)
+    return np.atleast_2d(np.cov(spread, bias=True))
 
 
-def _resolution_errors(jac: np.ndarray, resolution: np.ndarray) -> np.ndarray:
-    """One standard error per coefficient from what the files leave open (a quantile anywhere in its histogram
+def _resolution_covariance(jac: np.ndarray, resolution: np.ndarray) -> np.ndarray:
+    """The coefficients' (scaled) covariance from what the files leave open (a quantile anywhere in its histogram
     bucket), each statistic's taken as independent, carried through the Jacobian's pseudo-inverse."""
-    return np.sqrt((np.linalg.pinv(jac) ** 2) @ resolution**2)
+    inverse = np.linalg.pinv(jac)
+    return (inverse * resolution**2) @ inverse.T
 
 
 def _subset(lat: Latencies, pick: np.ndarray) -> Latencies:
     return Latencies(lat.arrival_s[pick], lat.ttft_s[pick], lat.e2e_s[pick], lat.output_tokens[pick])
 
 
-def _standard_errors(jac: np.ndarray, residuals: np.ndarray) -> np.ndarray:
-    """One standard error per coefficient: the Gauss-Newton covariance, scaled by the residuals' spread;
-    infinite where no statistic moves with the coefficient."""
+def _residual_covariance(jac: np.ndarray, residuals: np.ndarray) -> np.ndarray:
+    """The Gauss-Newton covariance, scaled by the residuals' spread; infinite variance where no statistic moves
+    with the coefficient."""
     dof = max(len(residuals) - jac.shape[1], 1)
+    cov = np.linalg.pinv(jac.T @ jac) * (residuals @ residuals / dof)
+    unmoved = np.linalg.norm(jac, axis=0) == 0
+    cov[unmoved, unmoved] = np.inf
+    return cov
+
+
+def _std(covariance: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.clip(np.diag(covariance), 0, None))
+
+
+def _covariance(std: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    """The covariance whose standard errors are `std` (the larger of the residuals' and the resamples' for each
+    coefficient: each underestimates where the other does not) and whose correlations are those of `shape` (both
+    sources together): how far coefficients that trade against each other move together."""
+    inner = _std(shape)
     with np.errstate(divide="ignore", invalid="ignore"):
-        cov = np.linalg.pinv(jac.T @ jac) * (residuals @ residuals / dof)
-        std = np.sqrt(np.clip(np.diag(cov), 0, None))
-    std[np.linalg.norm(jac, axis=0) == 0] = np.inf
-    return std
+        correlation = shape / np.outer(inner, inner)
+    correlation = np.where(np.isfinite(correlation), np.clip(correlation, -1.0, 1.0), 0.0)
+    with np.errstate(invalid="ignore"):  # an infinite std (nothing moves the coefficient) correlates with none
+        covariance = np.where(correlation != 0, correlation * np.outer(std, std), 0.0)
+    np.fill_diagonal(covariance, std**2)
+    return covariance

@@ -5,6 +5,12 @@ beyond its price.
 reads it off the runs themselves: their steps that started IDLE_WAKE_AFTER_S or more after the previous one
 ended (or first in their run) are left out of the step fit and measured against its price. Either way it is a
 median with the standard error of a median, so a few steps stalled by another process do not set it.
+
+It is the wake as the request that woke the engine sees it, from its arrival: the simulator starts that step at
+the arrival, where a live engine first finishes its sleep (which overshoots: 0.2 ms on this repository's 2-vCPU
+machine) and finds the work. So `--from` adds each woken step's wait since its waking arrival (`waking_delays`), and
+the sweep the sleep's overshoot; without it the runs' own files (`--from-vllm`, which see the TTFT) priced the
+steps after idle 0.15-0.54 ms above `--from` (docs/calibration-from-vllm.md).
 """
 
 from __future__ import annotations
@@ -45,6 +51,30 @@ def woken_steps(rows: dict[str, np.ndarray]) -> np.ndarray:
     return gap >= IDLE_WAKE_AFTER_S
 
 
+def waking_delays(rows: dict[str, np.ndarray], arrival_s: np.ndarray) -> np.ndarray:
+    """Per step after idle (woken_steps' order): the seconds from the arrival of the request that woke the engine,
+    the first arrival after the previous step ended (or after the run's start), to the step's start; 0 where no
+    arrival lies between them (a run's requests.csv holds every arrival)."""
+    start = np.asarray(rows["start_s"], dtype=np.float64)
+    end = start + np.asarray(rows["duration_s"], dtype=np.float64)
+    previous_end = np.concatenate([[0.0], end[:-1]])
+    woken = woken_steps(rows)
+    arrivals = np.sort(np.asarray(arrival_s, dtype=np.float64))
+    if len(arrivals) == 0:
+        return np.zeros(int(woken.sum()))
+    first = np.minimum(np.searchsorted(arrivals, previous_end[woken], side="left"), len(arrivals) - 1)
+    waking = arrivals[first]
+    return np.where(waking <= start[woken], start[woken] - waking, 0.0)
+
+
+def from_waking_arrival(rows: dict[str, np.ndarray], arrival_s: np.ndarray | None) -> np.ndarray:
+    """Each step's seconds, those after idle from their waking arrival (`waking_delays`; as timed without arrivals)."""
+    seconds = np.asarray(rows["duration_s"], dtype=np.float64).copy()
+    if arrival_s is not None:
+        seconds[woken_steps(rows)] += waking_delays(rows, arrival_s)
+    return seconds
+
+
 def _fit(extra_s: np.ndarray, how: str) -> WakeFit:
     """A step cannot run faster for having waited: a negative median (noise) is kept at 0."""
     seconds, std = median_with_error(np.asarray(extra_s, dtype=np.float64))
@@ -60,12 +90,18 @@ def wake_from_idle_samples(cold_s: np.ndarray, warm_s: np.ndarray, idle_s: float
     return _fit(np.asarray(cold_s) - np.asarray(warm_s), how)
 
 
-def wake_from_steps(measured_s: np.ndarray, predicted_s: np.ndarray) -> WakeFit | None:
-    """The term from steps after idle: their measured seconds beyond their price; None below MIN_WOKEN_STEPS."""
+def wake_from_steps(
+    measured_s: np.ndarray, predicted_s: np.ndarray, delay_s: np.ndarray | None = None
+) -> WakeFit | None:
+    """The term from steps after idle: their measured seconds, and each one's wait since its waking arrival
+    (`waking_delays`; None: not known), beyond their price; None below MIN_WOKEN_STEPS."""
     if len(measured_s) < MIN_WOKEN_STEPS:
         return None
     how = f"{len(measured_s)} steps of the runs after idle, against the fit's price"
-    return _fit(np.asarray(measured_s) - np.asarray(predicted_s), how)
+    if delay_s is None:
+        return _fit(np.asarray(measured_s) - np.asarray(predicted_s), how + " (from their start: no arrivals)")
+    how += f", from their waking arrival (median wait {float(np.median(delay_s)) * 1e3:.3g} ms)"
+    return _fit(np.asarray(measured_s) + np.asarray(delay_s) - np.asarray(predicted_s), how)
 
 
 def with_wake(profile, wake: WakeFit | None):
