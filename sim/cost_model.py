@@ -77,6 +77,13 @@ class CostCoefficients:
     # to keep it small enough to hide behind the GPU step: "vLLM V1" blog, Jan 2025).
     step_overhead_s: float = 0.001
     per_row_overhead_s: float = 20e-6  # host, per scheduled request: block tables, sampling, detokenising
+    # Host, per request whose prompt tokens the step computes, beyond per_row_overhead_s: admitting it (its state,
+    # its first blocks) and preparing its prompt's inputs. Our CPU engine's steps with prompt tokens spend 77-145 us
+    # on the host against 20-30 us for decodes (tiny-llama on this repository's CPU: ~65 us per prompt row, fitted
+    # over steps.csv's host_s); without the term `calibrate --from` priced those steps 3-5.5% low
+    # (docs/calibration-from-vllm.md). None: not calibrated, priced as 0 (the shipped profiles: Vidur's data time
+    # the GPU's operators, not the host).
+    per_prompt_row_overhead_s: float | None = None
     allreduce_latency_s: float = 15e-6  # per all-reduce call, the small-message latency of NCCL on NVLink
     # Per all-reduce call, without CUDA graphs: the wait of the first-launching rank for its peers' host
     # launches, which an eagerly launched NCCL kernel spins through. A CUDA graph replays the step's kernels
@@ -335,7 +342,7 @@ class CostModel:
         # every row at the longest context) takes a finite time, every step does: checked once, not per step.
         tokens, rows = facts.engine.max_num_batched_tokens, facts.engine.max_num_seqs
         context = facts.max_model_len
-        full_s = self.step_time_s(tokens, rows, rows, tokens * context, rows * context, after_idle=True)
+        full_s = self.step_time_s(tokens, rows, rows, tokens * context, rows * context, True, rows)
         if not math.isfinite(full_s):
             self._refuse(f"a step of {tokens} tokens in {rows} rows at {context} context takes {full_s} s")
 
@@ -442,10 +449,12 @@ class CostModel:
             return np.maximum(compute_s, memory_s * np.where(mixed, self.mixed_factor, 1.0))
         return max(compute_s, memory_s * self.mixed_factor if mixed else memory_s)  # plain floats: 10x faster
 
-    def host_s(self, num_seqs):
-        """The host's seconds for a step: scheduling and input preparation, and per-row work."""
+    def host_s(self, num_seqs, num_prompt_rows=0):
+        """The host's seconds for a step: scheduling and input preparation, per-row work, and the rows computing
+        prompt tokens' own (num_prompt_rows of the num_seqs)."""
         c = self.coefficients
-        return c.step_overhead_s + num_seqs * c.per_row_overhead_s
+        host = c.step_overhead_s + num_seqs * c.per_row_overhead_s
+        return host + num_prompt_rows * c.per_prompt_row_overhead_s if c.per_prompt_row_overhead_s else host
 
     def block_step_host_s(self, num_seqs):
         """The host's seconds for a step of a multi-step block after its first (engine.num_scheduler_steps): no
@@ -462,10 +471,19 @@ class CostModel:
             return np.maximum(host_s, device_s)
         return max(host_s, device_s)
 
-    def step_time_s(self, num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens, after_idle=False):
+    def step_time_s(
+        self,
+        num_tokens,
+        num_seqs,
+        num_sampled,
+        attention_pairs,
+        sum_context_tokens,
+        after_idle=False,
+        num_prompt_rows=0,
+    ):
         """Seconds for one step; any argument but after_idle may be a numpy array of steps."""
         device = self.device_s(num_tokens, num_seqs, num_sampled, attention_pairs, sum_context_tokens)
-        return self.combine(self.host_s(num_seqs), device, after_idle)
+        return self.combine(self.host_s(num_seqs, num_prompt_rows), device, after_idle)
 
     def floors(self, prompt_tokens: float) -> dict[str, float]:
         """What no engine can beat on this hardware, at 100% of spec peak and bandwidth:

@@ -197,7 +197,7 @@ class LockstepGroup:
             out.num_tokens, out.num_seqs, out.num_sampled + out.num_draft_tokens, out.attention_pairs,
             out.sum_context_tokens,
         )  # fmt: skip
-        return cost.host_s(out.num_seqs), device + moe.total_s + draft_s + wake_s
+        return cost.host_s(out.num_seqs, out.num_prompt_rows), device + moe.total_s + draft_s + wake_s
 
     def _count_drafting(self, draft_s: float, duration_s: float) -> None:
         counts = self.ranks[0].scheduler.speculation.counts  # every rank's, shared (sim/scheduler.py)

@@ -207,7 +207,11 @@ class Replica:
         out.start_s = start
         if self.host_link is not None:
             mark_first_scheduled(out, start)
-        host = cost.host_s(out.num_seqs) if out.host_scheduled else cost.block_step_host_s(out.num_seqs)
+        host = (
+            cost.host_s(out.num_seqs, out.num_prompt_rows)
+            if out.host_scheduled
+            else cost.block_step_host_s(out.num_seqs)
+        )
         if priced is None:
             # The LM head runs over every sampled row and every verified draft (the rejection sampler's logits)
             device = cost.device_s(
@@ -321,7 +325,7 @@ class Replica:
                 blocks_in_use = sched.kv.pool.num_used_blocks
                 yield env.timeout(step_end - now)
                 duration, device = window.after
-                host = self.cost.host_s(out.num_seqs)
+                host = self.cost.host_s(out.num_seqs, out.num_prompt_rows)
                 yield from self._end_step(out, clock, duration, blocks_in_use, host, device)
                 return
         if now + (last_end - now) == last_end or not num_waiting:

@@ -14,6 +14,7 @@ class SchedulerOutput:
     scheduled: list[tuple[Request, int]] = field(default_factory=list)  # (request, num_new_tokens)
     num_preempted: int = 0
     num_prefill_tokens: int = 0
+    num_prompt_rows: int = 0  # rows computing prompt tokens (CostCoefficients.per_prompt_row_overhead_s)
     num_decode_requests: int = 0
     num_sampled: int = 0
     num_tokens: int = 0  # tokens computed, static batching's padding included
@@ -49,6 +50,7 @@ class SchedulerOutput:
             self.num_draft_tokens += num_new_tokens - 1
         else:
             self.num_prefill_tokens += num_new_tokens
+            self.num_prompt_rows += 1
 
     def add_decodes(self, num_rows: int, sum_context_tokens: int) -> None:
         """What add() counts for num_rows decode rows (one new token each, sampled) whose contexts after the

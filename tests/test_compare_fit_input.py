@@ -204,5 +204,5 @@ def test_from_refuses_too_few_steps_to_fit(run_dir, tmp_path, capsys):
     folder = edited_run(run_dir, tmp_path, steps=lambda names, rows: [",".join(rows[0])])
     err = error_of(["calibrate", "--from", str(folder), "--out", str(tmp_path / "p.yaml")], capsys)
     assert f"{folder / 'steps.csv'}: 1 step rows (0 decode, 1 with prompt tokens)" in err
-    assert "fitting 6 coefficients needs at least 30 rows, 5 of each kind" in err
+    assert "fitting 7 coefficients needs at least 35 rows, 5 of each kind" in err
     assert not (tmp_path / "p.yaml").exists()

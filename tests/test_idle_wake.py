@@ -143,6 +143,14 @@ def test_a_woken_step_is_timed_from_the_arrival_that_woke_the_engine():
     assert waking_delays({"start_s": np.array([0.1]), "duration_s": np.array([0.002])}, np.array([0.15])) == [0.0]
 
 
+def test_the_wake_from_steps_counts_each_steps_wait_since_its_waking_arrival():
+    price = np.full(8, 2e-3)
+    measured = price + 1e-3
+    assert wake_from_steps(measured, price).seconds == pytest.approx(1e-3)
+    with_waits = wake_from_steps(measured, price, np.full(8, 2e-4))
+    assert with_waits.seconds == pytest.approx(1.2e-3) and "from their waking arrival" in with_waits.how
+
+
 def test_idle_shapes_take_the_first_of_each_class():
     grid = [
         Shape(num_decode=1, decode_context=16),

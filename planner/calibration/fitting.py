@@ -38,6 +38,7 @@ BOUNDS = {
     "per_row_layer_overhead_s": (0.0, 1e-3, 1e-5),
     "step_overhead_s": (0.0, 0.1, 1e-3),
     "per_row_overhead_s": (0.0, 1e-2, 1e-5),
+    "per_prompt_row_overhead_s": (0.0, 1e-2, 1e-5),
     # speculative decoding's drafting, fitted after the rest (planner/calibration/draft_fit.py)
     "draft_pass_overhead_s": (0.0, 0.1, 1e-4),
     "ngram_s_per_context_token": (0.0, 1e-4, 1e-8),
@@ -45,8 +46,10 @@ BOUNDS = {
     # the first step after idle, timed apart from the fit (planner/calibration/wake.py)
     "idle_wake_s": (0.0, 0.1, 1e-4),
 }
-HOST_TERMS = ("step_overhead_s", "per_row_overhead_s")
-ZERO_IS_PHYSICAL = ("per_row_layer_overhead_s",)  # 0 where attention is one batched kernel: not a misfit
+HOST_TERMS = ("step_overhead_s", "per_row_overhead_s", "per_prompt_row_overhead_s")
+# 0 where attention is one batched kernel, or where admitting a request costs the host no more than a decode row:
+# not a misfit
+ZERO_IS_PHYSICAL = ("per_row_layer_overhead_s", "per_prompt_row_overhead_s")
 CLASSES = ("decode", "prefill", "mixed")
 ROBUST_SCALE = 0.1  # soft-L1 beyond 10% relative error: a step stalled by a busy machine does not pull the fit
 
@@ -90,6 +93,7 @@ def _shape(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     decode = np.asarray(rows["num_decode_requests"], dtype=np.float64)
     f["num_tokens"] = np.asarray(rows["num_tokens"], dtype=np.float64) if "num_tokens" in rows else prefill + decode
     f["num_seqs"] = np.asarray(rows["num_seqs"], dtype=np.float64) if "num_seqs" in rows else decode + (prefill > 0)
+    f["num_prompt_rows"] = f["num_seqs"] - decode  # every row that is not a decode computes prompt tokens
     return f
 
 
@@ -97,7 +101,8 @@ def _sides(model: CostModel, s: dict[str, np.ndarray]) -> tuple[np.ndarray, np.n
     device = model.device_s(
         s["num_tokens"], s["num_seqs"], s["num_sampled"], s["attention_pairs"], s["sum_context_tokens"]
     )
-    return np.asarray(model.host_s(s["num_seqs"]), dtype=np.float64), np.asarray(device, dtype=np.float64)
+    host = model.host_s(s["num_seqs"], s["num_prompt_rows"])
+    return np.asarray(host, dtype=np.float64), np.asarray(device, dtype=np.float64)
 
 
 def predict_rows(
@@ -163,7 +168,7 @@ def fit_steps(
 
     def fit(names, predict, target) -> FitResult:
         lo, hi, scale = zip(*(BOUNDS[n] for n in names))
-        initial_values = [getattr(base, n) for n in names]
+        initial_values = [getattr(base, n) or 0.0 for n in names]  # None: not calibrated, priced as 0
         loss = {"loss": "soft_l1", "f_scale": ROBUST_SCALE} if robust else {}
         return fit_relative(predict, target, names, initial_values, lo, hi, scale, **loss, mean_unbiased=mean_unbiased)
 

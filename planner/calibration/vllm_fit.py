@@ -206,7 +206,10 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
     """The coefficients (of `candidates`) that make the replays' simulated statistics the observed ones,
     starting from `start` slowed by the one factor that matches the observed speed best (matched_speed)."""
     predict = _Counter(replays)
-    start = dataclasses.replace(start, idle_wake_s=start.idle_wake_s or 0.0)  # a profile without it prices it 0
+    # a profile without them prices them 0 (None: not calibrated)
+    start = dataclasses.replace(
+        start, idle_wake_s=start.idle_wake_s or 0.0, per_prompt_row_overhead_s=start.per_prompt_row_overhead_s or 0.0
+    )
     measured = np.concatenate([r.measured()[0] for r in replays])
     speed, start = matched_speed(predict, start, candidates(replays[0].scenario), measured)
     labels = [f"{r.name}: {label}" for r in replays for label in r.measured()[1]]

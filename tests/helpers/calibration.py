@@ -14,6 +14,7 @@ TRUTH = CostCoefficients(
     bandwidth_efficiency=0.7,
     step_overhead_s=4e-4,
     per_row_overhead_s=12e-6,
+    per_prompt_row_overhead_s=50e-6,
     launch_overhead_per_layer_s=25e-6,
     per_row_layer_overhead_s=2e-6,
 )
@@ -24,6 +25,7 @@ FITTED = (
     "per_row_layer_overhead_s",
     "step_overhead_s",
     "per_row_overhead_s",
+    "per_prompt_row_overhead_s",
 )
 
 
@@ -55,7 +57,7 @@ def synthetic_rows(scenario, coefficients: CostCoefficients, noise: float, seed:
         coefficients,
     )
     rng = np.random.default_rng(seed)
-    host = model.host_s(data["num_seqs"]) * (1 + noise * rng.standard_normal(len(prefill)))
+    host = model.host_s(data["num_seqs"], data["num_seqs"] - decode) * (1 + noise * rng.standard_normal(len(prefill)))
     device = model.device_s(data["num_tokens"], data["num_seqs"], sampled, pairs, context)
     device = device * (1 + noise * rng.standard_normal(len(prefill)))
     return data | {"host_s": host, "device_s": device, "duration_s": host + device}
