@@ -26,7 +26,8 @@ below 1% of a decoder layer's); EAGLE's tree drafts are not modelled (vLLM serve
 
 from __future__ import annotations
 
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
 from sim.scheduler_output import SchedulerOutput
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from sim.config import Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.data_parallel import DataParallelSimulation
 from sim.engine_facts import EngineFacts
 from sim.simulation import SimResult, Simulation

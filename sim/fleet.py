@@ -42,7 +42,8 @@ import numpy as np
 import simpy
 
 from sim.config import PoolConfig, Scenario
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
 from sim.fleet_dp import DataParallelReplica, Rank, build_group, engine_for, wake_rank
 from sim.fleet_router import FleetRouter

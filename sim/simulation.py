@@ -15,7 +15,8 @@ import numpy as np
 import simpy
 
 from sim.config import Scenario
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.draft_cost import DraftCost
 from sim.engine_facts import EngineFacts
 from sim.kv_groups import kv_pool_blocks

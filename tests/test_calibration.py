@@ -286,8 +286,11 @@ def test_fit_from_a_live_cpu_run_folder(cpu_tiny_run, tmp_path, capsys):
     requests = np.genfromtxt(run_dir / "requests.csv", delimiter=",", names=True)
     waits = waking_delays({"start_s": steps["start_s"], "duration_s": steps["duration_s"]}, requests["arrival_s"])
     assert len(waits) == woken.sum() and np.all(waits >= 0) and np.median(waits) > 0  # no sleep ends on the dot
+    warned = []
+    from_start = fit_from_runs([bare], warn=warned.append)
+    assert any(f"{bare}: no requests.csv" in line for line in warned)  # said, not silently timed otherwise
     if woken.sum() >= MIN_WOKEN_STEPS:  # a busy machine's slow steps leave fewer idle spells than a quiet one's
-        assert profile.coefficients["idle_wake_s"] > fit_from_runs([bare]).coefficients["idle_wake_s"]
+        assert profile.coefficients["idle_wake_s"] > from_start.coefficients["idle_wake_s"]
     path = save_profile(profile, tmp_path / "tiny.yaml")
     capsys.readouterr()
     assert main(["simulate", "scenarios/cpu_tiny.yaml", "--calibration", str(path)]) == 0

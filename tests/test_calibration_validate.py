@@ -149,7 +149,7 @@ def test_a_run_on_a_busy_machine_is_run_again_and_the_cleanest_kept(monkeypatch)
     base = default_scenario("cpu", None)
     base = dataclasses.replace(base, engine=dataclasses.replace(base.engine, num_gpu_blocks_override=64))
     from gpu_engine.reference_step import reference_shape
-    from sim.cost_model import CostCoefficients
+    from sim.cost_coefficients import CostCoefficients
 
     shape = reference_shape(base.engine.max_num_seqs, base.max_model_len, base.engine.block_size, 63)
     runs = validate.run_held_out(base, CostCoefficients(), "cpu", 6, interval_runs=0, reference=(shape, 0.01))

@@ -18,7 +18,7 @@ from planner.calibration.profile_loader import load_profile
 from planner.cli import main
 from planner.errors import PlannerError
 from planner.scenario.load import load_scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP, NGRAM_S_PER_CONTEXT_TOKEN, DraftCost
 from sim.engine_facts import EngineFacts
 from sim.scheduler_output import SchedulerOutput

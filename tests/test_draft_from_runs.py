@@ -19,7 +19,7 @@ from planner.calibration.profile_loader import load_profile
 from planner.calibration.run_folder import read_drafting, read_run
 from planner.calibration.wake import woken_steps
 from planner.cli import main
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP
 from sim.engine_facts import EngineFacts
 

@@ -12,7 +12,7 @@ from planner.calibration.intervals import simulate_fleet_intervals
 from planner.calibration.provenance import STEP_TIME_SPREAD, Provenance
 from planner.cli import main
 from planner.scenario.load import load_scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 

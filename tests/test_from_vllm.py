@@ -197,7 +197,7 @@ def test_a_long_run_writes_the_summary_form(tmp_path, monkeypatch, capsys):
 def test_the_start_is_first_matched_to_the_observed_speed():
     """Statistics of an engine 3x slower than the start: the one-factor search finds about 3."""
     from planner.calibration.vllm_fit import _slowed, matched_speed
-    from sim.cost_model import CostCoefficients
+    from sim.cost_coefficients import CostCoefficients
 
     names = ["flops_efficiency", "bandwidth_efficiency", "step_overhead_s"]
     start = CostCoefficients(flops_efficiency=0.3, bandwidth_efficiency=0.3)

@@ -19,7 +19,8 @@ from planner.calibration.wake import (
     with_wake,
     woken_steps,
 )
-from sim.cost_model import IDLE_WAKE_AFTER_S, CostCoefficients
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import IDLE_WAKE_AFTER_S
 from sim.driver import simulate
 from tests.helpers.scenarios import make_scenario
 

@@ -19,7 +19,8 @@ from planner.calibration.provenance import SPEC_SHEET
 from planner.calibration.shipped import PROFILE_DIR, default_profile_dir, profile_path, profiled_pairs
 from planner.errors import show_value
 from planner.scenario.rules import is_percentile_key
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
 from sim.errors import StepTimeError, WorkloadError
 

@@ -28,7 +28,8 @@ from planner.calibration.shipped import NO_HOST_LAUNCH, PROFILE_DIR, PROFILED_GP
 from planner.calibration.transfer import load_table, public_cost_model
 from planner.catalog import load_gpu_catalog
 from planner.scenario.load import validate_mapping
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
 
 SCHEMA_KEYS = [
@@ -373,7 +374,7 @@ def test_every_gpus_uncertainty_can_be_drawn_for_intervals(tp):
     each must have bounds, for shipped and transferred coefficients alike."""
     from planner.calibration.fitting import BOUNDS
     from planner.calibration.intervals import draw_coefficients
-    from sim.cost_model import CostCoefficients
+    from sim.cost_coefficients import CostCoefficients
 
     rng = np.random.default_rng(0)
     for name, gpu in load_gpu_catalog().items():

@@ -246,7 +246,7 @@ def test_a_closed_loop_probe_sends_every_user_several_requests(sizing_file):
     """With no more requests than users every request is sent at t=0 and none waits for a reply: probes at
     1,024 and 1,933 users gave the same TTFT, and a recommendation missed its own SLOs."""
     from planner.sizing.probe import MIN_REQUESTS_PER_USER, run_probe, scenario_at
-    from sim.cost_model import CostCoefficients
+    from sim.cost_coefficients import CostCoefficients
 
     base = load_sizing(sizing_file, ["engine.max_num_seqs=8"]).scenario
     assert scenario_at(base, "users", 100, 20).workload.num_requests == MIN_REQUESTS_PER_USER * 100

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from helpers.scenarios import make_scenario
 
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.driver import simulate
 from sim.engine_facts import EngineFacts
 from sim.metrics import Recorder

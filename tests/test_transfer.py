@@ -13,7 +13,7 @@ from planner.calibration.public_profiles import shipped_profiles
 from planner.calibration.shipped import NO_HOST_LAUNCH, PROFILED_GPUS
 from planner.calibration.transfer import FOLDS_PATH, load_table, load_yaml, public_cost_model, relative_std
 from planner.catalog import load_gpu_catalog
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 COEFFICIENT_NAMES = {f.name for f in dataclasses.fields(CostCoefficients)}
 

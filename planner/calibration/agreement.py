@@ -19,7 +19,7 @@ from planner.calibration.fitting import BOUNDS, HOST_TERMS, device_terms, measur
 from planner.calibration.profile import Profile, covariance
 from planner.calibration.wake import from_waking_arrival, woken_steps
 from sim.config import Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.engine_facts import EngineFacts
 
 AGREE_WITHIN = 2.0  # combined standard errors: two right fits land this close about 95% of the time
@@ -83,8 +83,8 @@ def agreement_lines(
     what: str,
 ) -> tuple[list[str], bool]:
     """A line per kind of step of the runs (each a steps.csv's columns, with its requests' arrivals or None): its
-    measured mean, each profile's predicted
-    mean +- std, and how many combined stds apart they are; and whether every kind is within AGREE_WITHIN."""
+    measured mean, each profile's predicted mean +- std, and how many combined stds apart they are; and whether
+    every kind is within AGREE_WITHIN."""
     (name_a, a), (name_b, b) = first, second
     lines = [
         f"Predicted step times of {what} (mean ms per step, +- one std through each profile's covariance):",

@@ -31,7 +31,7 @@ import numpy as np
 from planner.calibration.fit import FitResult, fit_relative
 from planner.errors import PlannerError
 from sim.config import Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.draft_cost import DRAFT_COLUMNS, DRAFT_STEP, DRAFTER_TERMS, NGRAM_TERMS, DraftCost, fitted_terms
 from sim.engine_facts import EngineFacts
 

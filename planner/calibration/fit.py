@@ -94,19 +94,23 @@ def fit_relative(
             bounds=(lo, hi), x_scale=x_scale, method="trf", diff_step=diff_step, max_nfev=max_nfev,
         )  # fmt: skip
     r = solution.fun
-    dof = max(len(r) - len(x0), 1)
-    jac = solution.jac
-    # Covariance from the Gauss-Newton approximation; a coefficient the data do not constrain (a term that
-    # never dominates any row) gets an infinite std rather than a made-up one.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cov = np.linalg.pinv(jac.T @ jac) * (r @ r / dof)
-        std = np.sqrt(np.clip(np.diag(cov), 0, None))
-    std[np.linalg.norm(jac, axis=0) == 0] = np.inf
+    cov = gauss_newton_covariance(solution.jac, r)
+    std = np.sqrt(np.clip(np.diag(cov), 0, None))
     span = hi - lo
     at_bound = tuple(
         n for n, v, a, b, s in zip(names, solution.x, lo, hi, span) if np.isfinite(s) and min(v - a, b - v) < 1e-6 * s
     )
     return FitResult(tuple(names), solution.x, std, r, at_bound, cov)
+
+
+def gauss_newton_covariance(jac: np.ndarray, residuals: np.ndarray) -> np.ndarray:
+    """The coefficients' covariance at an optimum: pinv(J^T J) scaled by the residuals' variance; a coefficient the
+    data do not constrain (a term that moves no row) gets an infinite variance rather than a made-up one."""
+    dof = max(len(residuals) - jac.shape[1], 1)
+    cov = np.linalg.pinv(jac.T @ jac) * (residuals @ residuals / dof)
+    unmoved = np.linalg.norm(jac, axis=0) == 0
+    cov[unmoved, unmoved] = np.inf
+    return cov
 
 
 def correlations(names: Sequence[str], covariance: np.ndarray, std: np.ndarray) -> dict[str, dict[str, float]]:

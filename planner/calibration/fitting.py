@@ -19,7 +19,8 @@ import numpy as np
 
 from planner.calibration.fit import FitResult, fit_relative
 from sim.config import Scenario
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
 
 # name -> (lower, upper, scale): physical bounds (an efficiency in (0, 1], an overhead >= 0 and below

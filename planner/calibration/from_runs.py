@@ -67,11 +67,13 @@ def fit_from_runs(run_dirs: list[Path], warn: Callable[[str], None] = lambda lin
     woken = np.concatenate([woken_steps(rows) for _, _, rows in runs])
     # ... and priced from the arrival that woke the engine, as a request sees them (wake.py)
     arrivals = [read_arrivals(Path(d)) for d in run_dirs]
-    delays = (
-        None
-        if any(a is None for a in arrivals)
-        else np.concatenate([waking_delays(rows, a) for (_, _, rows), a in zip(runs, arrivals)])
-    )
+    delays = None
+    if any(a is None for a in arrivals):
+        bare = ", ".join(str(d) for d, a in zip(run_dirs, arrivals) if a is None)
+        warn(f"warning: {bare}: no requests.csv: the steps after idle are timed from their start, not from the arrival"
+             " that woke the engine (idle_wake_s comes out short by the engine's wait for it)")  # fmt: skip
+    else:
+        delays = np.concatenate([waking_delays(rows, a) for (_, _, rows), a in zip(runs, arrivals)])
     # a speculative run's steps hold their drafting in device_s: its drafting.csv takes it out (draft_fit.py)
     drafts = [read_drafting(Path(d), rows) if s.engine.speculative else None for (_, s, rows), d in zip(runs, run_dirs)]
     runs = [

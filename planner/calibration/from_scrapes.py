@@ -14,7 +14,7 @@ from planner.calibration.validate import HeldOutRun
 from planner.calibration.vllm_fit import simulate_replay
 from planner.calibration.vllm_replay import growing_ttft, simulated
 from planner.vllm_files import binned, names
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 PREFIX_QUERIES, PREFIX_HITS = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
 

@@ -30,7 +30,7 @@ from planner.calibration.vllm_fit import DIFF_STEP, Replay, VllmFit, fit_replays
 from planner.calibration.vllm_replay import Latencies, growing_ttft, observed, replay_scenario, simulated
 from planner.errors import PlannerError
 from planner.vllm_files import names
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.engine_facts import EngineFacts
 
 HELD_OUT_SHARE = 0.3  # one result file: the requests sent last, this share of them, are held out

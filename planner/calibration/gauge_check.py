@@ -12,7 +12,7 @@ import numpy as np
 
 from planner.vllm_files import names
 from planner.vllm_files.export import gauges_at
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 SHOWN = (
     (names.RUNNING, "running", "{:,.0f}"),

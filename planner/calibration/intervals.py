@@ -16,7 +16,7 @@ from planner.calibration.fitting import BOUNDS
 from planner.calibration.provenance import STEP_TIME_SPREAD, Provenance
 from planner.scenario.rules import MIN_INTERVAL_RUNS
 from sim.config import Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.engine_facts import EngineFacts
 from sim.metrics import LATENCY_KEYS, summarize
 

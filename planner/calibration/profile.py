@@ -28,7 +28,7 @@ from planner.calibration.fit import correlations
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import PlannerError
 from sim.config import HOST_DEVICES, Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 FORMAT = "planner-calibration/1"
 SOURCES = ("live-sweep", "live-runs", "public-operator-profiles", "transferred", "vllm-metrics")

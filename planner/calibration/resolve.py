@@ -11,7 +11,7 @@ from planner.calibration.provenance import SPEC_SHEET, Provenance, residual_spre
 from planner.calibration.shipped import default_profile_dir
 from planner.errors import NO_SUCH_USER, PlannerError, expand_user, show_value
 from sim.config import HOST_DEVICES, Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 if TYPE_CHECKING:
     from planner.calibration.profile import Profile

@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.calibration.machine_check import MachineCheck, machine_check
 from sim.config import ArrivalConfig, Distribution, Scenario, SharedPrefixConfig
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.kv_manager import cdiv
 
 if TYPE_CHECKING:
@@ -52,9 +52,8 @@ class HeldOutRun:
     covered: dict  # metric -> whether the measured value fell inside the calibrated 90% interval (None: no value)
     machine: MachineCheck | None = None
     drafts: dict | None = None  # speculative decoding: the live run's drafting steps, timed (draft_fit.py)
-    arrival_s: np.ndarray | None = (
-        None  # the live run's requests' arrivals (a woken step is priced from its waking one)
-    )
+    # the live run's requests' arrivals: a step after idle is timed from the one that woke the engine (wake.py)
+    arrival_s: np.ndarray | None = None
 
 
 def with_load(scenario: Scenario, name: str, engine: dict | None = None, **workload) -> tuple[str, Scenario]:

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.calibration.fit import FitResult, fit_relative
+from planner.calibration.fit import FitResult, fit_relative, gauss_newton_covariance
 from planner.calibration.fitting import BOUNDS, HOST_TERMS, device_terms
 from planner.calibration.profile import EFFICIENCIES
 from planner.calibration.vllm_replay import Latencies, simulated
 from sim.config import Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.engine_facts import EngineFacts
 
 QUANTILES = (10, 25, 50, 75, 90)
@@ -255,7 +255,7 @@ def fit_replays(replays: list[Replay], start: CostCoefficients) -> VllmFit:
     jac = _central_jacobian(predict_units, unit.values, lower, upper, measured)
     resolution = np.concatenate([r.resolution() for r in replays])
     spread = _sampling_covariance(jac, replays, with_units(unit.values)) + _resolution_covariance(jac, resolution)
-    residual = _residual_covariance(jac, unit.relative_errors)
+    residual = gauss_newton_covariance(jac, unit.relative_errors)
     unit_std = np.maximum(_std(residual), _std(spread))
     std = unit_std * scale
     covariance = _covariance(unit_std, residual + spread) * np.outer(scale, scale)
@@ -320,16 +320,6 @@ def _resolution_covariance(jac: np.ndarray, resolution: np.ndarray) -> np.ndarra
 
 def _subset(lat: Latencies, pick: np.ndarray) -> Latencies:
     return Latencies(lat.arrival_s[pick], lat.ttft_s[pick], lat.e2e_s[pick], lat.output_tokens[pick])
-
-
-def _residual_covariance(jac: np.ndarray, residuals: np.ndarray) -> np.ndarray:
-    """The Gauss-Newton covariance, scaled by the residuals' spread; infinite variance where no statistic moves
-    with the coefficient."""
-    dof = max(len(residuals) - jac.shape[1], 1)
-    cov = np.linalg.pinv(jac.T @ jac) * (residuals @ residuals / dof)
-    unmoved = np.linalg.norm(jac, axis=0) == 0
-    cov[unmoved, unmoved] = np.inf
-    return cov
 
 
 def _std(covariance: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ def link_bytes_per_s(gpu: str) -> float:
 
 
 def default_coefficients() -> dict[str, float]:
-    from sim.cost_model import CostCoefficients
+    from sim.cost_coefficients import CostCoefficients
 
     return CostCoefficients().to_dict()
 

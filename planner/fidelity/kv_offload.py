@@ -80,7 +80,7 @@ def simulated_ttfts_s() -> tuple[float, float, str]:
     """(cold, warm) TTFT in seconds, with the shipped coefficients for the L4, and their label."""
     from planner.calibration.transfer import public_cost_model
     from planner.catalog import load_gpu_catalog
-    from sim.cost_model import CostCoefficients
+    from sim.cost_coefficients import CostCoefficients
     from sim.driver import simulate
 
     scenario = _scenario()

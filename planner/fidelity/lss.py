@@ -9,7 +9,7 @@ from functools import cache
 import numpy as np
 
 from planner.fidelity.markdown import pct, table
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 DEFAULTS = CostCoefficients()
 

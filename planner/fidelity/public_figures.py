@@ -61,7 +61,7 @@ PUBLIC_FIGURES = (
 
 def simulate_figure(f: PublicFigure, coefficients: dict[str, float]) -> float:
     from planner.scenario.load import validate_mapping
-    from sim.cost_model import CostCoefficients
+    from sim.cost_coefficients import CostCoefficients
     from sim.driver import simulate
     from sim.metrics import summarize
 

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 

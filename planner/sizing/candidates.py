@@ -20,7 +20,7 @@ from planner.sizing.coefficients import resolve_coefficients
 from planner.sizing.question import SearchSpec, SizingQuestion
 from planner.sizing.spec_checks import probe_request_counts
 from sim.config import EngineConfig, GpuSpec, HardwareConfig, Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 from sim.memory_fit import fit_problems

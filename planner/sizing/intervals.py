@@ -39,7 +39,7 @@ from planner.sizing.probe import ProbeResult, run_probe
 from planner.sizing.question import Probe
 from planner.sizing.rank import Ranking
 from planner.sizing.search import Result, SizingResult, e2e_bound_ms, tightest, workload_shape
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 LATENCIES = ("p50_ttft", "p99_ttft", "p50_tpot", "p99_tpot", "p50_e2el", "p99_e2el")
 

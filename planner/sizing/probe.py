@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import ArrivalConfig, Scenario, WorkloadConfig
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.driver import simulation_class
 from sim.engine_facts import EngineFacts
 from sim.fleet import FleetSimulation

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from planner.scenario.load import load_scenario
 from sim.config import ArrivalConfig, Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.driver import simulate
 from sim.metrics import summarize
 

@@ -39,7 +39,7 @@ from planner.sizing.probe import ProbeResult, run_probe, scenario_at
 from planner.sizing.question import Demand, PoolSettings, Probe, SizingQuestion
 from planner.sizing.search import e2e_bound_ms, split_shapes, tightest, workload_shape
 from sim.config import GpuSpec, Scenario
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 from sim.engine_facts import EngineFacts
 from sim.memory import memory_breakdown
 from sim.memory_fit import fit_problems

@@ -24,7 +24,7 @@ from planner.sizing.probe import run_probe
 from planner.sizing.question import Probe, SizingQuestion
 from planner.sizing.search import tightest, workload_shape
 from planner.sizing.topology import TopologyComparison, Unit, unit_bound
-from sim.cost_model import CostCoefficients
+from sim.cost_coefficients import CostCoefficients
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ import dataclasses
 
 import numpy as np
 
-from sim.cost_model import CostCoefficients, CostModel
+from sim.cost_coefficients import CostCoefficients
+from sim.cost_model import CostModel
 from sim.engine_facts import EngineFacts
 
 TRUTH = CostCoefficients(
